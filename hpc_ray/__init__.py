@@ -1,0 +1,32 @@
+"""hpc_ray: the Ray programming model inside an ordinary MPI or Slurm job.
+
+    import hpc_ray as ray
+    ray.init()                 # embedded, or rank 0 of an mpiexec/srun job
+
+    @ray.remote
+    def f(x):
+        return x * x
+
+    ray.get([f.remote(i) for i in range(4)])   # [0, 1, 4, 9]
+"""
+from . import exceptions
+from .actors import ActorClass, ActorHandle, get_actor, kill, method
+from .api import (as_completed, available_resources, cluster_resources, get,
+                  get_gpu_ids, get_resource_ids, init, is_initialized, nodes, objects,
+                  profile, progress, put, remote, run_function_on_all_workers, shutdown,
+                  tasks, timeline, wait)
+from .reusable import Reusable, reusables
+from .runtime.context import ObjectRef
+from .asyncio_compat import as_future
+
+ObjectID = ObjectRef
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ActorClass", "ActorHandle", "ObjectID", "ObjectRef", "Reusable", "as_completed",
+    "as_future", "available_resources", "cluster_resources", "exceptions", "get",
+    "get_actor", "get_gpu_ids", "get_resource_ids", "init", "is_initialized", "kill",
+    "method", "nodes", "objects", "profile", "progress", "put", "remote", "reusables",
+    "run_function_on_all_workers", "shutdown", "tasks", "timeline", "wait",
+]

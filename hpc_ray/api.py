@@ -1,0 +1,355 @@
+"""The public API: argument checks, then a call into the process's runtime context."""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import inspect
+import json
+import os
+import threading
+import time
+from typing import Any, Iterator
+
+from . import launch
+from .actors import ActorClass, ActorHandle, get_actor, kill, method  # noqa: F401
+from .exceptions import RayError
+from .remote_function import RemoteFunction
+from .runtime import context
+from .runtime.context import ObjectRef
+from .transport.serialization import dumps
+
+#: ``init()`` keywords of Ray 0.7 that mean nothing on an MPI job; accepted and ignored.
+_IGNORED_INIT_ARGS = (
+    "address", "redis_address", "redis_max_memory", "log_to_driver", "node_ip_address",
+    "object_id_seed", "redirect_worker_output", "redirect_output", "num_redis_shards",
+    "redis_max_clients", "redis_password", "plasma_directory", "huge_pages",
+    "include_webui", "include_dashboard", "dashboard_host", "dashboard_port", "job_id",
+    "configure_logging", "logging_level", "logging_format", "plasma_store_socket_name",
+    "raylet_socket_name", "temp_dir", "load_code_from_local", "_internal_config",
+    "namespace", "runtime_env", "_temp_dir", "_system_config", "num_workers",
+    "start_ray_local",
+)
+
+_session = None
+_lock = threading.RLock()
+
+
+def init(address: str | None = None, *, num_cpus: int | None = None,
+         num_gpus: int | None = None, resources: dict | None = None,
+         object_store_memory: int | None = None, local_mode: bool = False,
+         ignore_reinit_error: bool = False, **kwargs) -> dict:
+    """Start hpc_ray in this job, or join it as a worker rank.
+
+    Under ``mpiexec`` rank 0 returns and runs the script; every other rank serves
+    as a worker inside this call and exits when the driver is done. Without a
+    launcher, ``num_cpus`` worker processes are spawned on this machine.
+
+    Args:
+        num_cpus: embedded mode: the number of worker processes (default: the
+            machine's cores); under mpiexec: CPUs per worker rank (default 1, or
+            ``SLURM_CPUS_PER_TASK``).
+        num_gpus: GPUs per worker rank (embedded: in all, split over the workers).
+        resources: custom resources of each worker rank, e.g. ``{"ssd": 1}``.
+        object_store_memory: bytes of shared memory per node for large objects.
+        local_mode: run every task serially in this process, for debugging.
+        ignore_reinit_error: make a second ``init()`` a no-op instead of an error.
+
+    Returns:
+        A dict describing the job (``job_id``, ``world_size``, ``mode``).
+
+    Raises:
+        RayError: if called twice without ``ignore_reinit_error``.
+    """
+    global _session
+    unknown = [k for k in kwargs if k not in _IGNORED_INIT_ARGS]
+    if unknown:
+        raise TypeError(f"init() got unexpected keyword argument(s) {unknown}")
+    if resources is not None and not isinstance(resources, dict):
+        raise TypeError(f"resources must be a dict, got {type(resources).__name__}")
+    for key in resources or {}:
+        if key in ("CPU", "GPU"):
+            raise ValueError(f"use num_cpus/num_gpus instead of resources={{{key!r}: ...}}")
+    if num_cpus is not None and (not isinstance(num_cpus, int) or num_cpus < 1):
+        raise ValueError(f"num_cpus must be an int >= 1, got {num_cpus!r}")
+    with _lock:
+        if _session is not None:
+            if ignore_reinit_error:
+                return _session_info()
+            raise RayError("hpc_ray.init() was already called; call shutdown() first "
+                           "or pass ignore_reinit_error=True")
+        if local_mode:
+            from .runtime.local import LocalContext
+            ctx = LocalContext()
+            context.set_id_prefix(0, 0)
+            context.set_current(ctx)
+            _session = ("local", ctx)
+            atexit.register(shutdown)
+            return _session_info()
+        MPI = launch.mpi()
+        world = MPI.COMM_WORLD
+        if world.Get_size() > 1 and world.Get_rank() != 0:
+            # A worker rank: serve until the driver is done, never return.
+            gone = launch.run_worker(world, spawned=False)
+            launch.worker_exit(gone)
+        from .runtime.session import start_driver
+        session = start_driver(num_cpus, num_gpus, resources, object_store_memory)
+        context.set_current(session.ctx)
+        _session = ("mpi", session)
+        atexit.register(shutdown)
+        try:
+            from . import preempt
+            preempt.install_preempt_handler()
+        except (ImportError, AttributeError, ValueError):
+            pass  # not in the main thread, or no preempt support
+        return _session_info()
+
+
+def _session_info() -> dict:
+    kind, obj = _session
+    if kind == "local":
+        return {"mode": "local", "job_id": "local", "world_size": 1}
+    return {"mode": "embedded" if obj.embedded else "mpi", "job_id": obj.job_id,
+            "world_size": obj.ctx.world["size"], "session_name": f"hpc_ray-{obj.job_id}"}
+
+
+def shutdown(exiting_interpreter: bool = False) -> None:
+    """Stop the workers and release the store. Safe to call twice."""
+    global _session
+    with _lock:
+        if _session is None:
+            return
+        kind, obj = _session
+        _session = None
+        context.set_current(None)
+        if kind == "mpi":
+            from .runtime.session import stop_driver
+            stop_driver(obj)
+        context.reset_local_refs()
+        from . import reusable as _reusables
+        _reusables.reset()
+
+
+def is_initialized() -> bool:
+    """True between ``init()`` and ``shutdown()``."""
+    return _session is not None
+
+
+def remote(*args, **kwargs):
+    """Make a function a remote function, or a class an actor class.
+
+    Usable bare (``@remote``) or with options (``@remote(num_returns=2,
+    num_cpus=1, num_gpus=1, resources={...}, max_calls=N, max_retries=N)``;
+    for classes ``max_restarts`` and resources held for the actor's lifetime).
+    Unknown options raise ``ValueError`` here, at decoration.
+    """
+    def make(obj, options):
+        if inspect.isclass(obj):
+            return ActorClass(obj, options)
+        if callable(obj):
+            return RemoteFunction(obj, options)
+        raise TypeError(f"@remote takes a function or a class, got {type(obj).__name__}")
+
+    if len(args) == 1 and not kwargs and (callable(args[0]) or inspect.isclass(args[0])):
+        return make(args[0], {})
+    if args:
+        raise TypeError("@remote takes keyword options only, e.g. @remote(num_cpus=2)")
+    return lambda obj: make(obj, kwargs)
+
+
+def _check_timeout(timeout) -> None:
+    if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
+        raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
+
+
+def get(object_refs, timeout: float | None = None):
+    """The value of a ref, or the values of a list of refs (in order).
+
+    Large numpy arrays come back as read-only views of the shared-memory store.
+
+    Raises:
+        TaskError: the task (or one upstream of it) raised; it is also an
+            instance of the original exception class.
+        WorkerCrashedError: the process running the task died.
+        GetTimeoutError: ``timeout`` seconds passed first.
+        TypeError: ``object_refs`` is not a ref or a list of refs.
+    """
+    _check_timeout(timeout)
+    if type(object_refs) is ObjectRef:
+        return context.current().get([object_refs], timeout)[0]
+    if isinstance(object_refs, (list, tuple)):
+        for r in object_refs:
+            if type(r) is not ObjectRef:
+                raise TypeError(f"get() expects ObjectRefs, got an element of type "
+                                f"{type(r).__name__}: {r!r:.80}")
+        if not object_refs:
+            return []
+        return context.current().get(list(object_refs), timeout)
+    raise TypeError(f"get() expects an ObjectRef or a list of ObjectRefs, got "
+                    f"{type(object_refs).__name__}: {object_refs!r:.80}")
+
+
+def put(value: Any) -> ObjectRef:
+    """Store ``value`` in the object store and return its ref."""
+    return context.current().put(value)
+
+
+def wait(object_refs: list, num_returns: int = 1, timeout: float | None = None,
+         fetch_local: bool = True) -> tuple[list, list]:
+    """Split refs into (ready, not ready), both in input order.
+
+    Returns when ``num_returns`` are ready or ``timeout`` seconds passed.
+
+    Raises:
+        TypeError: ``object_refs`` is not a list of refs.
+        ValueError: duplicates, or ``num_returns`` out of range.
+    """
+    if not isinstance(object_refs, (list, tuple)):
+        raise TypeError(f"wait() expects a list of ObjectRefs, got "
+                        f"{type(object_refs).__name__}")
+    for r in object_refs:
+        if type(r) is not ObjectRef:
+            raise TypeError(f"wait() expects ObjectRefs, got an element of type "
+                            f"{type(r).__name__}")
+    if len(set(object_refs)) != len(object_refs):
+        raise ValueError("wait() requires a list of unique ObjectRefs; got duplicates")
+    if not isinstance(num_returns, int) or num_returns < 0 or num_returns > len(object_refs):
+        raise ValueError(f"num_returns must be between 0 and {len(object_refs)}, "
+                         f"got {num_returns!r}")
+    _check_timeout(timeout)
+    refs = list(object_refs)
+    if not refs or num_returns == 0:
+        return [], refs
+    ready = set(context.current().wait(refs, num_returns, timeout))
+    return [r for r in refs if r in ready], [r for r in refs if r not in ready]
+
+
+def as_completed(object_refs: list, timeout: float | None = None) -> Iterator[ObjectRef]:
+    """Yield refs as their objects become ready (like ``concurrent.futures.as_completed``).
+
+    Raises:
+        GetTimeoutError: if ``timeout`` seconds pass before all are ready.
+    """
+    from .exceptions import GetTimeoutError
+    remaining = list(object_refs)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while remaining:
+        ready, remaining = wait(remaining, num_returns=len(remaining), timeout=0)
+        if not ready:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, remaining = wait(remaining, num_returns=1, timeout=left)
+            if not ready:
+                raise GetTimeoutError(f"{len(remaining)} objects not ready after {timeout} s")
+        yield from ready
+
+
+def progress(object_refs: list, desc: str | None = None, timeout: float | None = None,
+             **tqdm_kwargs) -> list:
+    """Wait for ``object_refs`` with a tqdm progress bar; return their values in order."""
+    from tqdm.auto import tqdm
+    refs = list(object_refs)
+    with tqdm(total=len(refs), desc=desc or "hpc_ray", unit="task", **tqdm_kwargs) as bar:
+        for _ in as_completed(refs, timeout=timeout):
+            bar.update(1)
+    return get(refs)
+
+
+# --- cluster state ------------------------------------------------------------------
+
+def cluster_resources() -> dict:
+    """Total resources of all worker ranks: ``{"CPU": n, "GPU": g, custom: ...}``."""
+    return context.current().control("cluster_resources")
+
+
+def available_resources() -> dict:
+    """Resources not held by running tasks and actors right now."""
+    return context.current().control("available_resources")
+
+
+def nodes() -> list[dict]:
+    """One dict per node: host name, ranks, resources, store size."""
+    return context.current().control("nodes")
+
+
+def tasks(task_id: str | None = None) -> dict:
+    """The task table (or one entry of it, by hex id)."""
+    table = context.current().control("tasks")
+    return table[task_id] if task_id is not None else table
+
+
+def objects(object_id: str | None = None) -> dict:
+    """The object table (or one entry of it, by hex id)."""
+    table = context.current().control("objects")
+    return table[object_id] if object_id is not None else table
+
+
+def get_gpu_ids() -> list[int]:
+    """The GPU ids reserved for the current task or actor (``CUDA_VISIBLE_DEVICES``)."""
+    if not context.is_set():
+        return []
+    return list(getattr(context.current(), "gpu_ids", []))
+
+
+def get_resource_ids() -> dict:
+    """``{"GPU": [(id, fraction), ...]}`` for the current task or actor."""
+    gpus = get_gpu_ids()
+    return {"GPU": [(g, 1.0) for g in gpus]} if gpus else {}
+
+
+def run_function_on_all_workers(function) -> None:
+    """Run ``function(worker_info)`` on every worker process (and here) before later tasks."""
+    blob = dumps(function)
+    ctx = context.current()
+    ctx.control("run_function", blob)
+    if getattr(ctx, "is_driver", False):
+        function({"worker_rank": 0, "pid": os.getpid()})
+
+
+# --- timeline -----------------------------------------------------------------------
+
+def timeline(filename: str | None = None) -> list[dict] | None:
+    """Chrome trace events: one complete event per task (and per ``profile`` span).
+
+    Load the file in chrome://tracing or https://ui.perfetto.dev.
+    """
+    raw = context.current().control("timeline")
+    events = []
+    for ev in raw:
+        if isinstance(ev, dict):
+            events.append(ev)
+            continue
+        name, rank, t0, t1, pid, tid = ev
+        events.append({"cat": "task", "name": name, "ph": "X", "pid": f"rank {rank}",
+                       "tid": pid, "ts": t0 * 1e6, "dur": max(0.0, (t1 - t0) * 1e6),
+                       "args": {"rank": rank, "task_id": f"{tid:032x}", "pid": pid,
+                                "function": name}})
+    if filename is None:
+        return events
+    with open(filename, "w") as f:
+        json.dump(events, f)
+    return None
+
+
+@contextlib.contextmanager
+def profile(event_type: str, extra_data: dict | None = None):
+    """Record a span that shows up in ``timeline()``: ``with profile("load"): ...``."""
+    if extra_data is not None and not isinstance(extra_data, dict):
+        raise TypeError("extra_data must be a dict")
+    t0 = time.time()
+    try:
+        yield
+    finally:
+        t1 = time.time()
+        ctx = context.current() if context.is_set() else None
+        if ctx is not None:
+            rank = getattr(ctx, "rank", 0)
+            extra = dict(extra_data or {})
+            event = {"cat": "profile", "name": extra.pop("name", event_type), "ph": "X",
+                     "pid": f"rank {rank}", "tid": os.getpid(), "ts": t0 * 1e6,
+                     "dur": (t1 - t0) * 1e6,
+                     "args": dict(extra, event_type=event_type, rank=rank)}
+            if "cname" in extra:
+                event["cname"] = extra["cname"]
+            if hasattr(ctx, "profile_events"):
+                ctx.profile_events.append(event)
+            else:
+                ctx.record_profile(event)

@@ -1,0 +1,139 @@
+"""Every public hpc_ray exception, in one place.
+
+Exceptions cross process boundaries (a task's error is stored as its result and
+re-raised by ``get`` in the driver), so each keeps its fields in ``args`` and
+pickles without custom state.
+"""
+from __future__ import annotations
+
+__all__ = [
+    "RayError",
+    "TaskError",
+    "RayTaskError",
+    "GetTimeoutError",
+    "ObjectStoreFullError",
+    "WorkerCrashedError",
+    "RayWorkerError",
+    "ActorDiedError",
+    "RayActorError",
+    "UnreconstructableError",
+    "RemoteTraceback",
+]
+
+
+class RayError(Exception):
+    """Base class of every hpc_ray error."""
+
+
+class RemoteTraceback(Exception):
+    """Carries a traceback formatted where the error happened (set as ``__cause__``)."""
+
+    def __init__(self, tb: str) -> None:
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return self.tb
+
+
+class TaskError(RayError):
+    """A task raised an exception; ``get`` re-raises it as this.
+
+    ``get`` raises an instance of a class derived from both ``TaskError`` and the
+    original exception class, so ``except ValueError`` and ``except TaskError``
+    both catch it.
+
+    Attributes:
+        function_name: the remote function (or actor method) that raised.
+        traceback_str: the traceback, formatted on the worker.
+        rank: the MPI rank that ran the task.
+        host: the host name of that rank.
+        cause: the original exception, when it could be pickled.
+    """
+
+    def __init__(self, function_name: str = "", traceback_str: str = "",
+                 rank: int = -1, host: str = "", cause: BaseException | None = None):
+        super().__init__(function_name, traceback_str, rank, host, cause)
+        self.function_name = function_name
+        self.traceback_str = traceback_str
+        self.rank = rank
+        self.host = host
+        self.cause = cause
+
+    def __str__(self) -> str:
+        return (f"{self.function_name} failed on worker rank {self.rank} "
+                f"({self.host}):\n{self.traceback_str}")
+
+    def as_instanceof_cause(self) -> "TaskError":
+        """Return a copy that is also an instance of the original exception class."""
+        cls = type(self.cause) if self.cause is not None else None
+        if cls is None or isinstance(self, cls) or not _can_subclass(cls):
+            return self
+        derived = _derived_class(cls)
+        err = derived.__new__(derived)
+        TaskError.__init__(err, self.function_name, self.traceback_str,
+                           self.rank, self.host, self.cause)
+        return err
+
+
+class RayTaskError(TaskError):
+    """Ray's name for :class:`TaskError`."""
+
+
+_DERIVED: dict[type, type] = {}
+
+
+def _can_subclass(cls: type) -> bool:
+    try:
+        type("_probe", (TaskError, cls), {})
+        return True
+    except TypeError:
+        return False
+
+
+def _rebuild_task_error(cause_cls, fields):
+    err = TaskError(*fields)
+    return err.as_instanceof_cause() if cause_cls is not None else err
+
+
+def _derived_class(cls: type) -> type:
+    derived = _DERIVED.get(cls)
+    if derived is None:
+        def __reduce__(self):
+            return (_rebuild_task_error, (type(self.cause), (
+                self.function_name, self.traceback_str, self.rank, self.host, self.cause)))
+
+        derived = type(f"TaskError({cls.__name__})", (TaskError, cls), {
+            "__reduce__": __reduce__,
+            "__str__": TaskError.__str__,
+            "__init__": TaskError.__init__,
+            "__module__": __name__,
+        })
+        _DERIVED[cls] = derived
+    return derived
+
+
+class GetTimeoutError(RayError, TimeoutError):
+    """``get`` did not finish within its timeout."""
+
+
+class ObjectStoreFullError(RayError, MemoryError):
+    """An object does not fit in the node's shared-memory object store."""
+
+
+class WorkerCrashedError(RayError):
+    """The process running a task died (segfault, ``os._exit``, killed by the OOM killer)."""
+
+
+RayWorkerError = WorkerCrashedError
+
+
+class ActorDiedError(RayError):
+    """The actor is dead: killed, crashed past ``max_restarts``, or its call was lost."""
+
+
+RayActorError = ActorDiedError
+
+
+class UnreconstructableError(RayError):
+    """The object was freed or lost and cannot be recomputed."""

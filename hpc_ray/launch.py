@@ -1,0 +1,169 @@
+"""Start-up: decide each rank's role, set up the stores, and start the head or worker.
+
+    mpiexec -n N python driver.py        rank 0 returns from init(); ranks 1.. serve
+    mpiexec -n N python -m hpc_ray x.py  the same, but only rank 0 runs x.py
+    python driver.py                     embedded: init() spawns num_cpus worker ranks
+                                         (MPI.COMM_SELF.Spawn) and merges with them
+
+Every rank then runs the same set-up, collectively on the job's communicator:
+
+    rank 0 ──bcast(config)──▶ all      store size, sys.path, resources, driver pid
+    all: node of each rank (shared-memory split, or HPC_RAY_RANKS_PER_NODE)
+    node leader: memfd store ──bcast(pid, fd) on the node──▶ node ranks open it
+    all ──gather(resources, GPUs, pid, host)──▶ rank 0 builds the head
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+
+from . import _config
+
+logger = logging.getLogger(__name__)
+
+#: Set by ``python -m hpc_ray``: worker ranks never run the script at all.
+MODULE_MODE_ENV = "HPC_RAY_MODULE_MODE"
+
+
+def default_store_size() -> int:
+    try:
+        import psutil
+        total = psutil.virtual_memory().total
+    except Exception:
+        total = 8 << 30
+    return int(min(2 << 30, total * 0.2))
+
+
+def slurm_cpus_per_task() -> int | None:
+    raw = os.environ.get("SLURM_CPUS_PER_TASK")
+    try:
+        return int(raw) if raw else None
+    except ValueError:
+        return None
+
+
+def visible_gpus() -> list[int]:
+    raw = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if not raw or raw in ("NoDevFiles", "-1"):
+        return []
+    out = []
+    for part in raw.split(","):
+        try:
+            out.append(int(part))
+        except ValueError:
+            pass
+    return out
+
+
+def mpi():
+    """Import mpi4py.MPI (initialises MPI): only ranks, never executors, call this."""
+    import mpi4py
+    mpi4py.rc.recv_mprobe = True
+    from mpi4py import MPI
+    return MPI
+
+
+def spawn_workers(n: int):
+    """Embedded mode: start ``n`` worker ranks and merge them with this process."""
+    MPI = mpi()
+    try:
+        inter = MPI.COMM_SELF.Spawn(sys.executable, args=["-m", "hpc_ray.runtime.spawned"],
+                                    maxprocs=n)
+    except MPI.Exception as exc:
+        from .exceptions import RayError
+        raise RayError(
+            f"could not start {n} worker processes with MPI_Comm_spawn ({exc}). "
+            f"Spawning needs an MPI that supports it as this user (the 'mpich' wheel "
+            f"does; Open MPI's singleton spawn fails as root). Alternatively start "
+            f"the job with `mpiexec -n {n + 1} python -m hpc_ray your_script.py`.") from exc
+    return inter, inter.Merge(high=False)
+
+
+def setup_world(comm, cfg: dict | None):
+    """Collective set-up on ``comm``; rank 0 passes ``cfg``, others receive it."""
+    from .runtime.store import Arena
+    rank = comm.Get_rank()
+    size = comm.Get_size()
+    cfg = comm.bcast(cfg, root=0)
+    rpn = cfg.get("ranks_per_node")
+    if rpn:
+        node_of = [r // rpn for r in range(size)]
+    else:
+        MPI = mpi()
+        shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+        leader = shared.bcast(rank, root=0)
+        shared.Free()
+        leaders = comm.allgather(leader)
+        index = {ld: i for i, ld in enumerate(sorted(set(leaders)))}
+        node_of = [index[ld] for ld in leaders]
+    node = node_of[rank]
+    node_comm = comm.Split(color=node, key=rank)
+    store_size = cfg["store_size"]
+    if node_comm.Get_rank() == 0:
+        arena = Arena.create(store_size)
+        node_comm.bcast((os.getpid(), arena.fd), root=0)
+        arena.pretouch_in_background(min(store_size, cfg.get("pretouch", 128 << 20)))
+    else:
+        pid, fd = node_comm.bcast(None, root=0)
+        arena = Arena.open(pid, fd, store_size)
+    # Every rank of the node has opened the store: the leader may now exit first.
+    node_comm.Barrier()
+    node_comm.Free()
+    return cfg, node_of, node, arena
+
+
+def worker_resources(cfg: dict, rank: int, size: int) -> tuple[dict, list[int]]:
+    res = dict(cfg.get("resources") or {})
+    cpus = cfg.get("cpus_per_rank") or slurm_cpus_per_task() or 1
+    res["CPU"] = cpus
+    gpus_total = cfg.get("num_gpus")
+    if cfg.get("embedded") and gpus_total:
+        # Split the node's GPUs round-robin over the spawned worker ranks.
+        gpu_ids = [g for g in range(int(gpus_total)) if g % (size - 1) == rank - 1]
+    elif gpus_total is not None:
+        gpu_ids = list(range(int(gpus_total)))
+    else:
+        gpu_ids = visible_gpus()
+    res["GPU"] = len(gpu_ids)
+    return res, gpu_ids
+
+
+def run_worker(comm, spawned: bool) -> bool:
+    """The whole life of a worker rank; returns True when the driver vanished."""
+    from .runtime.worker import WorkerLoop
+    cfg, node_of, node, arena = setup_world(comm, None)
+    rank = comm.Get_rank()
+    resources, gpu_ids = worker_resources(cfg, rank, comm.Get_size())
+    cfg["resources"] = resources
+    comm.gather((resources, gpu_ids, os.getpid(), socket.gethostname()), root=0)
+    loop = WorkerLoop(comm, rank, node, arena, cfg)
+    try:
+        loop.run()
+        return loop.driver_gone
+    except BaseException:
+        import traceback
+        sys.stderr.write(f"### hpc_ray worker rank {rank} of {comm.Get_size()} on "
+                         f"{socket.gethostname()} failed:\n{traceback.format_exc()}")
+        sys.stderr.flush()
+        comm.Abort(1)
+    finally:
+        arena.close()
+
+
+def worker_exit(driver_gone: bool = False) -> None:
+    """A worker rank is done: flush and leave without returning into user code."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if driver_gone:
+        os._exit(0)  # no Finalize: it would wait for a peer that is gone
+    MPI = mpi()
+    try:
+        MPI.Finalize()
+    finally:
+        os._exit(0)
+
+
+def main_module_mode() -> bool:
+    return os.environ.get(MODULE_MODE_ENV) == "1"

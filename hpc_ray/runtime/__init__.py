@@ -1,0 +1,1 @@
+"""The runtime: head (control state, scheduler), worker loop, executors, object store."""

@@ -1,0 +1,137 @@
+"""The process's runtime context and ``ObjectRef``, with process-local ref counts.
+
+Each process that runs user code has one context: the driver on rank 0
+(``driver.DriverContext``), an executor (``executor.ExecutorContext``), or the
+serial ``local_mode`` context. ``api.py`` calls whichever is current.
+
+Reference counting: the head counts, per object, the *processes* holding at
+least one ``ObjectRef`` for it (plus the pending tasks and the stored values
+that contain it). Inside a process, ``_local`` counts ``ObjectRef`` instances;
+the first instance made by unpickling sends HOLD, the last one to die sends
+RELEASE. The HOLD is always sent while the thing it was unpickled from (a task's
+arguments, a value being read) is still held, and on the same ordered channel
+as that thing's RELEASE, so a count never touches zero in between.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+from typing import Any
+
+from ..transport.serialization import note_contained_ref
+
+_ctx = None
+_local: dict[int, int] = {}
+#: Ids whose last local ref died. Appended from ``__del__`` (any thread, any
+#: time, even with the head lock held), drained by the context at safe points.
+released: collections.deque = collections.deque()
+_id_lock = threading.Lock()
+_counter = itertools.count(1)
+_prefix = 0
+
+#: Bits of an id below the creating process's prefix.
+COUNTER_BITS = 40
+
+
+def set_id_prefix(rank: int, serial: int) -> None:
+    """Ids are ``(rank, executor serial, counter)``, so every process makes unique ids alone."""
+    global _prefix, _counter
+    _prefix = ((rank << 20) | serial) << COUNTER_BITS
+    _counter = itertools.count(1)
+
+
+def new_ids(n: int) -> int:
+    """Reserve ``n`` consecutive ids; returns the first."""
+    with _id_lock:
+        first = next(_counter)
+        for _ in range(n - 1):
+            next(_counter)
+    return _prefix | first
+
+
+def current():
+    if _ctx is None:
+        from ..exceptions import RayError
+        raise RayError("hpc_ray.init() has not been called in this process")
+    return _ctx
+
+
+def set_current(ctx) -> None:
+    global _ctx
+    _ctx = ctx
+
+
+def is_set() -> bool:
+    return _ctx is not None
+
+
+def reset_local_refs() -> None:
+    _local.clear()
+    released.clear()
+
+
+class ObjectRef:
+    """A reference to an object in the object store (Ray's ``ObjectRef``/``ObjectID``).
+
+    Hashable and comparable by id. Passing it to a remote function passes the
+    object's value (top-level arguments) or the reference itself (nested in a
+    list or dict). ``await ref`` works in asyncio code.
+    """
+
+    __slots__ = ("id", "__weakref__")
+
+    def __init__(self, object_id: int, _owned: bool = True) -> None:
+        self.id = object_id
+        c = _local.get(object_id, 0)
+        _local[object_id] = c + 1
+        if c == 0 and not _owned and _ctx is not None:
+            _ctx.hold_refs((object_id,))
+
+    def __del__(self) -> None:
+        try:
+            oid = self.id
+            c = _local.get(oid, 0) - 1
+            if c > 0:
+                _local[oid] = c
+            else:
+                _local.pop(oid, None)
+                released.append(oid)
+        except Exception:  # interpreter shutdown: module globals may be gone
+            pass
+
+    def __reduce__(self):
+        note_contained_ref(self.id)
+        return (_rebuild_ref, (self.id,))
+
+    def hex(self) -> str:
+        return f"{self.id:032x}"
+
+    def binary(self) -> bytes:
+        return self.id.to_bytes(16, "big")
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __eq__(self, other: Any) -> bool:
+        return type(other) is ObjectRef and other.id == self.id
+
+    def __repr__(self) -> str:
+        return f"ObjectRef({self.hex()})"
+
+    def __await__(self):
+        from .. import asyncio_compat
+        return asyncio_compat.as_future(self).__await__()
+
+    def future(self):
+        """A ``concurrent.futures.Future`` that completes with this object's value."""
+        from .. import asyncio_compat
+        return asyncio_compat.concurrent_future(self)
+
+
+def _rebuild_ref(object_id: int) -> ObjectRef:
+    return ObjectRef(object_id, _owned=False)
+
+
+def owned_refs(first: int, n: int) -> list[ObjectRef]:
+    return [ObjectRef(first + i) for i in range(n)]

@@ -1,0 +1,145 @@
+"""Control calls answered by the head: cluster state, named actors, kill, ...
+
+Called with the head lock held, from the driver thread directly or from the
+comm thread for a CONTROL_CALL message sent by an executor.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..transport import messages as m
+from ..transport.serialization import ERROR, SHM
+from .head import Head
+
+
+def call(head: Head, name: str, args: tuple) -> Any:
+    fn = _CALLS.get(name)
+    if fn is None:
+        raise ValueError(f"unknown control call {name!r}")
+    return fn(head, *args)
+
+
+def _create_actor(head: Head, spec, resources, max_restarts, name, class_name,
+                  max_task_retries, meta=None) -> None:
+    head.create_actor(spec, resources, max_restarts, name, class_name, max_task_retries)
+    if meta is not None:
+        head.actor_meta[spec[m.T_ACTOR]] = meta
+
+
+def _get_actor(head: Head, name: str):
+    actor_id = head.named_actors.get(name)
+    if actor_id is None:
+        known = sorted(head.named_actors)
+        raise ValueError(f"no actor named {name!r} (named actors: {known})")
+    actor = head.actors[actor_id]
+    return actor_id, actor.class_name, head.actor_meta.get(actor_id)
+
+
+def _kill(head: Head, actor_id: int, no_restart: bool = True) -> None:
+    head.kill_actor(actor_id, no_restart)
+
+
+def _cluster_resources(head: Head) -> dict:
+    total: dict = {}
+    for w in head.workers.values():
+        if w.alive:
+            for k, v in w.total.items():
+                if v:
+                    total[k] = total.get(k, 0) + v
+    return total
+
+
+def _available_resources(head: Head) -> dict:
+    avail: dict = {}
+    for w in head.workers.values():
+        if not w.alive:
+            continue
+        for k, v in w.avail.items():
+            if k == "CPU":
+                v = max(0.0, w.total.get("CPU", 0) - max(0, w.inflight - w.blocked)
+                        - (w.total.get("CPU", 0) - w.avail.get("CPU", 0)))
+            if v > 0:
+                avail[k] = avail.get(k, 0) + v
+    return avail
+
+
+def _nodes(head: Head) -> list[dict]:
+    by_node: dict[int, dict] = {}
+    for w in head.workers.values():
+        n = by_node.setdefault(w.node, {
+            "NodeID": f"node-{w.node}", "NodeManagerHostname": w.host,
+            "NodeManagerAddress": w.host, "Alive": True, "Resources": {},
+            "Ranks": [], "ObjectStoreMemory": head.store_size,
+        })
+        n["Ranks"].append(w.rank)
+        n["Alive"] = n["Alive"] and w.alive
+        for k, v in w.total.items():
+            if v:
+                n["Resources"][k] = n["Resources"].get(k, 0) + v
+    if 0 not in by_node:
+        by_node[0] = {"NodeID": "node-0", "NodeManagerHostname": head.host_of[0],
+                      "NodeManagerAddress": head.host_of[0], "Alive": True,
+                      "Resources": {}, "Ranks": [0], "ObjectStoreMemory": head.store_size}
+    elif 0 not in by_node[0]["Ranks"]:
+        by_node[0]["Ranks"].insert(0, 0)
+    return [by_node[k] for k in sorted(by_node)]
+
+
+def _tasks(head: Head) -> dict:
+    out = {}
+    for tid, t in head.tasks.items():
+        out[f"{tid:032x}"] = {
+            "TaskID": f"{tid:032x}", "FunctionName": t.spec[m.T_NAME], "State": t.state,
+            "Rank": t.rank, "Attempts": t.attempts,
+            "ReturnIDs": [f"{o:032x}" for o in t.spec[m.T_RETURNS]],
+            "SubmitTime": t.t_submit, "StartTime": t.t_start or None,
+            "EndTime": t.t_end or None,
+        }
+    return out
+
+
+def _objects(head: Head) -> dict:
+    out = {}
+    for oid, e in head.objects.items():
+        rec = e.record
+        if rec is None:
+            state, where, size = "PENDING", None, None
+        elif rec[0] == ERROR:
+            state, where, size = "ERROR", None, None
+        elif rec[0] == SHM:
+            state, where, size = "READY", "shared memory", rec[3]
+        else:
+            state, where, size = "READY", "inline", None
+        out[f"{oid:032x}"] = {"ObjectID": f"{oid:032x}", "State": state,
+                              "Location": where, "DataSize": size,
+                              "RefCount": e.refs,
+                              "Nodes": ([rec[1]] + sorted(e.locations)) if (
+                                  rec is not None and rec[0] == SHM) else []}
+    return out
+
+
+def _timeline(head: Head) -> list:
+    return list(head.timeline_events)
+
+
+def _run_function(head: Head, blob: bytes) -> None:
+    head.run_function_on_all_workers(blob)
+
+
+def _world(head: Head) -> dict:
+    return {"size": head.world_size, "node_of": head.node_of, "host_of": head.host_of}
+
+
+_CALLS = {
+    "create_actor": _create_actor,
+    "get_actor": _get_actor,
+    "kill": _kill,
+    "cluster_resources": _cluster_resources,
+    "available_resources": _available_resources,
+    "nodes": _nodes,
+    "tasks": _tasks,
+    "objects": _objects,
+    "timeline": _timeline,
+    "run_function": _run_function,
+    "world": _world,
+}

@@ -1,0 +1,354 @@
+"""Rank 0: the driver's API calls and the comm thread that serves the head.
+
+    user thread ─ DriverContext.submit/get/put/wait ─▶ Head (lock) ─ outbox ─┐
+                     ▲ Head.cond.notify_all()                                 ▼
+    comm thread (HeadLoop): recv batches ─▶ Head.handle ─▶ schedule ─▶ isend batches
+                             FETCH requests from other nodes ─▶ raw Isend from the store
+
+The comm thread owns every MPI call on rank 0. The user thread never blocks
+the head: it takes the lock for microseconds and wakes the comm thread with an
+event when it left messages to send.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+from mpi4py import MPI
+
+from ..exceptions import GetTimeoutError, ObjectStoreFullError, RayError
+from ..transport import messages as m
+from ..transport.comm import Backoff, Fetcher, Sender, recv_control
+from ..transport.serialization import ERROR, RAW, SHM
+from . import context, values
+from .head import FETCH_PLAN, Head
+
+logger = logging.getLogger(__name__)
+
+
+class HeadLoop(threading.Thread):
+    """The comm thread of rank 0."""
+
+    def __init__(self, comm: MPI.Comm, head: Head, arena) -> None:
+        super().__init__(name="hpc_ray-head", daemon=True)
+        self.comm = comm
+        self.head = head
+        self.sender = Sender(comm)
+        self.fetcher = Fetcher(comm, self.sender, arena)
+        self.event = threading.Event()
+        self.stop_requested = False
+        self.fetch_requests: list = []
+        self.error: str | None = None
+        self.backoff = Backoff()
+        head.wakeup = self.event.set
+        self._handlers = {
+            m.TASK_DONE: lambda src, msg: self.head.task_done(src, *msg[1:]),
+            m.TASK_FAILED: lambda src, msg: self.head.task_failed(src, *msg[1:]),
+            m.WORKER_CRASHED: lambda src, msg: self.head.worker_crashed(src, *msg[1:]),
+            m.SUBMIT: lambda src, msg: self.head.submit(msg[1], src),
+            m.PUT: self._on_put,
+            m.GET: lambda src, msg: self.head.remote_get(src, msg[1], msg[2]),
+            m.WAIT: lambda src, msg: self.head.remote_wait(src, msg[1], msg[2], msg[3]),
+            m.WAIT_NOW: lambda src, msg: self.head.remote_wait_now(src, msg[1]),
+            m.ALLOC: self._on_alloc,
+            m.HOLD: lambda src, msg: self.head.hold(msg[1]),
+            m.RELEASE: lambda src, msg: self.head.release(msg[1]),
+            m.BLOCKED: self._on_blocked,
+            m.ADD_LOCATION: lambda src, msg: self.head.add_location(msg[1], msg[2]),
+            m.ACTOR_READY: lambda src, msg: self.head.actor_ready(msg[1], msg[2]),
+            m.ACTOR_DIED: lambda src, msg: self.head.actor_died(msg[1], msg[2], msg[3]),
+            m.CONTROL_CALL: self._on_control,
+            m.PROFILE: lambda src, msg: self.head.timeline_events.extend(msg[1]),
+            m.FETCH: lambda src, msg: self.fetcher.serve(src, msg[2], msg[3]),
+        }
+
+    # --- handlers ---------------------------------------------------------------
+
+    def _on_put(self, src: int, msg: tuple) -> None:
+        _, oid, rec, contained = msg
+        self.head.hold((oid,))
+        self.head.put_object(oid, rec, contained)
+
+    def _on_alloc(self, src: int, msg: tuple) -> None:
+        node = self.head.node_of[src]
+        size = msg[2]
+        off = self.head.alloc(node, size)
+        self.head.send(src, (m.REPLY, msg[1], (node, off, self.head.store_size)))
+
+    def _on_blocked(self, src: int, msg: tuple) -> None:
+        w = self.head.workers.get(src)
+        if w is not None:
+            w.blocked += msg[1]
+
+    def _on_control(self, src: int, msg: tuple) -> None:
+        from . import control
+        _, req, name, args = msg
+        try:
+            result = (True, control.call(self.head, name, args))
+        except Exception as exc:  # returned to the caller, raised there
+            result = (False, exc)
+        self.head.send(src, (m.REPLY, req, result))
+
+    # --- loop -------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        except BaseException:
+            self.error = traceback.format_exc()
+            sys.stderr.write(f"### hpc_ray head (rank 0) failed:\n{self.error}")
+            with self.head.lock:
+                self.head.mark_broken("the head's comm thread failed:\n" + self.error)
+
+    def _loop(self) -> None:
+        head = self.head
+        comm = self.comm
+        handlers = self._handlers
+        backoff = self.backoff
+        event = self.event
+        sender = self.sender
+        last_check = time.monotonic()
+        while True:
+            active = False
+            batches = recv_control(comm)
+            with head.lock:
+                drain_refs(head)
+                if batches:
+                    active = True
+                    for src, msgs in batches:
+                        for msg in msgs:
+                            handlers[msg[0]](src, msg)
+                    head.schedule()
+                    head.cond.notify_all()
+                out = head.take_outbox() if head.outbox else None
+                if self.fetch_requests:
+                    reqs, self.fetch_requests = self.fetch_requests, []
+                else:
+                    reqs = None
+            if out:
+                active = True
+                for rank, msgs in out.items():
+                    sender.send(rank, msgs)
+            if reqs:
+                for oid, plan, done in reqs:
+                    self.fetcher.start(oid, plan[1], plan[2], plan[3],
+                                       lambda o, rec, done=done: self._fetched(o, rec, done),
+                                       m.FETCH)
+            sender.progress()
+            if self.fetcher.progress():
+                active = True
+            if self.stop_requested and not out and not sender.pending:
+                return
+            now = time.monotonic()
+            if now - last_check > 1.0:
+                last_check = now
+                with head.lock:
+                    head.retry_pending_actors()
+            if active:
+                backoff.reset()
+            else:
+                t = backoff.next_timeout()
+                if t:
+                    event.wait(t)
+                    event.clear()
+
+    def _fetched(self, oid: int, rec: tuple, done: threading.Event) -> None:
+        with self.head.lock:
+            self.head.add_location(oid, rec)
+        done.set()
+
+    def request_fetch(self, oid: int, plan: tuple) -> threading.Event:
+        done = threading.Event()
+        self.fetch_requests.append((oid, plan, done))
+        self.event.set()
+        return done
+
+
+def drain_refs(head: Head) -> None:
+    """Apply the driver's pending HOLDs, then its RELEASEs (call with the lock held)."""
+    if _held:
+        ids = []
+        while _held:
+            ids.append(_held.popleft())
+        head.hold(ids)
+    released = context.released
+    if released:
+        ids = []
+        while released:
+            ids.append(released.popleft())
+        head.release(ids)
+
+
+import collections  # noqa: E402  (kept next to its only use)
+_held: collections.deque = collections.deque()
+
+
+class DriverContext:
+    """The API on rank 0: calls go straight into the head under its lock."""
+
+    is_driver = True
+
+    def __init__(self, head: Head, loop: HeadLoop, arena, node: int, rank: int,
+                 world: dict) -> None:
+        self.head = head
+        self.loop = loop
+        self.arena = arena
+        self.node = node
+        self.rank = rank
+        self.world = world
+        self.sent_fns: set = set()
+        self.current_task_name = None
+        self.gpu_ids: list[int] = []
+
+    # --- refs -------------------------------------------------------------------
+
+    def hold_refs(self, ids) -> None:
+        _held.extend(ids)
+
+    # --- tasks ------------------------------------------------------------------
+
+    def submit(self, spec: list) -> None:
+        head = self.head
+        with head.lock:
+            drain_refs(head)
+            head.submit(spec, self.rank)
+            head.schedule()
+        self.loop.event.set()
+
+    def submit_many(self, specs: list) -> None:
+        head = self.head
+        with head.lock:
+            for spec in specs:
+                head.submit(spec, self.rank)
+            head.schedule()
+        self.loop.event.set()
+
+    def control(self, name: str, *args) -> Any:
+        from . import control
+        with self.head.lock:
+            drain_refs(self.head)
+            result = control.call(self.head, name, args)
+        self.loop.event.set()
+        return result
+
+    # --- objects ----------------------------------------------------------------
+
+    def _check_broken(self) -> None:
+        if self.loop.error:
+            raise RayError("the hpc_ray head failed; see the traceback on stderr:\n"
+                           + self.loop.error)
+
+    def get(self, refs: list, timeout: float | None) -> list:
+        head = self.head
+        ids = [r.id for r in refs]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with head.lock:
+            drain_refs(head)
+            objects = head.objects
+            while True:
+                missing = [i for i in ids if (objects.get(i) is None
+                                              or objects[i].record is None)]
+                if not missing:
+                    break
+                self._check_broken()
+                if deadline is None:
+                    head.cond.wait(0.5)
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise GetTimeoutError(
+                            f"get timed out after {timeout} s: {len(missing)} of "
+                            f"{len(ids)} objects not ready (first: "
+                            f"{context.ObjectRef(missing[0]).hex()})")
+                    head.cond.wait(min(left, 0.5))
+            recs = [head.record_for(i, self.node) for i in ids]
+        if any(r[0] == FETCH_PLAN for r in recs):
+            recs = self._fetch_remote(ids, recs)
+        out = []
+        arena = self.arena
+        for ref, rec in zip(refs, recs):
+            kind = rec[0]
+            if kind == RAW:
+                out.append(rec[1])
+            else:
+                out.append(values.from_record(rec, arena, ref))
+        return out
+
+    def _fetch_remote(self, ids: list[int], recs: list) -> list:
+        waits = []
+        for i, rec in zip(ids, recs):
+            if rec[0] == FETCH_PLAN:
+                waits.append(self.loop.request_fetch(i, rec))
+        for ev in waits:
+            while not ev.wait(0.5):
+                self._check_broken()
+        with self.head.lock:
+            return [self.head.record_for(i, self.node) for i in ids]
+
+    def _alloc(self, size: int) -> tuple[int, int]:
+        head = self.head
+        if size > head.store_size:
+            raise values.store_full(size, head.store_size, self.node)
+        for attempt in range(3):
+            with head.lock:
+                drain_refs(head)
+                off = head.alloc(self.node, size)
+            if off is not None:
+                return self.node, off
+            # Unreachable refs may still be waiting for a collection.
+            gc.collect()
+            time.sleep(0.01 * attempt)
+        raise values.store_full(size, head.store_size, self.node)
+
+    def put(self, value: Any) -> context.ObjectRef:
+        if isinstance(value, context.ObjectRef):
+            raise TypeError("put() of an ObjectRef is not allowed; pass the ref itself")
+        rec, contained = values.to_record(value, self._alloc, self.arena, "value passed to put()")
+        oid = context.new_ids(1)
+        ref = context.ObjectRef(oid)
+        head = self.head
+        with head.lock:
+            head.hold((oid,))
+            head.put_object(oid, rec, contained or None)
+        return ref
+
+    def wait(self, refs: list, num_returns: int, timeout: float | None) -> list:
+        head = self.head
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with head.lock:
+            drain_refs(head)
+            objects = head.objects
+            while True:
+                ready = [r for r in refs if (objects.get(r.id) is not None
+                                             and objects[r.id].record is not None)]
+                if len(ready) >= num_returns:
+                    return ready[:num_returns]
+                self._check_broken()
+                if deadline is None:
+                    head.cond.wait(0.5)
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return ready
+                    head.cond.wait(min(left, 0.5))
+
+    def is_ready(self, ref) -> bool:
+        e = self.head.objects.get(ref.id)
+        return e is not None and e.record is not None
+
+    # --- shutdown ---------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        head = self.head
+        with head.lock:
+            for w in head.workers.values():
+                head.send(w.rank, (m.SHUTDOWN,))
+        self.loop.stop_requested = True
+        self.loop.event.set()
+        self.loop.join(10)

@@ -1,0 +1,380 @@
+"""The executor: a child process of a worker rank that runs the user's code.
+
+    worker rank ──[EXECUTE spec, REPLY, CREATE_ACTOR, RUN_FUNCTION, SHUTDOWN]──▶ executor
+    worker rank ◀─[TASK_DONE, TASK_FAILED, SUBMIT, GET, WAIT, PUT, ALLOC, ...]── executor
+                  (lists of head-format messages over a socketpair)
+
+A segfault, ``os._exit`` or an OOM kill in user code ends this process, not the
+MPI job: the rank sees EOF on the pipe, reports the lost tasks and starts a new
+executor. The executor has no MPI of its own (it never imports ``mpi4py.MPI``;
+the launcher's PMI variables are removed from its environment).
+
+An executor blocked in ``get()`` keeps reading its pipe and runs the tasks the
+rank sends meanwhile (it tells the rank and head with BLOCKED), so nested tasks
+never deadlock a fixed pool of ranks.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import pickle
+import socket
+import sys
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ..exceptions import ActorDiedError, GetTimeoutError, RayError, TaskError
+from ..transport import messages as m
+from ..transport.serialization import ERROR, RAW, loads
+from . import context, taskspec, values
+from .store import Arena
+
+#: Executor -> rank only: the process finished start-up.
+EXEC_READY = 40
+#: Flush buffered messages to the rank after this many (or at any blocking point).
+FLUSH_EVERY = 64
+#: While executing a batch, send results at least this often (seconds).
+FLUSH_INTERVAL = 0.002
+
+
+class ExecutorContext:
+    """The API inside an executor: every call is a message to the rank."""
+
+    is_driver = False
+
+    def __init__(self, conn: Connection, arena: Arena, node: int, rank: int,
+                 size: int, store_size: int) -> None:
+        self.conn = conn
+        self.arena = arena
+        self.node = node
+        self.rank = rank
+        self.world_size = size
+        self.store_size = store_size
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.out: list = []
+        self.inbox: list = []
+        self.replies: dict[int, Any] = {}
+        self.req_ids = itertools.count(1)
+        self.fns: dict[Any, Any] = {}
+        self.sent_fns: set = set()
+        self.actor = None
+        self.actor_id = None
+        self.actor_name = ""
+        self.gpu_ids: list[int] = []
+        self.current_task_name: str | None = None
+        self.current_task_id: int | None = None
+        self.last_flush = time.monotonic()
+        self.profile_events: list = []
+        self.exiting = False
+
+    # --- pipe -------------------------------------------------------------------
+
+    def emit(self, msg: tuple) -> None:
+        self.out.append(msg)
+
+    def flush(self) -> None:
+        released = context.released
+        if released:
+            ids = []
+            while released:
+                ids.append(released.popleft())
+            self.out.append((m.RELEASE, ids))
+        if self.profile_events:
+            self.out.append((m.PROFILE, self.profile_events))
+            self.profile_events = []
+        if self.out:
+            out, self.out = self.out, []
+            self.conn.send_bytes(pickle.dumps(out, protocol=5))
+        self.last_flush = time.monotonic()
+
+    def _recv(self, timeout: float | None) -> bool:
+        """Read one batch from the rank into ``inbox``; False on timeout."""
+        if timeout is not None and not self.conn.poll(timeout):
+            return False
+        try:
+            data = self.conn.recv_bytes()
+        except (EOFError, OSError):
+            os._exit(0)  # the rank is gone: nothing left to serve
+        self.inbox.extend(loads(data))
+        return True
+
+    def _request(self, msg_kind: int, *fields, timeout: float | None = None,
+                 on_timeout: tuple | None = None) -> Any:
+        """Send a request to the head and serve other work until its reply comes."""
+        req = next(self.req_ids)
+        self.emit((msg_kind, req) + fields)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        blocked = False
+        try:
+            while req not in self.replies:
+                if self.inbox:
+                    msg = self.inbox.pop(0)
+                    if msg[0] == m.EXECUTE and not blocked:
+                        # Running other work here: let the scheduler count our CPU as free.
+                        blocked = True
+                        self.emit((m.BLOCKED, 1))
+                    self.handle(msg)
+                    continue
+                self.flush()
+                if deadline is None:
+                    if not blocked and not self.conn.poll(0.05):
+                        blocked = True
+                        self.emit((m.BLOCKED, 1))
+                        self.flush()
+                    self._recv(None)
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        if on_timeout is None:
+                            raise GetTimeoutError(f"timed out after {timeout} s")
+                        self.emit(on_timeout + (req,))
+                        deadline = None
+                        continue
+                    self._recv(min(left, 0.05))
+        finally:
+            if blocked:
+                self.emit((m.BLOCKED, -1))
+        return self.replies.pop(req)
+
+    # --- API --------------------------------------------------------------------
+
+    def hold_refs(self, ids) -> None:
+        self.emit((m.HOLD, list(ids)))
+
+    def submit(self, spec: list) -> None:
+        self.emit((m.SUBMIT, spec))
+        self.flush()
+
+    def submit_many(self, specs: list) -> None:
+        for spec in specs:
+            self.emit((m.SUBMIT, spec))
+        self.flush()
+
+    def control(self, name: str, *args) -> Any:
+        ok, result = self._request(m.CONTROL_CALL, name, args)
+        if not ok:
+            raise result
+        return result
+
+    def get(self, refs: list, timeout: float | None) -> list:
+        ids = [r.id for r in refs]
+        try:
+            recs = self._request(m.GET, ids, timeout=timeout)
+        except GetTimeoutError:
+            raise GetTimeoutError(f"get timed out after {timeout} s waiting for "
+                                  f"{len(ids)} object(s)") from None
+        return [values.from_record(rec, self.arena, ref) for ref, rec in zip(refs, recs)]
+
+    def wait(self, refs: list, num_returns: int, timeout: float | None) -> list:
+        ids = [r.id for r in refs]
+        ready = set(self._request(m.WAIT, ids, num_returns, timeout=timeout,
+                                  on_timeout=(m.WAIT_NOW,)))
+        return [r for r in refs if r.id in ready][:num_returns]
+
+    def _alloc(self, size: int) -> tuple[int, int]:
+        if size > self.store_size:
+            raise values.store_full(size, self.store_size, self.node)
+        node, off, cap = self._request(m.ALLOC, size)
+        if off is None:
+            raise values.store_full(size, cap, node)
+        return node, off
+
+    def put(self, value: Any) -> context.ObjectRef:
+        if isinstance(value, context.ObjectRef):
+            raise TypeError("put() of an ObjectRef is not allowed; pass the ref itself")
+        rec, contained = values.to_record(value, self._alloc, self.arena,
+                                          "value passed to put()")
+        oid = context.new_ids(1)
+        self.emit((m.PUT, oid, rec, contained or None))
+        return context.ObjectRef(oid)
+
+    def is_ready(self, ref) -> bool:
+        return bool(self.wait([ref], 1, 0))
+
+    # --- executing --------------------------------------------------------------
+
+    def handle(self, msg: tuple) -> None:
+        kind = msg[0]
+        if kind == m.EXECUTE:
+            self.execute(msg[1])
+        elif kind == m.REPLY:
+            self.replies[msg[1]] = msg[2]
+        elif kind == m.CREATE_ACTOR:
+            self.create_actor_here(msg[1])
+        elif kind == m.RUN_FUNCTION:
+            self.run_function(msg[1])
+        elif kind == m.SHUTDOWN:
+            self.flush()
+            os._exit(0)
+
+    def run_function(self, blob: bytes) -> None:
+        try:
+            fn = loads(blob)
+            fn({"worker_rank": self.rank, "pid": self.pid})
+        except Exception:
+            sys.stderr.write(f"### Worker {self.rank} of {self.world_size} on {self.host}: "
+                             f"a function run on all workers failed:\n"
+                             f"{traceback.format_exc()}")
+
+    def _function(self, spec: list):
+        fn_id = spec[m.T_FN]
+        fn = self.fns.get(fn_id)
+        if fn is None:
+            blob = spec[m.T_BLOB]
+            if blob is None:
+                raise RayError(f"function {spec[m.T_NAME]} was never shipped to rank "
+                               f"{self.rank}")
+            fn = self.fns[fn_id] = loads(blob)
+        return fn
+
+    def _read_dep(self, oid: int, rec: tuple) -> Any:
+        if rec[0] == RAW:
+            return rec[1]
+        return values.from_record(rec, self.arena, context.ObjectRef(oid, _owned=True))
+
+    def _set_gpus(self, gpu_ids: list[int]) -> None:
+        self.gpu_ids = list(gpu_ids or [])
+        if gpu_ids:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpu_ids)
+
+    def execute(self, spec: list) -> None:
+        t0 = time.time()
+        tid = spec[m.T_ID]
+        name = spec[m.T_NAME]
+        outer = self.current_task_name, self.current_task_id
+        self.current_task_name, self.current_task_id = name, tid
+        self._set_gpus(spec[m.T_RES])
+        try:
+            if spec[m.T_ACTOR] is not None:
+                result = self._call_method(spec)
+            else:
+                fn = self._function(spec)
+                args, kwargs = taskspec.load_args(spec[m.T_PAYLOAD], spec[m.T_DEPS],
+                                                  self._read_dep)
+                result = fn(*args, **kwargs)
+            recs, contained = self._results(spec, result)
+        except BaseException as exc:  # user code: everything is reported, nothing escapes
+            if isinstance(exc, (SystemExit, KeyboardInterrupt)) and spec[m.T_ACTOR] is None:
+                exc = RuntimeError(f"{type(exc).__name__} raised inside task {name}")
+            self.emit((m.TASK_FAILED, tid, self._error_record(exc, name), t0, time.time(),
+                       self.pid))
+        else:
+            self.emit((m.TASK_DONE, tid, recs, contained or None, t0, time.time(), self.pid))
+        finally:
+            self.current_task_name, self.current_task_id = outer
+            from .. import reusable as _reusables
+            _reusables.after_task()
+        if len(self.out) >= FLUSH_EVERY or not self.inbox or \
+                time.monotonic() - self.last_flush > FLUSH_INTERVAL:
+            self.flush()
+        if self.exiting:
+            self.flush()
+            os._exit(0)
+
+    def _error_record(self, exc: BaseException, name: str) -> tuple:
+        if isinstance(exc, (TaskError, ActorDiedError)) and getattr(exc, "_from_get", False):
+            return values.error_record(exc)
+        tb = (f"### Worker {self.rank} of {self.world_size} on {self.host}, pid {self.pid}\n"
+              + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        return values.error_record(TaskError(name, tb, self.rank, self.host, exc))
+
+    def _results(self, spec: list, result: Any) -> tuple[list, list]:
+        returns = spec[m.T_RETURNS]
+        n = len(returns)
+        if n == 1:
+            vals = (result,)
+        else:
+            if not isinstance(result, (tuple, list)) or len(result) != n:
+                got = (f"a {type(result).__name__} of length {len(result)}"
+                       if isinstance(result, (tuple, list)) else type(result).__name__)
+                raise ValueError(f"{spec[m.T_NAME]} has num_returns={n} but returned {got}")
+            vals = result
+        recs = []
+        contained: list = []
+        for v in vals:
+            if type(v) in (int, float, bool, type(None)):
+                recs.append((RAW, v))
+                continue
+            rec, c = values.to_record(v, self._alloc, self.arena,
+                                      f"return value of {spec[m.T_NAME]}")
+            recs.append(rec)
+            contained.extend(c)
+        return recs, contained
+
+    # --- actors -----------------------------------------------------------------
+
+    def create_actor_here(self, spec: list) -> None:
+        self.actor_id = spec[m.T_ACTOR]
+        self.actor_name = spec[m.T_NAME]
+        self._set_gpus(spec[m.T_RES])
+        try:
+            cls = self._function(spec)
+            args, kwargs = taskspec.load_args(spec[m.T_PAYLOAD], spec[m.T_DEPS],
+                                              self._read_dep)
+            self.actor = cls(*args, **kwargs)
+        except BaseException as exc:
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            self.emit((m.ACTOR_DIED, self.actor_id,
+                       f"its constructor raised on rank {self.rank}:\n{tb}", False))
+            self.flush()
+            os._exit(0)
+        self.emit((m.ACTOR_READY, self.actor_id, self.pid))
+        self.flush()
+
+    def _call_method(self, spec: list) -> Any:
+        method = spec[m.T_FN]
+        args, kwargs = taskspec.load_args(spec[m.T_PAYLOAD], spec[m.T_DEPS], self._read_dep)
+        if method == "__ray_terminate__":
+            self.exiting = True
+            self.emit((m.ACTOR_DIED, self.actor_id, "terminated by __ray_terminate__", False))
+            return None
+        return getattr(self.actor, method)(*args, **kwargs)
+
+    # --- main loop --------------------------------------------------------------
+
+    def serve(self) -> None:
+        self.emit((EXEC_READY, self.pid))
+        self.flush()
+        while True:
+            if not self.inbox:
+                self.flush()
+                self._recv(None)
+            while self.inbox:
+                self.handle(self.inbox.pop(0))
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel to SIGKILL us when the rank that started us dies."""
+    try:
+        import ctypes
+        import signal
+        libc = ctypes.CDLL(None)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def main() -> None:
+    _die_with_parent()
+    cfg = json.loads(os.environ.pop("HPC_RAY_EXECUTOR_CONFIG"))
+    sys.path[:] = cfg["sys_path"]
+    if cfg.get("cwd"):
+        try:
+            os.chdir(cfg["cwd"])
+        except OSError:
+            pass
+    context.set_id_prefix(cfg["rank"], cfg["serial"])
+    arena = Arena(cfg["arena_fd"], cfg["store_size"]) if cfg["store_size"] else Arena(-1, 0)
+    conn = Connection(cfg["fd"])
+    ctx = ExecutorContext(conn, arena, cfg["node"], cfg["rank"], cfg["size"],
+                          cfg["store_size"])
+    context.set_current(ctx)
+    ctx.serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""``init(local_mode=True)``: every task runs at once, serially, in the driver."""
+from __future__ import annotations
+
+import os
+import socket
+import time
+import traceback
+from typing import Any
+
+from ..exceptions import ActorDiedError, GetTimeoutError, TaskError
+from ..transport import messages as m
+from ..transport.serialization import loads
+from . import context, taskspec
+
+
+class LocalContext:
+    is_driver = True
+    rank = 0
+
+    def __init__(self) -> None:
+        self.values: dict[int, tuple[bool, Any]] = {}
+        self.fns: dict = {}
+        self.actors: dict[int, Any] = {}
+        self.actor_names: dict[str, tuple] = {}
+        self.events: list = []
+        self.gpu_ids: list[int] = []
+        self.world = {"size": 1}
+        self.job_id = "local"
+
+    def hold_refs(self, ids) -> None:
+        pass
+
+    def record_profile(self, event: dict) -> None:
+        self.events.append(event)
+
+    def _read(self, oid: int, rec) -> Any:
+        ok, value = self.values[oid]
+        if not ok:
+            raise value
+        return value
+
+    def submit(self, spec: list) -> None:
+        fn_id = spec[m.T_FN]
+        if spec[m.T_BLOB] is not None and fn_id not in self.fns:
+            self.fns[fn_id] = loads(spec[m.T_BLOB])
+        deps = [(pos, oid, None) for pos, oid in spec[m.T_DEPS]]
+        t0 = time.time()
+        try:
+            args, kwargs = taskspec.load_args(spec[m.T_PAYLOAD], deps, self._read)
+            actor_id = spec[m.T_ACTOR]
+            if actor_id is not None:
+                actor = self.actors.get(actor_id)
+                if actor is None:
+                    raise ActorDiedError(f"actor for {spec[m.T_NAME]} is dead")
+                result = getattr(actor, fn_id)(*args, **kwargs)
+            else:
+                result = self.fns[fn_id](*args, **kwargs)
+            n = len(spec[m.T_RETURNS])
+            vals = [result] if n == 1 else list(result)
+            if len(vals) != n:
+                raise ValueError(f"{spec[m.T_NAME]} has num_returns={n} but returned "
+                                 f"{len(vals)} values")
+            for oid, v in zip(spec[m.T_RETURNS], vals):
+                self.values[oid] = (True, v)
+        except BaseException as exc:
+            if isinstance(exc, (TaskError, ActorDiedError)):
+                err = exc
+            else:
+                tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+                err = TaskError(spec[m.T_NAME], tb, 0, socket.gethostname(),
+                                exc).as_instanceof_cause()
+            for oid in spec[m.T_RETURNS]:
+                self.values[oid] = (False, err)
+        self.events.append((spec[m.T_NAME], 0, t0, time.time(), os.getpid(), spec[m.T_ID]))
+
+    def get(self, refs: list, timeout) -> list:
+        return [self._read(r.id, None) for r in refs]
+
+    def put(self, value: Any) -> context.ObjectRef:
+        oid = context.new_ids(1)
+        self.values[oid] = (True, value)
+        return context.ObjectRef(oid)
+
+    def wait(self, refs: list, num_returns: int, timeout) -> list:
+        return refs[:num_returns]
+
+    def is_ready(self, ref) -> bool:
+        return True
+
+    def control(self, name: str, *args) -> Any:
+        if name == "create_actor":
+            spec, resources, max_restarts, aname, class_name = args[:5]
+            cls = loads(spec[m.T_BLOB])
+            deps = [(pos, oid, None) for pos, oid in spec[m.T_DEPS]]
+            a, kw = taskspec.load_args(spec[m.T_PAYLOAD], deps, self._read)
+            self.actors[spec[m.T_ACTOR]] = cls(*a, **kw)
+            if aname is not None:
+                self.actor_names[aname] = (spec[m.T_ACTOR], class_name, args[6] if len(args) > 6 else None)
+            return None
+        if name == "get_actor":
+            if args[0] not in self.actor_names:
+                raise ValueError(f"no actor named {args[0]!r}")
+            return self.actor_names[args[0]]
+        if name == "kill":
+            self.actors.pop(args[0], None)
+            return None
+        if name in ("cluster_resources", "available_resources"):
+            return {"CPU": float(os.cpu_count() or 1)}
+        if name == "nodes":
+            return [{"NodeID": "node-0", "NodeManagerHostname": socket.gethostname(),
+                     "Alive": True, "Resources": {"CPU": os.cpu_count()}, "Ranks": [0]}]
+        if name == "timeline":
+            return list(self.events)
+        if name == "run_function":
+            return None
+        if name in ("tasks", "objects"):
+            return {}
+        raise ValueError(f"unknown control call {name!r}")

@@ -1,0 +1,101 @@
+"""Placement decisions: pure functions over the head's worker records."""
+from __future__ import annotations
+
+from typing import Iterable
+
+#: What a task holds while it runs when it asks for nothing (Ray's default).
+DEFAULT_TASK_RESOURCES = {"CPU": 1}
+#: What an actor holds for its lifetime when it asks for nothing: no CPU, so
+#: many actors share a fixed pool of ranks (Ray's default as well).
+DEFAULT_ACTOR_RESOURCES: dict = {}
+
+_EPS = 1e-9
+
+
+def fits(avail: dict, need: dict) -> bool:
+    for k, v in need.items():
+        if v and avail.get(k, 0) + _EPS < v:
+            return False
+    return True
+
+
+def reserve(w, need: dict) -> None:
+    avail = w.avail
+    for k, v in need.items():
+        if v:
+            avail[k] = avail.get(k, 0) - v
+
+
+def unreserve(w, need: dict) -> None:
+    avail = w.avail
+    for k, v in need.items():
+        if v:
+            avail[k] = avail.get(k, 0) + v
+
+
+def _capacity_ok(w, need: dict) -> bool:
+    """A worker takes a task if the resources fit, counting queued tasks for CPUs.
+
+    CPU-only tasks may be queued at a worker beyond its CPUs (``w.prefetch``
+    more, plus one per executor blocked in ``get``); other resources must be
+    free now.
+    """
+    cpu = need.get("CPU", 0)
+    for k, v in need.items():
+        if k != "CPU" and v and w.avail.get(k, 0) + _EPS < v:
+            return False
+    if not cpu:
+        return True
+    total = w.total.get("CPU", 0)
+    if cpu > total + _EPS:
+        return False
+    limit = total + w.blocked + w.prefetch
+    return w.inflight + cpu <= limit + _EPS
+
+
+def pick_worker(workers: list, need: dict, arg_nodes: dict | None):
+    """The worker for a task: fits, on the node with most argument bytes, least loaded."""
+    best = None
+    best_key = None
+    for w in workers:
+        if not _capacity_ok(w, need):
+            continue
+        load = w.inflight - w.blocked - w.total.get("CPU", 0)
+        key = (-(arg_nodes.get(w.node, 0) if arg_nodes else 0), load)
+        if best_key is None or key < best_key:
+            best, best_key = w, key
+    return best
+
+
+def pick_actor_worker(workers: list, need: dict):
+    """Spread actors least-loaded first among the workers where they fit."""
+    best = None
+    for w in workers:
+        if not fits(w.avail, need):
+            continue
+        if best is None or (w.actors, w.inflight) < (best.actors, best.inflight):
+            best = w
+    return best
+
+
+def feasible_anywhere(workers: Iterable, need: dict) -> bool:
+    return any(fits(w.total, need) for w in workers)
+
+
+def all_saturated(workers: list) -> bool:
+    return all(w.inflight >= w.total.get("CPU", 0) + w.blocked + w.prefetch
+               for w in workers)
+
+
+def largest_worker(workers: Iterable) -> dict:
+    best: dict = {}
+    for w in workers:
+        for k, v in w.total.items():
+            best[k] = max(best.get(k, 0), v)
+    return best
+
+
+def prefetch_depth(avg_seconds: float, target_seconds: float, cap: int) -> int:
+    if avg_seconds <= 0:
+        return cap
+    return max(1, min(cap, int(target_seconds / avg_seconds)))

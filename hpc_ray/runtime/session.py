@@ -1,0 +1,95 @@
+"""Starting and stopping the driver's side of a job (rank 0)."""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import socket
+import sys
+
+from .. import _config, launch
+from ..exceptions import RayError
+from . import context
+from .driver import DriverContext, HeadLoop
+from .head import Head
+
+logger = logging.getLogger(__name__)
+
+
+class Session:
+    """What ``init()`` started on rank 0, and how to stop it."""
+
+    def __init__(self, ctx: DriverContext, comm, inter, arena, embedded: bool,
+                 job_id: str) -> None:
+        self.ctx = ctx
+        self.comm = comm
+        self.inter = inter
+        self.arena = arena
+        self.embedded = embedded
+        self.job_id = job_id
+
+
+def start_driver(num_cpus=None, num_gpus=None, resources=None,
+                 object_store_memory=None, ranks_per_node=None) -> Session:
+    MPI = launch.mpi()
+    world = MPI.COMM_WORLD
+    inter = None
+    if world.Get_size() > 1:
+        if world.Get_rank() != 0:
+            raise RayError("start_driver() called on a worker rank")
+        comm = world
+        embedded = False
+        cpus_per_rank = num_cpus
+    else:
+        n = int(num_cpus) if num_cpus else (os.cpu_count() or 1)
+        if n < 1:
+            raise ValueError(f"num_cpus must be >= 1, got {num_cpus!r}")
+        inter, comm = launch.spawn_workers(n)
+        embedded = True
+        cpus_per_rank = 1
+    store_size = object_store_memory or _config.os_environ_get(
+        "OBJECT_STORE_MEMORY", None, _config.parse_bytes) or launch.default_store_size()
+    rpn = ranks_per_node or _config.os_environ_get("RANKS_PER_NODE", None, int)
+    job_id = os.environ.get("SLURM_JOB_ID") or f"local-{os.getpid()}"
+    cfg = {
+        "ranks_per_node": rpn,
+        "store_size": int(store_size),
+        "sys_path": list(sys.path),
+        "cwd": os.getcwd(),
+        "driver_pid": os.getpid(),
+        "driver_host": socket.gethostname(),
+        "cpus_per_rank": cpus_per_rank,
+        "num_gpus": num_gpus,
+        "resources": dict(resources or {}),
+        "embedded": embedded,
+        "job_id": job_id,
+        "pretouch": _config.os_environ_get("PRETOUCH", 128 << 20, _config.parse_bytes),
+    }
+    cfg, node_of, node, arena = launch.setup_world(comm, cfg)
+    infos = comm.gather(None, root=0)
+    hosts = [socket.gethostname()] + [info[3] for info in infos[1:]]
+    head = Head(comm.Get_size(), node_of, cfg["store_size"], hosts)
+    for rank, info in enumerate(infos):
+        if rank == 0:
+            continue
+        res, gpu_ids, pid, _host = info
+        head.add_worker(rank, res, gpu_ids, pid)
+    context.set_id_prefix(0, 0)
+    context.reset_local_refs()
+    loop = HeadLoop(comm, head, arena)
+    loop.start()
+    ctx = DriverContext(head, loop, arena, node, 0, {"size": comm.Get_size()})
+    ctx.job_id = job_id
+    return Session(ctx, comm, inter, arena, embedded, job_id)
+
+
+def stop_driver(session: Session) -> None:
+    session.ctx.shutdown()
+    if session.inter is not None:
+        # Workers disconnect after SHUTDOWN; both sides must call it.
+        try:
+            session.comm.Free()
+            session.inter.Disconnect()
+        except Exception as exc:  # pragma: no cover - MPI-specific
+            logger.debug("disconnect from workers failed: %s", exc)
+    session.arena.close()

@@ -1,0 +1,20 @@
+"""Entry point of a worker rank started by ``MPI_Comm_spawn`` (embedded mode)."""
+from __future__ import annotations
+
+
+def main() -> None:
+    from .. import launch
+    MPI = launch.mpi()
+    parent = MPI.Comm.Get_parent()
+    comm = parent.Merge(high=True)
+    if launch.run_worker(comm, spawned=True):
+        launch.worker_exit(driver_gone=True)
+    try:
+        comm.Free()
+        parent.Disconnect()
+    finally:
+        launch.worker_exit()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,472 @@
+"""A worker rank: the MPI endpoint and supervisor of its executor processes.
+
+    head (rank 0) ──EXECUTE/REPLY/CREATE_ACTOR/KILL_ACTOR/RUN_FUNCTION/SHUTDOWN──▶ rank
+    rank ──[executor messages, req ids renumbered]──▶ head
+    rank ◀──FETCH──▶ ranks of other nodes (raw store bytes on Tag.OBJECT_DATA)
+    rank ══ socketpair ══ executor (one per CPU for tasks, one per actor)
+
+The loop never runs user code. It blocks in ``multiprocessing.connection.wait``
+on the executors' pipes with a back-off timeout and polls MPI in between, so an
+idle rank costs ~2% of a core. A dead executor (EOF on its pipe) is reported to
+the head with the tasks it held and replaced.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import logging
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import time
+from multiprocessing.connection import Connection, wait as wait_conns
+
+from mpi4py import MPI
+
+from ..transport import messages as m
+from ..transport.comm import Backoff, Fetcher, Sender, recv_control
+from ..transport.serialization import loads
+from .executor import EXEC_READY
+from .head import FETCH_PLAN
+
+logger = logging.getLogger(__name__)
+
+#: Environment variables of the MPI launcher that an executor must not see: with
+#: them, an ``import mpi4py.MPI`` in user code would try to join the job as a rank.
+_LAUNCHER_ENV_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPIR_", "MPICH_INTERFACE",
+                          "PALS_", "I_MPI_HYDRA")
+
+#: Requests whose replies the rank must look at before passing them on.
+_GET = 1
+
+
+class ExecutorProc:
+    """The rank's view of one executor process."""
+
+    __slots__ = ("proc", "conn", "serial", "known_fns", "assigned", "blocked", "actor_id",
+                 "calls", "retiring", "ready", "pending", "pid", "actor_spec")
+
+    def __init__(self, proc: subprocess.Popen, conn: Connection, serial: int,
+                 actor_id: int | None) -> None:
+        self.proc = proc
+        self.conn = conn
+        self.serial = serial
+        self.pid = proc.pid
+        self.known_fns: set = set()
+        self.assigned: collections.OrderedDict = collections.OrderedDict()  # tid -> nested?
+        self.blocked = 0
+        self.actor_id = actor_id
+        self.calls: collections.Counter = collections.Counter()
+        self.retiring = False
+        self.ready = False
+        self.pending: list = []      # messages to send once it is ready
+        self.actor_spec = None
+
+    def send(self, msgs: list) -> None:
+        if not self.ready:
+            self.pending.extend(msgs)
+            return
+        try:
+            self.conn.send_bytes(pickle.dumps(msgs, protocol=5))
+        except OSError:
+            pass  # it died; EOF on its pipe reports that
+
+
+class WorkerLoop:
+    def __init__(self, comm: MPI.Comm, rank: int, node: int, arena, cfg: dict) -> None:
+        self.comm = comm
+        self.rank = rank
+        self.node = node
+        self.arena = arena
+        self.cfg = cfg
+        self.cpus = max(1, int(round(cfg["resources"].get("CPU", 1))))
+        self.sender = Sender(comm)
+        self.fetcher = Fetcher(comm, self.sender, arena)
+        self.out: list = []
+        self.queue: collections.deque = collections.deque()
+        self.executors: list[ExecutorProc] = []
+        self.actors: dict[int, ExecutorProc] = {}
+        self.requests: dict[int, tuple] = {}
+        self.req_ids = itertools.count(1)
+        self.serials = itertools.count(1)
+        self.run_functions: list[bytes] = []
+        self.fn_blobs: dict = {}
+        self.fetch_waits: dict[int, list] = {}
+        self.stop = False
+        self.driver_gone = False
+        self.driver_pid = cfg.get("driver_pid") if cfg.get("driver_host") == socket.gethostname() else None
+
+    # --- executors --------------------------------------------------------------
+
+    def spawn(self, actor_id: int | None = None) -> ExecutorProc:
+        parent_sock, child_sock = socket.socketpair()
+        serial = next(self.serials)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_ENV_PREFIXES)}
+        env["HPC_RAY_EXECUTOR_CONFIG"] = json.dumps({
+            "fd": child_sock.fileno(), "arena_fd": self.arena.fd,
+            "store_size": self.arena.size, "node": self.node, "rank": self.rank,
+            "size": self.comm.Get_size(), "serial": serial,
+            "sys_path": self.cfg["sys_path"], "cwd": self.cfg.get("cwd"),
+        })
+        fds = (child_sock.fileno(),) + ((self.arena.fd,) if self.arena.size else ())
+        proc = subprocess.Popen([sys.executable, "-m", "hpc_ray.runtime.executor"],
+                                pass_fds=fds, env=env, stdin=subprocess.DEVNULL)
+        child_sock.close()
+        conn = Connection(parent_sock.detach())
+        ex = ExecutorProc(proc, conn, serial, actor_id)
+        if self.run_functions:
+            ex.pending.extend((m.RUN_FUNCTION, b) for b in self.run_functions)
+        return ex
+
+    def _ship_fn(self, ex: ExecutorProc, spec: list) -> list:
+        fn_id = spec[m.T_FN]
+        blob = spec[m.T_BLOB]
+        if blob is not None:
+            self.fn_blobs[fn_id] = blob
+        if fn_id in ex.known_fns or fn_id is None or (spec[m.T_ACTOR] is not None
+                                                      and spec[m.T_BLOB] is None
+                                                      and fn_id not in self.fn_blobs):
+            if blob is not None and fn_id in ex.known_fns:
+                spec = list(spec)
+                spec[m.T_BLOB] = None
+            return spec
+        ex.known_fns.add(fn_id)
+        if blob is None:
+            spec = list(spec)
+            spec[m.T_BLOB] = self.fn_blobs.get(fn_id)
+        return spec
+
+    # --- messages from the head and other ranks ---------------------------------
+
+    def on_control(self, src: int, msg: tuple) -> None:
+        kind = msg[0]
+        if kind == m.EXECUTE:
+            spec = msg[1]
+            if spec[m.T_BLOB] is not None:
+                self.fn_blobs[spec[m.T_FN]] = spec[m.T_BLOB]
+            self._after_fetches(spec, self._enqueue)
+        elif kind == m.REPLY:
+            self._on_reply(msg)
+        elif kind == m.CREATE_ACTOR:
+            spec = msg[1]
+            if spec[m.T_BLOB] is not None:
+                self.fn_blobs[spec[m.T_FN]] = spec[m.T_BLOB]
+            self._after_fetches(spec, self._start_actor)
+        elif kind == m.KILL_ACTOR:
+            ex = self.actors.pop(msg[1], None)
+            if ex is not None:
+                self._kill(ex)
+                if not msg[2]:
+                    self.out.append((m.ACTOR_DIED, msg[1], "killed", True))
+        elif kind == m.RUN_FUNCTION:
+            self.run_functions.append(msg[1])
+            for ex in self.all_executors():
+                ex.send([msg])
+        elif kind == m.FETCH:
+            self.fetcher.serve(src, msg[2], msg[3])
+        elif kind == m.SHUTDOWN:
+            self.stop = True
+
+    def _after_fetches(self, spec: list, then) -> None:
+        """Copy remote arguments into this node's store first, then go on."""
+        deps = spec[m.T_DEPS]
+        plans = [i for i, d in enumerate(deps) if d[2][0] == FETCH_PLAN] if deps else ()
+        if not plans:
+            then(spec)
+            return
+        state = [len(plans)]
+
+        def done(i, oid, rec):
+            deps[i] = (deps[i][0], oid, rec)
+            self.out.append((m.ADD_LOCATION, oid, rec))
+            state[0] -= 1
+            if state[0] == 0:
+                then(spec)
+
+        for i in plans:
+            pos, oid, plan = deps[i]
+            self.fetcher.start(oid, plan[1], plan[2], plan[3],
+                               lambda o, rec, i=i: done(i, o, rec), m.FETCH)
+
+    def _enqueue(self, spec: list) -> None:
+        actor_id = spec[m.T_ACTOR]
+        if actor_id is not None:
+            ex = self.actors.get(actor_id)
+            if ex is None:
+                self.out.append((m.TASK_FAILED, spec[m.T_ID], _actor_gone(spec, self.rank),
+                                 0.0, 0.0, 0))
+                return
+            ex.assigned[spec[m.T_ID]] = False
+            ex.send([(m.EXECUTE, self._ship_fn(ex, spec))])
+            return
+        self.queue.append(spec)
+
+    def _start_actor(self, spec: list) -> None:
+        ex = self.spawn(actor_id=spec[m.T_ACTOR])
+        ex.actor_spec = spec
+        self.actors[spec[m.T_ACTOR]] = ex
+        ex.send([(m.CREATE_ACTOR, self._ship_fn(ex, spec))])
+
+    def _on_reply(self, msg: tuple) -> None:
+        entry = self.requests.pop(msg[1], None)
+        if entry is None:
+            return
+        ex, req, kind = entry
+        payload = msg[2]
+        if kind == _GET and any(r[0] == FETCH_PLAN for r in payload):
+            payload = list(payload)
+            todo = [i for i, r in enumerate(payload) if r[0] == FETCH_PLAN]
+            state = [len(todo)]
+
+            def done(i, oid, rec):
+                payload[i] = rec
+                self.out.append((m.ADD_LOCATION, oid, rec))
+                state[0] -= 1
+                if state[0] == 0:
+                    ex.send([(m.REPLY, req, payload)])
+
+            ids = entry_ids = self.requests_ids.pop(msg[1], None)  # noqa: F841
+            for i in todo:
+                plan = payload[i]
+                oid = ids[i] if ids else None
+                self.fetcher.start(oid, plan[1], plan[2], plan[3],
+                                   lambda o, rec, i=i: done(i, o, rec), m.FETCH)
+            return
+        self.requests_ids.pop(msg[1], None)
+        ex.send([(m.REPLY, req, payload)])
+
+    # --- messages from executors -----------------------------------------------
+
+    def on_executor(self, ex: ExecutorProc, msgs: list) -> None:
+        out = self.out
+        for msg in msgs:
+            kind = msg[0]
+            if kind == m.TASK_DONE or kind == m.TASK_FAILED:
+                nested = ex.assigned.pop(msg[1], None)
+                out.append(msg)
+                if ex.retiring and not ex.assigned:
+                    self._retire(ex)
+            elif kind in (m.GET, m.WAIT, m.ALLOC, m.CONTROL_CALL):
+                rreq = next(self.req_ids)
+                self.requests[rreq] = (ex, msg[1], _GET if kind == m.GET else 0)
+                if kind == m.GET:
+                    self.requests_ids[rreq] = msg[2]
+                out.append((kind, rreq) + msg[2:])
+            elif kind == m.WAIT_NOW:
+                for rreq, (e2, req, _) in self.requests.items():
+                    if e2 is ex and req == msg[1]:
+                        out.append((m.WAIT_NOW, rreq))
+                        break
+            elif kind == m.BLOCKED:
+                ex.blocked += msg[1]
+                out.append(msg)
+            elif kind == EXEC_READY:
+                ex.ready = True
+                if ex.pending:
+                    pending, ex.pending = ex.pending, []
+                    ex.send(pending)
+            elif kind == m.ACTOR_DIED:
+                out.append(msg)
+                if self.actors.get(msg[1]) is ex:
+                    del self.actors[msg[1]]
+                    ex.actor_id = None  # a clean exit: do not report a crash
+            else:
+                out.append(msg)
+
+    requests_ids: dict = {}
+
+    def _retire(self, ex: ExecutorProc) -> None:
+        """max_calls reached: replace the executor with a fresh process."""
+        ex.send([(m.SHUTDOWN,)])
+        self.executors.remove(ex)
+        self._reap(ex)
+        self.executors.append(self.spawn())
+
+    def _kill(self, ex: ExecutorProc) -> None:
+        try:
+            ex.proc.kill()
+        except OSError:
+            pass
+        self._reap(ex)
+
+    def _reap(self, ex: ExecutorProc) -> None:
+        try:
+            ex.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            ex.proc.kill()
+            ex.proc.wait(5)
+        try:
+            ex.conn.close()
+        except OSError:
+            pass
+
+    def on_executor_died(self, ex: ExecutorProc) -> None:
+        try:
+            code = ex.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            ex.proc.kill()
+            code = ex.proc.wait(5)
+        try:
+            ex.conn.close()
+        except OSError:
+            pass
+        # The first task it held was running; tasks sent while it was blocked in
+        # get() may have been running nested. The rest never started: run them again.
+        lost, requeue = [], []
+        for i, (tid, nested) in enumerate(ex.assigned.items()):
+            (lost if i == 0 or nested else requeue).append(tid)
+        if ex.blocked:
+            self.out.append((m.BLOCKED, -ex.blocked))
+        if ex.actor_id is not None and self.actors.get(ex.actor_id) is ex:
+            del self.actors[ex.actor_id]
+            self.out.append((m.WORKER_CRASHED, lost + requeue, code, ex.pid, ex.actor_id))
+            return
+        if ex.actor_id is not None:
+            return
+        self.out.append((m.WORKER_CRASHED, lost, code, ex.pid, None))
+        specs = {s[m.T_ID]: s for s in self._sent.pop(ex.serial, [])}
+        for tid in reversed(requeue):
+            if tid in specs:
+                self.queue.appendleft(specs[tid])
+        if ex in self.executors:
+            self.executors.remove(ex)
+            self.executors.append(self.spawn())
+
+    _sent: dict = {}
+
+    # --- dispatch ---------------------------------------------------------------
+
+    def dispatch(self) -> None:
+        if not self.queue:
+            return
+        idle = [ex for ex in self.executors if ex.ready and not ex.retiring
+                and (not ex.assigned or ex.blocked)]
+        if not idle:
+            return
+        queue = self.queue
+        per = max(1, -(-len(queue) // len(idle)))
+        for ex in idle:
+            if not queue:
+                break
+            n = 1 if ex.assigned else per
+            batch = []
+            sent = self._sent.setdefault(ex.serial, [])
+            if not ex.assigned:
+                sent.clear()
+            nested = bool(ex.assigned)
+            while queue and len(batch) < n:
+                spec = queue.popleft()
+                spec = self._ship_fn(ex, spec)
+                tid = spec[m.T_ID]
+                ex.assigned[tid] = nested
+                sent.append(spec)
+                batch.append((m.EXECUTE, spec))
+                max_calls = spec[m.T_MAX_CALLS]
+                if max_calls:
+                    ex.calls[spec[m.T_FN]] += 1
+                    if ex.calls[spec[m.T_FN]] >= max_calls:
+                        ex.retiring = True
+                        break
+            ex.send(batch)
+
+    def all_executors(self):
+        return self.executors + list(self.actors.values())
+
+    # --- loop -------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.requests_ids = {}
+        self._sent = {}
+        self.executors = [self.spawn() for _ in range(self.cpus)]
+        comm = self.comm
+        backoff = Backoff()
+        last_check = time.monotonic()
+        while not self.stop:
+            active = False
+            batches = recv_control(comm)
+            for src, msgs in batches:
+                active = True
+                for msg in msgs:
+                    self.on_control(src, msg)
+            self.dispatch()
+            if self.out:
+                out, self.out = self.out, []
+                self.sender.send(0, out)
+                active = True
+            self.sender.progress()
+            if self.fetcher.progress():
+                active = True
+            timeout = 0.0 if active else backoff.next_timeout()
+            by_conn = {ex.conn: ex for ex in self.all_executors()}
+            ready = wait_conns(list(by_conn), timeout)
+            for conn in ready:
+                ex = by_conn[conn]
+                try:
+                    data = conn.recv_bytes()
+                except (EOFError, OSError):
+                    self.on_executor_died(ex)
+                    active = True
+                    continue
+                self.on_executor(ex, loads(data))
+                active = True
+            if ready:
+                self.dispatch()
+                if self.out:
+                    out, self.out = self.out, []
+                    self.sender.send(0, out)
+            if active:
+                backoff.reset()
+            now = time.monotonic()
+            if now - last_check > 1.0:
+                last_check = now
+                if self.driver_pid and not _alive(self.driver_pid):
+                    sys.stderr.write(f"hpc_ray worker rank {self.rank}: the driver "
+                                     f"(pid {self.driver_pid}) is gone; exiting\n")
+                    self.driver_gone = True
+                    break
+        self.close()
+
+    def close(self) -> None:
+        for ex in self.all_executors():
+            try:
+                ex.send([(m.SHUTDOWN,)])
+            except Exception:
+                pass
+        deadline = time.monotonic() + 2.0
+        for ex in self.all_executors():
+            try:
+                ex.proc.wait(max(0.05, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                ex.proc.kill()
+                ex.proc.wait(5)
+            try:
+                ex.conn.close()
+            except OSError:
+                pass
+        self.sender.drain(2.0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is dead for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def _actor_gone(spec: list, rank: int) -> tuple:
+    from ..exceptions import ActorDiedError
+    from . import values
+    return values.error_record(ActorDiedError(
+        f"the actor for call {spec[m.T_NAME]} is no longer on rank {rank}"))

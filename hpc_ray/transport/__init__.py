@@ -1,0 +1,1 @@
+"""MPI transport: tags, message kinds, serialization and the comm loop helpers."""

@@ -1,0 +1,18 @@
+"""``ray.worker.global_worker``: the old module path some Ray programs use."""
+from __future__ import annotations
+
+
+class _GlobalWorker:
+    def run_function_on_all_workers(self, function, run_on_other_drivers: bool = False):
+        from .api import run_function_on_all_workers
+        run_function_on_all_workers(function)
+
+    @property
+    def mode(self):
+        from .runtime import context
+        if not context.is_set():
+            return None
+        return "driver" if getattr(context.current(), "is_driver", False) else "worker"
+
+
+global_worker = _GlobalWorker()
