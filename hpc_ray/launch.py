@@ -111,7 +111,30 @@ def setup_world(comm, cfg: dict | None):
     # Every rank of the node has opened the store: the leader may now exit first.
     node_comm.Barrier()
     node_comm.Free()
+    comm.Barrier()
+    unlink_mapped_shm()
     return cfg, node_of, node, arena
+
+
+def unlink_mapped_shm() -> None:
+    """Unlink the /dev/shm files this process has mapped (the MPI library's own).
+
+    Every rank of the job attached to them during MPI_Init, so the names are no
+    longer needed; unlinked now, the memory goes back to the kernel when the job
+    ends, even if it is killed (MPICH leaves its segment behind otherwise).
+    """
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split(None, 5)[5].strip() for line in f
+                     if "/dev/shm/" in line and len(line.split(None, 5)) == 6}
+    except OSError:
+        return
+    for path in paths:
+        if path.startswith("/dev/shm/") and not path.endswith("(deleted)"):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 def worker_resources(cfg: dict, rank: int, size: int) -> tuple[dict, list[int]]:
@@ -158,11 +181,10 @@ def worker_exit(driver_gone: bool = False) -> None:
     sys.stderr.flush()
     if driver_gone:
         os._exit(0)  # no Finalize: it would wait for a peer that is gone
-    MPI = mpi()
-    try:
-        MPI.Finalize()
-    finally:
-        os._exit(0)
+    # A normal interpreter exit, not os._exit: MPICH's process manager treats a
+    # process that leaves with os._exit after MPI_Finalize as failed and kills
+    # the whole process group, the driver's included (seen with the mpich wheel).
+    raise SystemExit(0)
 
 
 def main_module_mode() -> bool:

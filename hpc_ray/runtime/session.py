@@ -91,5 +91,5 @@ def stop_driver(session: Session) -> None:
             session.comm.Free()
             session.inter.Disconnect()
         except Exception as exc:  # pragma: no cover - MPI-specific
-            logger.debug("disconnect from workers failed: %s", exc)
+            logger.warning("disconnect from workers failed: %s", exc)
     session.arena.close()

@@ -48,7 +48,7 @@ class ExecutorProc:
     """The rank's view of one executor process."""
 
     __slots__ = ("proc", "conn", "serial", "known_fns", "assigned", "blocked", "actor_id",
-                 "calls", "retiring", "ready", "pending", "pid", "actor_spec")
+                 "calls", "retiring", "ready", "pid", "actor_spec")
 
     def __init__(self, proc: subprocess.Popen, conn: Connection, serial: int,
                  actor_id: int | None) -> None:
@@ -63,13 +63,10 @@ class ExecutorProc:
         self.calls: collections.Counter = collections.Counter()
         self.retiring = False
         self.ready = False
-        self.pending: list = []      # messages to send once it is ready
         self.actor_spec = None
 
     def send(self, msgs: list) -> None:
-        if not self.ready:
-            self.pending.extend(msgs)
-            return
+        # Sent even before EXEC_READY: the socket holds it until the executor reads.
         try:
             self.conn.send_bytes(pickle.dumps(msgs, protocol=5))
         except OSError:
@@ -119,7 +116,7 @@ class WorkerLoop:
         conn = Connection(parent_sock.detach())
         ex = ExecutorProc(proc, conn, serial, actor_id)
         if self.run_functions:
-            ex.pending.extend((m.RUN_FUNCTION, b) for b in self.run_functions)
+            ex.send([(m.RUN_FUNCTION, b) for b in self.run_functions])
         return ex
 
     def _ship_fn(self, ex: ExecutorProc, spec: list) -> list:
@@ -266,9 +263,6 @@ class WorkerLoop:
                 out.append(msg)
             elif kind == EXEC_READY:
                 ex.ready = True
-                if ex.pending:
-                    pending, ex.pending = ex.pending, []
-                    ex.send(pending)
             elif kind == m.ACTOR_DIED:
                 out.append(msg)
                 if self.actors.get(msg[1]) is ex:
