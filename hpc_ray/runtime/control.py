@@ -55,9 +55,8 @@ def _available_resources(head: Head) -> dict:
         if not w.alive:
             continue
         for k, v in w.avail.items():
-            if k == "CPU":
-                v = max(0.0, w.total.get("CPU", 0) - max(0, w.inflight - w.blocked)
-                        - (w.total.get("CPU", 0) - w.avail.get("CPU", 0)))
+            # Queued tasks reserve CPUs too (avail can go below zero): clamp.
+            v = min(v + (w.blocked if k == "CPU" else 0), w.total.get(k, 0))
             if v > 0:
                 avail[k] = avail.get(k, 0) + v
     return avail

@@ -24,7 +24,7 @@ from mpi4py import MPI
 
 from ..exceptions import GetTimeoutError, ObjectStoreFullError, RayError
 from ..transport import messages as m
-from ..transport.comm import Backoff, Fetcher, Sender, recv_control
+from ..transport.comm import Backoff, Fetcher, Sender, recv_control, tighten_timer_slack
 from ..transport.serialization import ERROR, RAW, SHM
 from . import context, values
 from .head import FETCH_PLAN, Head
@@ -107,6 +107,7 @@ class HeadLoop(threading.Thread):
                 self.head.mark_broken("the head's comm thread failed:\n" + self.error)
 
     def _loop(self) -> None:
+        # tighten_timer_slack()
         head = self.head
         comm = self.comm
         handlers = self._handlers
@@ -157,6 +158,10 @@ class HeadLoop(threading.Thread):
                 if t:
                     event.wait(t)
                     event.clear()
+                else:
+                    # Spinning, but hand over the GIL: a driver thread woken by
+                    # notify_all() would otherwise wait a whole switch interval.
+                    time.sleep(0)
 
     def _fetched(self, oid: int, rec: tuple, done: threading.Event) -> None:
         with self.head.lock:

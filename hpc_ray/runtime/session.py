@@ -15,6 +15,9 @@ from .head import Head
 
 logger = logging.getLogger(__name__)
 
+#: GIL switch interval on rank 0 (seconds); see start_driver.
+SWITCH_INTERVAL = 0.0002
+
 
 class Session:
     """What ``init()`` started on rank 0, and how to stop it."""
@@ -76,6 +79,10 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
         head.add_worker(rank, res, gpu_ids, pid)
     context.set_id_prefix(0, 0)
     context.reset_local_refs()
+    # The comm thread and the driver thread hand the GIL back and forth on every
+    # round trip; with the default 5 ms switch interval a woken driver thread can
+    # wait that long for it (measured: 4 ms sync round trips instead of 0.3 ms).
+    sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
     loop = HeadLoop(comm, head, arena)
     loop.start()
     ctx = DriverContext(head, loop, arena, node, 0, {"size": comm.Get_size()})

@@ -28,7 +28,7 @@ from multiprocessing.connection import Connection, wait as wait_conns
 from mpi4py import MPI
 
 from ..transport import messages as m
-from ..transport.comm import Backoff, Fetcher, Sender, recv_control
+from ..transport.comm import Backoff, Fetcher, Sender, recv_control, tighten_timer_slack
 from ..transport.serialization import loads
 from .executor import EXEC_READY
 from .head import FETCH_PLAN
@@ -376,6 +376,7 @@ class WorkerLoop:
         self.requests_ids = {}
         self._sent = {}
         self.executors = [self.spawn() for _ in range(self.cpus)]
+        # tighten_timer_slack()
         comm = self.comm
         backoff = Backoff()
         last_check = time.monotonic()

@@ -24,6 +24,19 @@ logger = logging.getLogger(__name__)
 MAX_CHUNK = 1 << 30
 
 
+def tighten_timer_slack(nanoseconds: int = 1000) -> None:
+    """Make short sleeps of this process last what they ask (default slack: 50 us).
+
+    The back-off sleeps 10-100 us at a time; with the default slack each one
+    lasts ~60 us more than asked, which adds straight to task round trips.
+    """
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(29, nanoseconds)  # PR_SET_TIMERSLACK
+    except (OSError, AttributeError):
+        pass
+
+
 class Backoff:
     """Sleep a little longer each idle round, up to ``cap`` seconds.
 
