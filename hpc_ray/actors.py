@@ -87,8 +87,9 @@ class ActorClass:
                 raise TypeError(f"could not serialize actor class {self.__name__}: "
                                 f"{type(exc).__name__}: {exc}") from exc
         actor_id = _new_id()
+        keep: list = []
         spec = build_spec(self._class_id, self._blob, self.__name__, args, kwargs, 1,
-                          resources, 0, 0, actor_id, 0)
+                          resources, 0, 0, actor_id, 0, ctx.put_serialized, keep)
         ctx.control("create_actor", spec, resources, restarts, name, self.__name__,
                     task_retries, self._meta)
         return ActorHandle(actor_id, self.__name__, self._meta)
@@ -134,8 +135,10 @@ class ActorHandle:
 
     def _call(self, name: str, args: tuple, kwargs: dict, num_returns: int):
         ctx = context.current()
+        keep: list = []
         spec = build_spec(name, None, f"{self._class_name}.{name}", args, kwargs,
-                          num_returns, None, 0, 0, self._actor_id, 0)
+                          num_returns, None, 0, 0, self._actor_id, 0,
+                          ctx.put_serialized, keep)
         ctx.submit(spec)
         refs = [context.ObjectRef(oid) for oid in spec[6]]
         return refs[0] if num_returns == 1 else refs

@@ -101,9 +101,10 @@ class RemoteFunction:
     def remote(self, *args, **kwargs):
         from .runtime.taskspec import build_spec
         ctx = context.current()
+        keep: list = []
         spec = build_spec(self._fn_id, self._blob_for(ctx), self._name, args, kwargs,
                           self._num_returns, self._resources, self._max_retries,
-                          self._max_calls, None, 0)
+                          self._max_calls, None, 0, ctx.put_serialized, keep)
         ctx.submit(spec)
         returns = spec[6]
         refs = [context.ObjectRef(oid) for oid in returns]

@@ -323,6 +323,20 @@ class DriverContext:
             head.put_object(oid, rec, contained or None)
         return ref
 
+    def put_serialized(self, s) -> context.ObjectRef:
+        rec = values.serialized_to_record(s, self._alloc, self.arena)
+        oid = context.new_ids(1)
+        ref = context.ObjectRef(oid)
+        head = self.head
+        with head.lock:
+            head.hold((oid,))
+            head.put_object(oid, rec, s.contained or None)
+        return ref
+
+    def record_profile(self, event: dict) -> None:
+        with self.head.lock:
+            self.head.timeline_events.append(event)
+
     def wait(self, refs: list, num_returns: int, timeout: float | None) -> list:
         head = self.head
         deadline = None if timeout is None else time.monotonic() + timeout

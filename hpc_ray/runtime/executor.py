@@ -192,6 +192,12 @@ class ExecutorContext:
         self.emit((m.PUT, oid, rec, contained or None))
         return context.ObjectRef(oid)
 
+    def put_serialized(self, s) -> context.ObjectRef:
+        rec = values.serialized_to_record(s, self._alloc, self.arena)
+        oid = context.new_ids(1)
+        self.emit((m.PUT, oid, rec, s.contained or None))
+        return context.ObjectRef(oid)
+
     def is_ready(self, ref) -> bool:
         return bool(self.wait([ref], 1, 0))
 

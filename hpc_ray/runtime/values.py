@@ -21,10 +21,15 @@ def to_record(value: Any, alloc: Callable[[int], tuple[int, int]], arena,
                         f"{type(exc).__name__}: {exc}") from exc
     if s.size <= INLINE_MAX:
         return s.inline_record(), s.contained
+    return serialized_to_record(s, alloc, arena), s.contained
+
+
+def serialized_to_record(s, alloc: Callable[[int], tuple[int, int]], arena) -> tuple:
+    """Place an already pickled value in the store."""
     size, spans = s.layout()
     node, offset = alloc(size)
     s.write_into(arena.writable(offset, size), spans)
-    return (SHM, node, offset, size, len(s.data), spans), s.contained
+    return (SHM, node, offset, size, len(s.data), spans)
 
 
 def from_record(rec: tuple, arena, pin: object) -> Any:
