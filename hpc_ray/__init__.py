@@ -9,7 +9,7 @@
 
     ray.get([f.remote(i) for i in range(4)])   # [0, 1, 4, 9]
 """
-from . import exceptions
+from . import exceptions, worker
 from .actors import ActorClass, ActorHandle, get_actor, kill, method
 from .api import (as_completed, available_resources, cluster_resources, get,
                   get_gpu_ids, get_resource_ids, init, is_initialized, nodes, objects,
