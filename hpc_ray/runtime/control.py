@@ -129,7 +129,26 @@ def _world(head: Head) -> dict:
     return {"size": head.world_size, "node_of": head.node_of, "host_of": head.host_of}
 
 
+def _signal_send(head: Head, actor_id, task_id, blob: bytes) -> None:
+    head.add_signal(actor_id, task_id, blob)
+
+
+def _signal_poll(head: Head, keyed: list) -> list:
+    out = []
+    for key, cursor in keyed:
+        kind, ident = key
+        if kind == "object":
+            ident = head.signal_task_of.get(ident, ("task", None))[1]
+            sigs = head.signals.get(("task", ident), [])
+        else:
+            sigs = head.signals.get(("actor", ident), [])
+        out.append((key, sigs[cursor:]))
+    return out
+
+
 _CALLS = {
+    "signal_send": _signal_send,
+    "signal_poll": _signal_poll,
     "create_actor": _create_actor,
     "get_actor": _get_actor,
     "kill": _kill,

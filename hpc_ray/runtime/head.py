@@ -135,6 +135,8 @@ class Head:
         self.actors: dict[int, ActorEntry] = {}
         self.named_actors: dict[str, int] = {}
         self.actor_meta: dict[int, Any] = {}
+        self.signals: dict[tuple, list[bytes]] = {}     # source -> pickled signals
+        self.signal_task_of: dict[int, tuple] = {}      # return id -> ("task", task id)
         self.ready: collections.deque[int] = collections.deque()  # tasks with all deps
         self.outbox: dict[int, list] = collections.defaultdict(list)
         self.allocators = {n: Allocator(store_size) for n in set(node_of)}
@@ -465,6 +467,7 @@ class Head:
         if task is None:
             return
         self._finish(task, rank, t0, t1, pid)
+        self._error_signal(task, err)
         self._fail_task(task, err)
 
     def _finish(self, task: TaskEntry, rank: int, t0: float, t1: float, pid: int) -> None:
@@ -561,6 +564,29 @@ class Head:
                 self._fail_task(task, (ERROR, dumps(WorkerCrashedError(
                     f"{task.spec[m.T_NAME]} was lost: {why}"))))
         self.cond.notify_all()
+
+    # --- signals (experimental API) --------------------------------------------------
+
+    def add_signal(self, actor_id: int | None, task_id: int | None, blob: bytes) -> None:
+        if actor_id is not None:
+            self.signals.setdefault(("actor", actor_id), []).append(blob)
+            return
+        task = self.tasks.get(task_id)
+        if task is None:
+            return
+        self.signals.setdefault(("task", task_id), []).append(blob)
+        for oid in task.spec[m.T_RETURNS]:
+            self.signal_task_of[oid] = ("task", task_id)
+
+    def _error_signal(self, task: TaskEntry, err: tuple) -> None:
+        from ..experimental.signal import ErrorSignal
+        from .values import error_from_record
+        try:
+            blob = dumps(ErrorSignal(error_from_record(err)))
+        except Exception:
+            return
+        actor_id = task.spec[m.T_ACTOR]
+        self.add_signal(actor_id, None if actor_id is not None else task.spec[m.T_ID], blob)
 
     # --- actors ---------------------------------------------------------------------
 

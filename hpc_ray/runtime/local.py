@@ -117,4 +117,8 @@ class LocalContext:
             return None
         if name in ("tasks", "objects"):
             return {}
+        if name == "signal_poll":
+            return [(key, []) for key, _ in args[0]]
+        if name == "signal_send":
+            return None
         raise ValueError(f"unknown control call {name!r}")
