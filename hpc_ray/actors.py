@@ -7,13 +7,14 @@ from typing import Any
 from .remote_function import (_new_id, check_options, num_returns_from, resources_from)
 from .runtime import context
 from .runtime.taskspec import build_spec
+from .transport import messages as m
 from .transport.serialization import dumps
 
 #: Options an actor class accepts (0.7 names and modern ones).
 ACTOR_OPTIONS = ("num_cpus", "num_gpus", "resources", "max_restarts", "max_reconstructions",
                  "max_task_retries", "name", "lifetime", "memory", "object_store_memory",
                  "namespace", "get_if_exists", "runtime_env", "max_concurrency",
-                 "scheduling_strategy")
+                 "scheduling_strategy", "in_rank")
 METHOD_OPTIONS = ("num_returns", "num_return_vals", "max_retries")
 
 
@@ -88,8 +89,11 @@ class ActorClass:
                                 f"{type(exc).__name__}: {exc}") from exc
         actor_id = _new_id()
         keep: list = []
+        # An hpc_ray extension: in_rank=True runs the actor in its rank's own process,
+        # with MPI (see hpc_ray.collective.get_communicator), without crash isolation.
+        placement = m.IN_RANK if opts.get("in_rank") else 0
         spec = build_spec(self._class_id, self._blob, self.__name__, args, kwargs, 1,
-                          resources, 0, 0, actor_id, 0, ctx.put_serialized, keep)
+                          resources, 0, placement, actor_id, 0, ctx.put_serialized, keep)
         ctx.control("create_actor", spec, resources, restarts, name, self.__name__,
                     task_retries, self._meta)
         return ActorHandle(actor_id, self.__name__, self._meta)

@@ -146,7 +146,24 @@ def _signal_poll(head: Head, keyed: list) -> list:
     return out
 
 
+def _collective_create(head: Head, name: str, actor_ids: list[int]) -> None:
+    ranks = []
+    for actor_id in actor_ids:
+        actor = head.actors.get(actor_id)
+        if actor is None or actor.state in ("DEAD", "PENDING") or actor.rank < 0:
+            state = "unknown" if actor is None else actor.state
+            raise ValueError(f"actor {actor_id:016x} cannot join group {name!r}: it is "
+                             f"{state}, not placed on a rank")
+        ranks.append(actor.rank)
+    if len(set(ranks)) != len(ranks):
+        raise ValueError(f"group {name!r} needs one actor per rank, but its actors share "
+                         f"ranks {ranks}; give the actors num_cpus=1 (or more ranks)")
+    for r in ranks:
+        head.send(r, (m.GROUP_CREATE, name, ranks))
+
+
 _CALLS = {
+    "collective_create": _collective_create,
     "signal_send": _signal_send,
     "signal_poll": _signal_poll,
     "create_actor": _create_actor,

@@ -89,6 +89,9 @@ class HeadLoop(threading.Thread):
     def _on_control(self, src: int, msg: tuple) -> None:
         from . import control
         _, req, name, args = msg
+        if name == "collective_join":
+            self.head.collective_join(src, req, *args)
+            return
         try:
             result = (True, control.call(self.head, name, args))
         except Exception as exc:  # returned to the caller, raised there

@@ -19,8 +19,10 @@ import itertools
 import json
 import os
 import pickle
+import queue
 import socket
 import sys
+import threading
 import time
 import traceback
 from multiprocessing.connection import Connection
@@ -91,15 +93,36 @@ class ExecutorContext:
             self.conn.send_bytes(pickle.dumps(out, protocol=5))
         self.last_flush = time.monotonic()
 
+    def start_reader(self) -> None:
+        """Drain the pipe in a thread, so the rank never blocks writing to us.
+
+        Without it, a rank writing a large batch and an executor writing its
+        results could each wait for the other to read: a pipe deadlock.
+        """
+        self._incoming: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._read_pipe, daemon=True, name="hpc_ray-reader").start()
+
+    def _read_pipe(self) -> None:
+        while True:
+            try:
+                data = self.conn.recv_bytes()
+            except (EOFError, OSError):
+                self._incoming.put(None)
+                return
+            self._incoming.put(loads(data))
+
+    def _poll(self, timeout: float) -> bool:
+        return self._recv(timeout)
+
     def _recv(self, timeout: float | None) -> bool:
-        """Read one batch from the rank into ``inbox``; False on timeout."""
-        if timeout is not None and not self.conn.poll(timeout):
-            return False
+        """Move one batch from the rank into ``inbox``; False on timeout."""
         try:
-            data = self.conn.recv_bytes()
-        except (EOFError, OSError):
+            batch = self._incoming.get(timeout=timeout)
+        except queue.Empty:
+            return False
+        if batch is None:
             os._exit(0)  # the rank is gone: nothing left to serve
-        self.inbox.extend(loads(data))
+        self.inbox.extend(batch)
         return True
 
     def _request(self, msg_kind: int, *fields, timeout: float | None = None,
@@ -121,11 +144,12 @@ class ExecutorContext:
                     continue
                 self.flush()
                 if deadline is None:
-                    if not blocked and not self.conn.poll(0.05):
+                    if not blocked and not self._poll(0.05):
                         blocked = True
                         self.emit((m.BLOCKED, 1))
                         self.flush()
-                    self._recv(None)
+                    if not self.inbox:
+                        self._recv(None)
                 else:
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -279,7 +303,10 @@ class ExecutorContext:
             self.flush()
         if self.exiting:
             self.flush()
-            os._exit(0)
+            self.actor_terminated()
+
+    def actor_terminated(self) -> None:
+        os._exit(0)
 
     def _error_record(self, exc: BaseException, name: str) -> tuple:
         if isinstance(exc, (TaskError, ActorDiedError)) and getattr(exc, "_from_get", False):
@@ -327,9 +354,13 @@ class ExecutorContext:
             self.emit((m.ACTOR_DIED, self.actor_id,
                        f"its constructor raised on rank {self.rank}:\n{tb}", False))
             self.flush()
-            os._exit(0)
+            self.actor_failed()
+            return
         self.emit((m.ACTOR_READY, self.actor_id, self.pid))
         self.flush()
+
+    def actor_failed(self) -> None:
+        os._exit(0)  # this process existed only for the actor
 
     def _call_method(self, spec: list) -> Any:
         method = spec[m.T_FN]
@@ -379,6 +410,7 @@ def main() -> None:
     ctx = ExecutorContext(conn, arena, cfg["node"], cfg["rank"], cfg["size"],
                           cfg["store_size"])
     context.set_current(ctx)
+    ctx.start_reader()
     ctx.serve()
 
 

@@ -135,6 +135,7 @@ class Head:
         self.actors: dict[int, ActorEntry] = {}
         self.named_actors: dict[str, int] = {}
         self.actor_meta: dict[int, Any] = {}
+        self.joins: dict[str, dict] = {}                # group name -> rank -> member
         self.signals: dict[tuple, list[bytes]] = {}     # source -> pickled signals
         self.signal_task_of: dict[int, tuple] = {}      # return id -> ("task", task id)
         self.ready: collections.deque[int] = collections.deque()  # tasks with all deps
@@ -564,6 +565,26 @@ class Head:
                 self._fail_task(task, (ERROR, dumps(WorkerCrashedError(
                     f"{task.spec[m.T_NAME]} was lost: {why}"))))
         self.cond.notify_all()
+
+    # --- collective groups declared from inside actors ------------------------------
+
+    def collective_join(self, src: int, req: int, name: str, world_size: int,
+                        rank: int, mpi_rank: int) -> None:
+        """Reply to every member at once, when all ``world_size`` have joined."""
+        joined = self.joins.setdefault(name, {})
+        joined[rank] = (mpi_rank, src, req)
+        if len(joined) < world_size:
+            return
+        del self.joins[name]
+        mpi_ranks = [joined[r][0] for r in sorted(joined)]
+        if len(set(mpi_ranks)) != len(mpi_ranks) or sorted(joined) != list(range(world_size)):
+            err = ValueError(f"group {name!r}: members must be ranks 0..{world_size - 1} on "
+                             f"distinct MPI ranks, got {sorted(joined.items())}")
+            for _, s, r in joined.values():
+                self.send(s, (m.REPLY, r, (False, err)))
+            return
+        for _, s, r in joined.values():
+            self.send(s, (m.REPLY, r, (True, mpi_ranks)))
 
     # --- signals (experimental API) --------------------------------------------------
 

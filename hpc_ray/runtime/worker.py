@@ -95,6 +95,9 @@ class WorkerLoop:
         self.fetch_waits: dict[int, list] = {}
         self.stop = False
         self.driver_gone = False
+        self.deferred: list = []          # messages that arrived during an in-rank call
+        self.rank_ctx = None              # API context of in-rank actors, made on demand
+        self.groups: dict = {}            # collective group name -> (comm, rank in group)
         self.driver_pid = cfg.get("driver_pid") if cfg.get("driver_host") == socket.gethostname() else None
 
     # --- executors --------------------------------------------------------------
@@ -152,13 +155,19 @@ class WorkerLoop:
             spec = msg[1]
             if spec[m.T_BLOB] is not None:
                 self.fn_blobs[spec[m.T_FN]] = spec[m.T_BLOB]
-            self._after_fetches(spec, self._start_actor)
+            if spec[m.T_MAX_CALLS] == m.IN_RANK:
+                self._after_fetches(spec, self._start_rank_actor)
+            else:
+                self._after_fetches(spec, self._start_actor)
         elif kind == m.KILL_ACTOR:
             ex = self.actors.pop(msg[1], None)
+            dropped = self.rank_ctx is not None and self.rank_ctx.drop(msg[1])
             if ex is not None:
                 self._kill(ex)
-                if not msg[2]:
-                    self.out.append((m.ACTOR_DIED, msg[1], "killed", True))
+            if (ex is not None or dropped) and not msg[2]:
+                self.out.append((m.ACTOR_DIED, msg[1], "killed", True))
+        elif kind == m.GROUP_CREATE:
+            self.create_group(msg[1], msg[2])
         elif kind == m.RUN_FUNCTION:
             self.run_functions.append(msg[1])
             for ex in self.all_executors():
@@ -191,6 +200,9 @@ class WorkerLoop:
 
     def _enqueue(self, spec: list) -> None:
         actor_id = spec[m.T_ACTOR]
+        if actor_id is not None and self.rank_ctx is not None and actor_id in self.rank_ctx.actors:
+            self.rank_ctx.call(spec)
+            return
         if actor_id is not None:
             ex = self.actors.get(actor_id)
             if ex is None:
@@ -207,6 +219,26 @@ class WorkerLoop:
         ex.actor_spec = spec
         self.actors[spec[m.T_ACTOR]] = ex
         ex.send([(m.CREATE_ACTOR, self._ship_fn(ex, spec))])
+
+    def _rank_context(self):
+        if self.rank_ctx is None:
+            from . import context
+            from .rank_actors import RankContext
+            self.rank_ctx = RankContext(self)
+            context.set_id_prefix(self.rank, 0)
+            context.set_current(self.rank_ctx)
+            for path in self.cfg["sys_path"]:
+                if path not in sys.path:
+                    sys.path.append(path)
+        return self.rank_ctx
+
+    def _start_rank_actor(self, spec: list) -> None:
+        self._rank_context().create(spec)
+
+    def create_group(self, name: str, mpi_ranks: list[int]) -> None:
+        """Make the communicator of a collective group (collective over its members)."""
+        from .. import collective
+        collective.rank_create_group(self, name, mpi_ranks)
 
     def _on_reply(self, msg: tuple) -> None:
         entry = self.requests.pop(msg[1], None)
@@ -258,6 +290,9 @@ class WorkerLoop:
                     if e2 is ex and req == msg[1]:
                         out.append((m.WAIT_NOW, rreq))
                         break
+            elif kind == m.COLLECTIVE_OP:
+                from .. import collective
+                ex.send([(m.REPLY, msg[1], collective.rank_run_op(self, *msg[2:]))])
             elif kind == m.BLOCKED:
                 ex.blocked += msg[1]
                 out.append(msg)
@@ -383,6 +418,9 @@ class WorkerLoop:
         while not self.stop:
             active = False
             batches = recv_control(comm)
+            if self.deferred:
+                batches = self.deferred + batches
+                self.deferred = []
             for src, msgs in batches:
                 active = True
                 for msg in msgs:
@@ -413,6 +451,8 @@ class WorkerLoop:
                 if self.out:
                     out, self.out = self.out, []
                     self.sender.send(0, out)
+            if self.rank_ctx is not None and (self.rank_ctx.out or context_released()):
+                self.rank_ctx.flush()
             if active:
                 backoff.reset()
             now = time.monotonic()
@@ -443,6 +483,11 @@ class WorkerLoop:
             except OSError:
                 pass
         self.sender.drain(2.0)
+
+
+def context_released() -> bool:
+    from .context import released
+    return bool(released)
 
 
 def _alive(pid: int) -> bool:

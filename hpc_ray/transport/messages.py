@@ -12,6 +12,7 @@ Head (rank 0) -> worker rank
     CREATE_ACTOR   (k, actor_id, class_id, class_blob|None, payload, deps, opts)
     KILL_ACTOR     (k, actor_id, no_restart)
     RUN_FUNCTION   (k, blob)                   run on every worker's executors
+    GROUP_CREATE   (k, name, mpi_ranks)        make a collective group's communicator
     SHUTDOWN       (k,)
 
 Worker rank -> head
@@ -31,6 +32,9 @@ Worker rank -> head
     ACTOR_DIED     (k, actor_id, reason)
     CONTROL_CALL   (k, req_id, name, args)     get_actor, kill, cluster state, ...
     PROFILE        (k, events)                 timeline spans recorded on a worker
+
+Executor -> its worker rank only
+    COLLECTIVE_OP  (k, req_id, group, op, args)  a collective the rank runs for it
 
 Worker rank <-> worker rank (different nodes)
     FETCH          (k, object_id, offset, size)    send me these store bytes
@@ -58,6 +62,7 @@ class Msg(enum.IntEnum):
     KILL_ACTOR = 4
     RUN_FUNCTION = 5
     SHUTDOWN = 6
+    GROUP_CREATE = 7
     TASK_DONE = 10
     TASK_FAILED = 11
     WORKER_CRASHED = 12
@@ -76,12 +81,16 @@ class Msg(enum.IntEnum):
     CONTROL_CALL = 25
     PROFILE = 26
     FETCH = 30
+    COLLECTIVE_OP = 31
 
 
 # TaskSpec field positions (the wire form is a plain tuple).
 T_ID, T_FN, T_BLOB, T_NAME, T_PAYLOAD, T_DEPS, T_RETURNS, T_RES, T_RETRIES, \
     T_MAX_CALLS, T_ACTOR, T_OWNER, T_CONTAINED = range(13)
 
+
+#: max_calls of an actor creation spec: the actor lives in its rank's process.
+IN_RANK = -7
 
 # Plain ints for the hot path: an IntEnum member pickles as a global lookup.
 EXECUTE, REPLY, CREATE_ACTOR, KILL_ACTOR, RUN_FUNCTION, SHUTDOWN = (
@@ -95,3 +104,5 @@ TASK_DONE, TASK_FAILED, WORKER_CRASHED, SUBMIT, PUT, GET, WAIT, WAIT_NOW, ALLOC,
         Msg.BLOCKED, Msg.ADD_LOCATION, Msg.ACTOR_READY, Msg.ACTOR_DIED,
         Msg.CONTROL_CALL, Msg.PROFILE))
 FETCH = Msg.FETCH.value
+GROUP_CREATE = Msg.GROUP_CREATE.value
+COLLECTIVE_OP = Msg.COLLECTIVE_OP.value

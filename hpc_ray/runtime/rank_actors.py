@@ -1,0 +1,113 @@
+"""Actors that live inside their worker rank, and the API context they use.
+
+An actor created with ``@remote(in_rank=True)`` is not isolated in an executor:
+its methods run in the rank's own process, in the rank's loop, so they can use
+MPI directly (``hpc_ray.collective.get_communicator``): existing mpi4py code, a
+solver or parallel HDF5, runs across a group of such actors on a real
+communicator. The price: a crash in a method ends the rank (and the MPI job),
+and the rank serves nothing else while a method runs.
+
+Calls such an actor makes into the hpc_ray API (get, put, remote, ...) go to the
+head as MPI messages from the rank; messages that arrive meanwhile for the
+rank's loop are kept for it (``WorkerLoop.deferred``).
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from typing import TYPE_CHECKING
+
+from ..transport import messages as m
+from ..transport.comm import recv_control
+from . import context
+from .executor import ExecutorContext
+
+if TYPE_CHECKING:
+    from .worker import WorkerLoop
+
+#: Request ids of in-rank actors; executors' requests are numbered below this.
+REQ_BASE = 1 << 40
+
+
+class RankContext(ExecutorContext):
+    """The API context of in-rank actors: requests go straight to the head."""
+
+    def __init__(self, loop: "WorkerLoop") -> None:
+        super().__init__(None, loop.arena, loop.node, loop.rank, loop.comm.Get_size(),
+                         loop.arena.size)
+        self.loop = loop
+        self.req_ids = itertools.count(REQ_BASE)
+        self.actors: dict[int, object] = {}
+
+    # --- transport over the rank's MPI endpoint ----------------------------------
+
+    def emit(self, msg: tuple) -> None:
+        # The rank's own loop waits with the actor: its CPU is not free for tasks.
+        if msg[0] != m.BLOCKED:
+            self.out.append(msg)
+
+    def flush(self) -> None:
+        released = context.released
+        if released:
+            ids = []
+            while released:
+                ids.append(released.popleft())
+            self.out.append((m.RELEASE, ids))
+        if self.profile_events:
+            self.out.append((m.PROFILE, self.profile_events))
+            self.profile_events = []
+        if self.out:
+            out, self.out = self.out, []
+            self.loop.sender.send(0, out)
+        self.loop.sender.progress()
+        self.last_flush = time.monotonic()
+
+    def _poll(self, timeout: float) -> bool:
+        return self._recv(timeout)
+
+    def _recv(self, timeout: float | None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            got = False
+            for src, msgs in recv_control(self.loop.comm):
+                for msg in msgs:
+                    if msg[0] == m.REPLY and msg[1] >= REQ_BASE:
+                        self.inbox.append(msg)
+                        got = True
+                    elif msg[0] == m.FETCH:
+                        self.loop.fetcher.serve(src, msg[2], msg[3])
+                    else:
+                        self.loop.deferred.append((src, [msg]))
+            self.loop.sender.progress()
+            self.loop.fetcher.progress()
+            if got:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(2e-5)
+
+    # --- actors -------------------------------------------------------------------
+
+    def create(self, spec: list) -> None:
+        self.actor = None
+        self.create_actor_here(spec)
+        if self.actor is not None:
+            self.actors[spec[m.T_ACTOR]] = self.actor
+
+    def call(self, spec: list) -> None:
+        actor_id = spec[m.T_ACTOR]
+        self.actor_id = actor_id
+        self.actor = self.actors.get(actor_id)
+        self.exiting = False
+        self.execute(spec)
+        self.flush()
+
+    def actor_failed(self) -> None:
+        pass  # the rank lives on; the head was told the actor died
+
+    def actor_terminated(self) -> None:
+        self.actors.pop(self.actor_id, None)
+        self.exiting = False
+
+    def drop(self, actor_id: int) -> bool:
+        return self.actors.pop(actor_id, None) is not None
