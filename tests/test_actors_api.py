@@ -1,0 +1,32 @@
+"""Issue 4 actors: @remote classes and options, method calls in caller order,
+num_returns on methods, handles passed to tasks and actors (the parameter-server
+pattern), placement and resources (CPU, GPU, custom), an actor that cannot be
+placed, named actors, kill and __ray_terminate__, exceptions in methods.
+
+The rank script is tests/mpi_scripts/actors_api.py."""
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.mark.parametrize("mode,n", [
+    ("embedded", 3),
+    ("mpiexec", 3),
+    ("module", 3),
+    ("mpiexec", 5),
+])
+def test_actors_api(run, mode, n):
+    result = run("actors_api.py", n, mode=mode, timeout=120)
+    values = result.assert_ok("actors_api")
+    assert "Recorder.fail" in values["method_error"], values
+    # The warning for an actor that cannot be placed names the missing resource,
+    # either as captured by the script or on rank 0's stderr.
+    warned = values["infeasible_warnings"] + [
+        line for line in result.stderr.splitlines() if "Warning" in line]
+    assert any("GPU" in w for w in warned), result.output()
+    assert "dead" in values["dead_actor_error"].lower() or "kill" in values[
+        "dead_actor_error"].lower(), values
+    if mode == "embedded":
+        assert sorted(values["gpu_ids"]) == [0, 1]

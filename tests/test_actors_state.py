@@ -1,0 +1,75 @@
+"""Issue 4 worker-side state: reusable variables (seed 000), run_function_on_all_workers
+(both spellings), the experimental signal API (the three 0.7 docs examples and
+reset), refs awaited in asyncio code, and multiprocessing manager proxies passed
+as task arguments with the authkey set on the workers (seed 003).
+
+One launch per mode runs every part (tests/mpi_scripts/actors_state.py); each
+part reports ``SECTION <name> ok`` or ``FAIL <name>`` with its traceback, and the
+tests below check one part each, so a failure names the feature."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_mpi
+
+pytestmark = pytest.mark.mpi
+
+LAUNCHES = [("embedded", 3), ("mpiexec", 3), ("module", 5)]
+
+
+@pytest.fixture(scope="module", params=LAUNCHES, ids=[f"{m}-{n}" for m, n in LAUNCHES])
+def state_run(request, tmp_path_factory):
+    mode, n = request.param
+    tmp = tmp_path_factory.mktemp(f"state-{mode}-{n}")
+    return run_mpi("actors_state.py", n, mode=mode, timeout=120, expect_rc=None,
+                   env={"HPC_RAY_TEST_TMPDIR": str(tmp)})
+
+
+def check_section(result, name):
+    lines = result.stdout.splitlines()
+    if f"SECTION {name} ok" not in lines:
+        pytest.fail(f"part {name!r} of actors_state.py failed\n{result.output()}",
+                    pytrace=False)
+
+
+def test_reusable_variables(state_run):
+    """Built once per worker, reinitialized after each task that used it, driver reads it."""
+    check_section(state_run, "reusable")
+
+
+def test_reusable_built_at_assignment(state_run):
+    """Seed 000: the assignment runs the initializer on each worker and on the driver."""
+    check_section(state_run, "reusable_eager")
+
+
+def test_run_function_on_all_workers(state_run):
+    """Runs everywhere before later tasks, also in processes started later."""
+    check_section(state_run, "run_function")
+
+
+def test_signal_user(state_run):
+    check_section(state_run, "signal_user")
+
+
+def test_signal_error(state_run):
+    check_section(state_run, "signal_error")
+
+
+def test_signal_between_actors(state_run):
+    check_section(state_run, "signal_actors")
+
+
+def test_async(state_run):
+    check_section(state_run, "async")
+
+
+def test_manager_proxies(state_run):
+    check_section(state_run, "manager_proxies")
+
+
+def test_script_ends_cleanly(state_run):
+    """The script ran to its end (no crash, no hang) and shut down cleanly."""
+    values = state_run.results()
+    assert "failed_sections" in values, state_run.output()
+    expected_rc = 1 if values["failed_sections"] else 0
+    assert state_run.returncode == expected_rc, state_run.output()
