@@ -267,6 +267,7 @@ _NO_SLURM = ("no Slurm on this machine: the {cmd!r} command is not on PATH. Run 
              "a login node of a Slurm cluster (or `module load slurm` first); without "
              "Slurm, start a job with `hpc-ray run -n N driver.py`.")
 _UNREACHABLE = ("Could not establish a configuration source", "Unable to contact slurm",
+                "Unable to process configuration file",
                 "Unable to establish controller machine", "Zero Bytes were transmitted",
                 "Communication connection failure", "Socket timed out")
 

@@ -19,10 +19,8 @@ import itertools
 import json
 import os
 import pickle
-import queue
 import socket
 import sys
-import threading
 import time
 import traceback
 from multiprocessing.connection import Connection
@@ -93,36 +91,18 @@ class ExecutorContext:
             self.conn.send_bytes(pickle.dumps(out, protocol=5))
         self.last_flush = time.monotonic()
 
-    def start_reader(self) -> None:
-        """Drain the pipe in a thread, so the rank never blocks writing to us.
-
-        Without it, a rank writing a large batch and an executor writing its
-        results could each wait for the other to read: a pipe deadlock.
-        """
-        self._incoming: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._read_pipe, daemon=True, name="hpc_ray-reader").start()
-
-    def _read_pipe(self) -> None:
-        while True:
-            try:
-                data = self.conn.recv_bytes()
-            except (EOFError, OSError):
-                self._incoming.put(None)
-                return
-            self._incoming.put(loads(data))
-
     def _poll(self, timeout: float) -> bool:
-        return self._recv(timeout)
+        return self.conn.poll(timeout)
 
     def _recv(self, timeout: float | None) -> bool:
-        """Move one batch from the rank into ``inbox``; False on timeout."""
-        try:
-            batch = self._incoming.get(timeout=timeout)
-        except queue.Empty:
+        """Read one batch from the rank into ``inbox``; False on timeout."""
+        if timeout is not None and not self.conn.poll(timeout):
             return False
-        if batch is None:
+        try:
+            data = self.conn.recv_bytes()
+        except (EOFError, OSError):
             os._exit(0)  # the rank is gone: nothing left to serve
-        self.inbox.extend(batch)
+        self.inbox.extend(loads(data))
         return True
 
     def _request(self, msg_kind: int, *fields, timeout: float | None = None,
@@ -410,7 +390,6 @@ def main() -> None:
     ctx = ExecutorContext(conn, arena, cfg["node"], cfg["rank"], cfg["size"],
                           cfg["store_size"])
     context.set_current(ctx)
-    ctx.start_reader()
     ctx.serve()
 
 

@@ -18,12 +18,14 @@ import json
 import logging
 import os
 import pickle
+import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
-from multiprocessing.connection import Connection, wait as wait_conns
+from multiprocessing.connection import Connection
 
 from mpi4py import MPI
 
@@ -48,7 +50,7 @@ class ExecutorProc:
     """The rank's view of one executor process."""
 
     __slots__ = ("proc", "conn", "serial", "known_fns", "assigned", "blocked", "actor_id",
-                 "calls", "retiring", "ready", "pid", "actor_spec")
+                 "calls", "retiring", "ready", "pid", "actor_spec", "fd", "outbuf", "inbuf")
 
     def __init__(self, proc: subprocess.Popen, conn: Connection, serial: int,
                  actor_id: int | None) -> None:
@@ -64,13 +66,67 @@ class ExecutorProc:
         self.retiring = False
         self.ready = False
         self.actor_spec = None
+        self.fd = conn.fileno()
+        os.set_blocking(self.fd, False)
+        self.outbuf = bytearray()
+        self.inbuf = bytearray()
+
+    # The rank's end of the socket is non-blocking and buffered both ways: a rank
+    # that blocked writing to a busy executor, while that executor blocked writing
+    # its results to the rank, would deadlock. Frames are multiprocessing's
+    # (a 4-byte big-endian length, then the bytes), so the executor reads them
+    # with a plain Connection.
 
     def send(self, msgs: list) -> None:
-        # Sent even before EXEC_READY: the socket holds it until the executor reads.
+        # Sent even before EXEC_READY: the bytes wait until the executor reads.
+        data = pickle.dumps(msgs, protocol=5)
+        n = len(data)
+        if n <= 0x7FFFFFFF:
+            self.outbuf += struct.pack("!i", n)
+        else:
+            self.outbuf += struct.pack("!iQ", -1, n)
+        self.outbuf += data
+        self.write_some()
+
+    def write_some(self) -> None:
+        while self.outbuf:
+            try:
+                k = os.write(self.fd, self.outbuf)
+            except BlockingIOError:
+                return
+            except OSError:
+                self.outbuf.clear()  # it died; EOF on its socket reports that
+                return
+            del self.outbuf[:k]
+
+    def read_frames(self) -> list[bytes] | None:
+        """Complete frames available now; None at EOF (the executor died)."""
         try:
-            self.conn.send_bytes(pickle.dumps(msgs, protocol=5))
+            chunk = os.read(self.fd, 1 << 20)
+        except BlockingIOError:
+            return []
         except OSError:
-            pass  # it died; EOF on its pipe reports that
+            return None
+        if not chunk:
+            return None
+        buf = self.inbuf
+        buf += chunk
+        frames = []
+        pos = 0
+        while len(buf) - pos >= 4:
+            n = struct.unpack_from("!i", buf, pos)[0]
+            head = 4
+            if n == -1:
+                if len(buf) - pos < 12:
+                    break
+                n = struct.unpack_from("!Q", buf, pos + 4)[0]
+                head = 12
+            if len(buf) - pos - head < n:
+                break
+            frames.append(bytes(buf[pos + head: pos + head + n]))
+            pos += head + n
+        del buf[:pos]
+        return frames
 
 
 class WorkerLoop:
@@ -434,17 +490,24 @@ class WorkerLoop:
             if self.fetcher.progress():
                 active = True
             timeout = 0.0 if active else backoff.next_timeout()
-            by_conn = {ex.conn: ex for ex in self.all_executors()}
-            ready = wait_conns(list(by_conn), timeout)
-            for conn in ready:
-                ex = by_conn[conn]
-                try:
-                    data = conn.recv_bytes()
-                except (EOFError, OSError):
+            executors = self.all_executors()
+            by_fd = {ex.fd: ex for ex in executors}
+            writers = [ex.fd for ex in executors if ex.outbuf]
+            try:
+                ready, writable, _ = select.select(list(by_fd), writers, [], timeout)
+            except (OSError, ValueError):
+                ready, writable = list(by_fd), []
+            for fd in writable:
+                by_fd[fd].write_some()
+            for fd in ready:
+                ex = by_fd[fd]
+                frames = ex.read_frames()
+                if frames is None:
                     self.on_executor_died(ex)
                     active = True
                     continue
-                self.on_executor(ex, loads(data))
+                for data in frames:
+                    self.on_executor(ex, loads(data))
                 active = True
             if ready:
                 self.dispatch()
