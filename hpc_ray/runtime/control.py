@@ -86,7 +86,8 @@ def _nodes(head: Head) -> list[dict]:
 
 def _tasks(head: Head) -> dict:
     out = {}
-    for tid, t in head.tasks.items():
+    for t in list(head.finished_tasks) + list(head.tasks.values()):
+        tid = t.spec[m.T_ID]
         out[f"{tid:032x}"] = {
             "TaskID": f"{tid:032x}", "FunctionName": t.spec[m.T_NAME], "State": t.state,
             "Rank": t.rank, "Attempts": t.attempts,

@@ -37,6 +37,9 @@ FETCH_PLAN = 4
 MAX_PREFETCH = 256
 #: Queue depth is chosen so a worker holds about this many seconds of work.
 PREFETCH_SECONDS = 0.002
+#: Bounds on what the head remembers of finished work (for tasks() and timeline()).
+MAX_FINISHED_TASKS = 100_000
+MAX_TIMELINE_EVENTS = 1_000_000
 
 
 class ObjectEntry:
@@ -145,7 +148,9 @@ class Head:
         self.node_leader = {}
         for r, n in enumerate(node_of):
             self.node_leader.setdefault(n, r)
-        self.timeline_events: list[dict] = []
+        #: Finished tasks kept for tasks() and timeline(), newest last (bounded).
+        self.finished_tasks: collections.deque = collections.deque(maxlen=MAX_FINISHED_TASKS)
+        self.timeline_events: collections.deque = collections.deque(maxlen=MAX_TIMELINE_EVENTS)
         self.run_functions: list[bytes] = []
         self.broken: str | None = None
         self.remote_waits: dict[int, tuple] = {}   # wait req key -> (rank, req, ids, n)
@@ -514,11 +519,16 @@ class Head:
             self.release([oid for _, oid in deps])
         if spec[m.T_CONTAINED]:
             self.release(spec[m.T_CONTAINED])
-        # Keep a compact trace for timeline() and tasks(); drop the payload.
+        # Keep a compact trace for timeline() and tasks(); drop the payload, and
+        # move the entry out of the live table so a long job's head stays small.
         spec[m.T_PAYLOAD] = None
         if task.t_end:
             self.timeline_events.append((task.spec[m.T_NAME], task.rank, task.t_start,
                                          task.t_end, task.pid, task.spec[m.T_ID]))
+        tid = spec[m.T_ID]
+        if self.tasks.get(tid) is task:
+            del self.tasks[tid]
+            self.finished_tasks.append(task)
 
     def worker_crashed(self, rank: int, tids: list[int], exitcode: int, pid: int,
                        actor_id: int | None) -> None:
