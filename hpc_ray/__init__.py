@@ -15,6 +15,7 @@ from .api import (as_completed, available_resources, cluster_resources, get,
                   get_gpu_ids, get_resource_ids, init, is_initialized, nodes, objects,
                   profile, progress, put, remote, run_function_on_all_workers, shutdown,
                   tasks, timeline, wait)
+from .preempt import on_preempt
 from .reusable import Reusable, reusables
 from .runtime.context import ObjectRef
 from .asyncio_compat import as_future
@@ -27,6 +28,6 @@ __all__ = [
     "ActorClass", "ActorHandle", "experimental", "worker", "ObjectID", "ObjectRef", "Reusable", "as_completed",
     "as_future", "available_resources", "cluster_resources", "exceptions", "get",
     "get_actor", "get_gpu_ids", "get_resource_ids", "init", "is_initialized", "kill",
-    "method", "nodes", "objects", "profile", "progress", "put", "remote", "reusables",
+    "method", "nodes", "objects", "on_preempt", "profile", "progress", "put", "remote", "reusables",
     "run_function_on_all_workers", "shutdown", "tasks", "timeline", "wait",
 ]

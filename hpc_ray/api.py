@@ -311,7 +311,9 @@ def timeline(filename: str | None = None) -> list[dict] | None:
 
     Load the file in chrome://tracing or https://ui.perfetto.dev.
     """
-    raw = context.current().control("timeline")
+    ctx = context.current()
+    raw = ctx.control("timeline")
+    job_id = getattr(ctx, "job_id", None)
     events = []
     for ev in raw:
         if isinstance(ev, dict):
@@ -321,7 +323,7 @@ def timeline(filename: str | None = None) -> list[dict] | None:
         events.append({"cat": "task", "name": name, "ph": "X", "pid": f"rank {rank}",
                        "tid": pid, "ts": t0 * 1e6, "dur": max(0.0, (t1 - t0) * 1e6),
                        "args": {"rank": rank, "task_id": f"{tid:032x}", "pid": pid,
-                                "function": name}})
+                                "function": name, "job_id": job_id}})
     if filename is None:
         return events
     with open(filename, "w") as f:
