@@ -9,7 +9,7 @@
 
     ray.get([f.remote(i) for i in range(4)])   # [0, 1, 4, 9]
 """
-from . import exceptions, experimental, worker
+from . import collective, exceptions, experimental, worker
 from .actors import ActorClass, ActorHandle, get_actor, kill, method
 from .api import (as_completed, available_resources, cluster_resources, get,
                   get_gpu_ids, get_resource_ids, init, is_initialized, nodes, objects,
@@ -25,7 +25,7 @@ ObjectID = ObjectRef
 __version__ = "0.1.0"
 
 __all__ = [
-    "ActorClass", "ActorHandle", "experimental", "worker", "ObjectID", "ObjectRef", "Reusable", "as_completed",
+    "ActorClass", "ActorHandle", "collective", "experimental", "worker", "ObjectID", "ObjectRef", "Reusable", "as_completed",
     "as_future", "available_resources", "cluster_resources", "exceptions", "get",
     "get_actor", "get_gpu_ids", "get_resource_ids", "init", "is_initialized", "kill",
     "method", "nodes", "objects", "on_preempt", "profile", "progress", "put", "remote", "reusables",
