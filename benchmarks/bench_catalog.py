@@ -1,0 +1,83 @@
+"""What is measured, in which unit, and the targets hpc_ray is held to.
+
+Shared by the child (which runs the workloads) and the parent (which reports them).
+No runtime is imported here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Marks the child's result lines on stdout; Ray and MPI write there too.
+MARK = "@@bench "
+
+#: 100 MiB, the size of the "large" array (float64). GB/s means 1e9 bytes/s.
+LARGE_BYTES = 100 * 2**20
+
+#: Batch sizes. Big enough that per-batch overhead (thread start, list build) is
+#: noise, small enough that a slow system still finishes a batch well inside a rep.
+ASYNC_BATCH = 1000
+SYNC_THREAD_BATCH = 200
+TREE_LEAVES = 256
+WAIT_REFS = 1000
+
+#: hpc_ray_mpi and futures_mpi run under ``mpiexec -n 3`` (driver + 2 workers).
+SYSTEMS = ("hpc_ray", "hpc_ray_mpi", "ray", "futures", "futures_mpi")
+HPC_SYSTEMS = ("hpc_ray", "hpc_ray_mpi")
+DEFAULT_SYSTEMS = "hpc_ray,ray,futures"
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    unit: str
+    what: str
+    #: Whether an mpi4py.futures version exists (it has no objects, refs or actors).
+    futures: bool = False
+
+
+WORKLOADS = [
+    Workload("task_sync", "tasks/s", "get(f.remote()) in a loop: one task round trip", True),
+    Workload("task_async", "tasks/s",
+             f"get([f.remote() for _ in range({ASYNC_BATCH})]): task throughput", True),
+    Workload("put_large", "GB/s", "put(a) of a 100 MiB float64 array (1 GB = 1e9 bytes)"),
+    Workload("get_large", "calls/s", "get(ref), ref = put(a) of the 100 MiB array"),
+    Workload("put_small", "calls/s", "put(0)"),
+    Workload("get_small", "calls/s", "get(ref), ref = put(0)"),
+    Workload("wait_1k", "calls/s",
+             f"wait(refs, num_returns={WAIT_REFS}) on {WAIT_REFS} finished task refs"),
+    Workload("tree_reduce", "reductions/s",
+             f"{TREE_LEAVES} leaf refs summed pairwise by {TREE_LEAVES - 1} add(a, b) "
+             f"tasks whose arguments are refs; get the root", True),
+    Workload("actor_sync", "calls/s", "1:1, get(a.m.remote()) in a loop"),
+    Workload("actor_async", "calls/s",
+             f"1:1, get([a.m.remote() for _ in range({ASYNC_BATCH})])"),
+    Workload("actor_nn_sync", "calls/s",
+             "n:n, 2 actors, 2 driver threads, each looping get(a_i.m.remote())"),
+    Workload("actor_nn_async", "calls/s",
+             f"n:n, 2 actors, 2 driver threads, each getting batches of {ASYNC_BATCH // 2}"),
+    Workload("actor_nn_sync_tasks", "calls/s",
+             "n:n, 2 actors, 2 caller tasks, each looping get(a_i.m.remote())"),
+    Workload("actor_nn_async_tasks", "calls/s",
+             f"n:n, 2 actors, 2 caller tasks, each getting batches of {ASYNC_BATCH}"),
+]
+WORKLOAD_BY_NAME = {w.name: w for w in WORKLOADS}
+
+#: workload -> [(reference system, minimum hpc_ray / reference ratio)]
+TARGETS: dict[str, list[tuple[str, float]]] = {
+    "task_sync": [("ray", 5.0)],
+    "task_async": [("ray", 10.0), ("futures", 1.0)],
+    "put_large": [("ray", 1.0)],
+    "get_large": [("ray", 1.0)],
+    "actor_sync": [("ray", 10.0)],
+    "actor_async": [("ray", 5.0)],
+    "actor_nn_sync": [("ray", 10.0)],
+    "actor_nn_async": [("ray", 5.0)],
+    "actor_nn_sync_tasks": [("ray", 10.0)],
+    "actor_nn_async_tasks": [("ray", 5.0)],
+}
+
+
+def applies(system: str, workload: str) -> bool:
+    if system.startswith("futures"):
+        return WORKLOAD_BY_NAME[workload].futures
+    return True

@@ -1,0 +1,83 @@
+"""Smoke tests for benchmarks/microbenchmark.py: it runs and prints a table.
+
+No timing is asserted here; speed claims live in benchmarks/README.md.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
+SCRIPT = BENCH_DIR / "microbenchmark.py"
+
+#: Seconds for one quick run, start-up and shutdown included (Ray takes ~10 s).
+RUN_TIMEOUT = 100
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(SCRIPT), *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=str(BENCH_DIR.parent), start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)  # the script sweeps its own children; this is its session
+        out, err = proc.communicate()
+        pytest.fail(f"{' '.join(cmd)} timed out after {RUN_TIMEOUT}s; output so far:\n"
+                    f"--- stdout ---\n{out}\n--- stderr ---\n{err}", pytrace=False)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _assert_table(res: subprocess.CompletedProcess, system: str, workload: str) -> None:
+    shown = f"command: {' '.join(res.args)}\n--- stdout ---\n{res.stdout}\n" \
+            f"--- stderr ---\n{res.stderr}"
+    assert res.returncode == 0, shown
+    header = [ln for ln in res.stdout.splitlines() if ln.startswith("| workload")]
+    assert header and system in header[0], shown
+    row = [ln for ln in res.stdout.splitlines() if ln.startswith(f"| {workload} ")]
+    assert row, shown
+    cells = [c.strip() for c in row[0].strip("|").split("|")]
+    assert cells[2] not in ("ERR", "TIMEOUT", "-", ""), shown
+
+
+@pytest.mark.parametrize("system", ["hpc_ray", "futures", "ray"])
+def test_quick_run_prints_table(system):
+    if system == "ray" and importlib.util.find_spec("ray") is None:
+        pytest.skip("ray is not installed (pip install ray)")
+    res = _run("--systems", system, "--quick", "--only", "task_sync")
+    _assert_table(res, system, "task_sync")
+
+
+def test_list_names_every_workload():
+    res = _run("--list")
+    assert res.returncode == 0, res.stderr
+    for name in ("task_sync", "task_async", "put_large", "get_large", "get_small",
+                 "wait_1k", "tree_reduce", "actor_sync", "actor_async", "actor_nn_sync"):
+        assert name in res.stdout
+
+
+def test_report_ratios_and_verdicts(monkeypatch):
+    # The parent-side report, on made-up figures: no runtime is started.
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    from bench_report import format_table, verdicts
+    from bench_runner import Result, SystemRun
+
+    runs = {
+        "hpc_ray": SystemRun("hpc_ray", results={
+            "task_async": Result("ok", 30000.0), "task_sync": Result("error", detail="boom")}),
+        "ray": SystemRun("ray", results={
+            "task_async": Result("ok", 2000.0), "task_sync": Result("ok", 600.0)}),
+        "futures": SystemRun("futures", results={
+            "task_async": Result("ok", 40000.0), "task_sync": Result("ok", 300.0)}),
+    }
+    assert verdicts(runs, "hpc_ray", "task_async") == ["PASS (ray)", "MISS (futures)"]
+    assert verdicts(runs, "hpc_ray", "task_sync")[0].startswith("MISS")
+    table = format_table(runs, ["task_sync", "task_async"])
+    row = next(ln for ln in table.splitlines() if ln.startswith("| task_async "))
+    assert "15.0x" in row and "0.75x" in row
+    assert "ERR" in next(ln for ln in table.splitlines() if ln.startswith("| task_sync "))
