@@ -31,6 +31,10 @@ from .head import FETCH_PLAN, Head
 
 logger = logging.getLogger(__name__)
 
+#: Rounds of I/O the driver thread runs itself, back to back, while it waits
+#: before it sleeps and leaves the polling to the comm thread.
+DRIVER_SPINS = 200
+
 
 class HeadLoop(threading.Thread):
     """The comm thread of rank 0."""
@@ -46,6 +50,9 @@ class HeadLoop(threading.Thread):
         self.fetch_requests: list = []
         self.error: str | None = None
         self.backoff = Backoff()
+        #: Held by whichever thread runs poll_once(): MPI calls never overlap.
+        self.progress = threading.Lock()
+        self.last_flush = 0.0
         head.wakeup = self.event.set
         self._handlers = {
             m.TASK_DONE: lambda src, msg: self.head.task_done(src, *msg[1:]),
@@ -109,46 +116,63 @@ class HeadLoop(threading.Thread):
             with self.head.lock:
                 self.head.mark_broken("the head's comm thread failed:\n" + self.error)
 
-    def _loop(self) -> None:
-        # tighten_timer_slack()
+    def poll_once(self) -> bool:
+        """One round of the head's I/O; the caller holds ``self.progress``.
+
+        Returns whether anything happened. Called by the comm thread, and by the
+        driver thread itself while it waits in get()/wait(): a sync round trip then
+        involves no hand-over between threads.
+        """
         head = self.head
-        comm = self.comm
-        handlers = self._handlers
+        sender = self.sender
+        active = False
+        batches = recv_control(self.comm)
+        with head.lock:
+            drain_refs(head)
+            if batches:
+                active = True
+                handlers = self._handlers
+                for src, msgs in batches:
+                    for msg in msgs:
+                        handlers[msg[0]](src, msg)
+                head.schedule()
+                head.cond.notify_all()
+            out = head.take_outbox() if head.outbox else None
+            if self.fetch_requests:
+                reqs, self.fetch_requests = self.fetch_requests, []
+            else:
+                reqs = None
+        if out:
+            active = True
+            for rank, msgs in out.items():
+                sender.send(rank, msgs)
+            self.last_flush = time.monotonic()
+        if reqs:
+            for oid, plan, done in reqs:
+                self.fetcher.start(oid, plan[1], plan[2], plan[3],
+                                   lambda o, rec, done=done: self._fetched(o, rec, done),
+                                   m.FETCH)
+        sender.progress()
+        if self.fetcher.progress():
+            active = True
+        return active
+
+    def _loop(self) -> None:
+        tighten_timer_slack()  # per thread on Linux: this comm thread only
+        head = self.head
         backoff = self.backoff
         event = self.event
-        sender = self.sender
+        progress = self.progress
         last_check = time.monotonic()
         while True:
             active = False
-            batches = recv_control(comm)
-            with head.lock:
-                drain_refs(head)
-                if batches:
-                    active = True
-                    for src, msgs in batches:
-                        for msg in msgs:
-                            handlers[msg[0]](src, msg)
-                    head.schedule()
-                    head.cond.notify_all()
-                out = head.take_outbox() if head.outbox else None
-                if self.fetch_requests:
-                    reqs, self.fetch_requests = self.fetch_requests, []
-                else:
-                    reqs = None
-            if out:
-                active = True
-                for rank, msgs in out.items():
-                    sender.send(rank, msgs)
-            if reqs:
-                for oid, plan, done in reqs:
-                    self.fetcher.start(oid, plan[1], plan[2], plan[3],
-                                       lambda o, rec, done=done: self._fetched(o, rec, done),
-                                       m.FETCH)
-            sender.progress()
-            if self.fetcher.progress():
-                active = True
-            if self.stop_requested and not out and not sender.pending:
-                return
+            if progress.acquire(timeout=0.01):
+                try:
+                    active = self.poll_once()
+                    if self.stop_requested and not head.outbox and not self.sender.pending:
+                        return
+                finally:
+                    progress.release()
             now = time.monotonic()
             if now - last_check > 1.0:
                 last_check = now
@@ -252,37 +276,64 @@ class DriverContext:
             raise RayError("the hpc_ray head failed; see the traceback on stderr:\n"
                            + self.loop.error)
 
+    def _wait_for(self, check, deadline: float | None):
+        """Wait until ``check()`` (run under the head lock) returns non-None.
+
+        While waiting, the driver thread drives the head's I/O itself when the
+        comm thread is not doing so, then backs off to sleeping on the head's
+        condition (the comm thread notifies it).
+        """
+        head = self.head
+        loop = self.loop
+        spins = 0
+        while True:
+            with head.lock:
+                drain_refs(head)
+                result = check()
+                if result is not None:
+                    return result
+                self._check_broken()
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            if spins < DRIVER_SPINS and loop.progress.acquire(blocking=False):
+                try:
+                    active = loop.poll_once()
+                finally:
+                    loop.progress.release()
+                spins = 0 if active else spins + 1
+                continue
+            spins += 1
+            wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+            with head.lock:
+                if check() is None:
+                    head.cond.wait(min(wait, 0.001 * min(spins, 100)))
+
     def get(self, refs: list, timeout: float | None) -> list:
         head = self.head
         ids = [r.id for r in refs]
         deadline = None if timeout is None else time.monotonic() + timeout
-        with head.lock:
-            drain_refs(head)
-            objects = head.objects
-            while True:
-                missing = [i for i in ids if (objects.get(i) is None
-                                              or objects[i].record is None)]
-                if not missing:
-                    break
-                self._check_broken()
-                if deadline is None:
-                    head.cond.wait(0.5)
-                else:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise GetTimeoutError(
-                            f"get timed out after {timeout} s: {len(missing)} of "
-                            f"{len(ids)} objects not ready (first: "
-                            f"{context.ObjectRef(missing[0]).hex()})")
-                    head.cond.wait(min(left, 0.5))
-            recs = [head.record_for(i, self.node) for i in ids]
+        objects = head.objects
+
+        def all_ready():
+            for i in ids:
+                e = objects.get(i)
+                if e is None or e.record is None:
+                    return None
+            return [head.record_for(i, self.node) for i in ids]
+
+        recs = self._wait_for(all_ready, deadline)
+        if recs is None:
+            with head.lock:
+                missing = [i for i in ids if objects.get(i) is None or objects[i].record is None]
+            raise GetTimeoutError(
+                f"get timed out after {timeout} s: {len(missing)} of {len(ids)} objects "
+                f"not ready (first: {context.ObjectRef(missing[0]).hex() if missing else '-'})")
         if any(r[0] == FETCH_PLAN for r in recs):
             recs = self._fetch_remote(ids, recs)
         out = []
         arena = self.arena
         for ref, rec in zip(refs, recs):
-            kind = rec[0]
-            if kind == RAW:
+            if rec[0] == RAW:
                 out.append(rec[1])
             else:
                 out.append(values.from_record(rec, arena, ref))
@@ -341,24 +392,20 @@ class DriverContext:
             self.head.timeline_events.append(event)
 
     def wait(self, refs: list, num_returns: int, timeout: float | None) -> list:
-        head = self.head
+        objects = self.head.objects
         deadline = None if timeout is None else time.monotonic() + timeout
-        with head.lock:
-            drain_refs(head)
-            objects = head.objects
-            while True:
-                ready = [r for r in refs if (objects.get(r.id) is not None
-                                             and objects[r.id].record is not None)]
-                if len(ready) >= num_returns:
-                    return ready[:num_returns]
-                self._check_broken()
-                if deadline is None:
-                    head.cond.wait(0.5)
-                else:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return ready
-                    head.cond.wait(min(left, 0.5))
+
+        def ready_list():
+            ready = [r for r in refs if (objects.get(r.id) is not None
+                                         and objects[r.id].record is not None)]
+            return ready[:num_returns] if len(ready) >= num_returns else None
+
+        result = self._wait_for(ready_list, deadline)
+        if result is None:
+            with self.head.lock:
+                return [r for r in refs if (objects.get(r.id) is not None
+                                            and objects[r.id].record is not None)]
+        return result
 
     def is_ready(self, ref) -> bool:
         e = self.head.objects.get(ref.id)
