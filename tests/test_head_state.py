@@ -1,0 +1,238 @@
+"""The head's tables, the scheduler and the store allocator as pure objects (no MPI)."""
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import pytest
+
+from hpc_ray.exceptions import (ActorDiedError, GetTimeoutError, ObjectStoreFullError,
+                                TaskError, WorkerCrashedError)
+from hpc_ray.runtime import scheduler
+from hpc_ray.runtime.head import Head
+from hpc_ray.runtime.store import Allocator
+from hpc_ray.runtime.taskspec import build_spec, load_args
+from hpc_ray.runtime.context import ObjectRef
+from hpc_ray.transport import messages as m
+from hpc_ray.transport.serialization import ERROR, INLINE, RAW, SHM, loads
+
+
+def make_head(workers: int = 2, cpus: int = 1, store: int = 1 << 20) -> Head:
+    head = Head(workers + 1, [0] * (workers + 1), store, ["host"] * (workers + 1))
+    for r in range(1, workers + 1):
+        head.add_worker(r, {"CPU": cpus, "GPU": 0}, [], 1000 + r)
+    return head
+
+
+def spec_for(args=(1,), returns=1, resources=None, retries=3):
+    return build_spec(123, b"blob", "f", args, {}, returns, resources, retries, 0, None, 0)
+
+
+def executes(head: Head) -> list[tuple[int, list]]:
+    return [(rank, msg[1]) for rank, msgs in head.take_outbox().items()
+            for msg in msgs if msg[0] == m.EXECUTE]
+
+
+# --- allocator ----------------------------------------------------------------------
+
+def test_allocator_first_fit_and_coalescing():
+    a = Allocator(1024)
+    x = a.alloc(100)
+    y = a.alloc(100)
+    z = a.alloc(100)
+    assert (x, y, z) == (0, 128, 256)
+    a.free(y, 100)
+    assert a.alloc(64) == 128          # reuses the hole
+    a.free(128, 64)
+    a.free(x, 100)
+    a.free(z, 100)
+    assert a.used == 0
+    assert a.largest_free() == 1024    # everything merged back into one block
+
+
+def test_allocator_full_returns_none():
+    a = Allocator(256)
+    assert a.alloc(200) == 0
+    assert a.alloc(200) is None
+
+
+# --- tasks and objects --------------------------------------------------------------
+
+def test_ready_task_is_dispatched_with_function_once():
+    head = make_head(workers=1)
+    s1, s2 = spec_for(), spec_for()
+    head.submit(s1)
+    head.submit(s2)
+    head.schedule()
+    sent = executes(head)
+    assert [rank for rank, _ in sent] == [1, 1]
+    assert sent[0][1][m.T_BLOB] == b"blob"
+    assert sent[1][1][m.T_BLOB] is None   # shipped once per rank
+
+
+def test_dependency_waits_then_resolves_to_record():
+    head = make_head()
+    producer = spec_for()
+    head.submit(producer)
+    ref_id = producer[m.T_RETURNS][0]
+    consumer = build_spec(123, None, "g", (ObjectRef(ref_id),), {}, 1, None, 3, 0, None, 0)
+    head.submit(consumer)
+    head.schedule()
+    assert [s[m.T_ID] for _, s in executes(head)] == [producer[m.T_ID]]
+    head.task_done(1, producer[m.T_ID], [(RAW, 42)], None, 0.0, 1.0, 7)
+    head.schedule()
+    (rank, wire), = executes(head)
+    assert wire[m.T_ID] == consumer[m.T_ID]
+    assert wire[m.T_DEPS] == [(0, ref_id, (RAW, 42))]
+
+
+def test_error_propagates_downstream_without_running():
+    head = make_head()
+    producer = spec_for()
+    head.submit(producer)
+    ref_id = producer[m.T_RETURNS][0]
+    consumer = build_spec(123, None, "g", (ObjectRef(ref_id),), {}, 1, None, 3, 0, None, 0)
+    head.submit(consumer)
+    head.schedule()
+    executes(head)
+    err = (ERROR, pickle.dumps(TaskError("f", "tb", 1, "host", ValueError("x"))))
+    head.task_failed(1, producer[m.T_ID], err, 0.0, 1.0, 7)
+    out = head.objects[consumer[m.T_RETURNS][0]].record
+    assert out[0] == ERROR and isinstance(loads(out[1]), TaskError)
+    head.schedule()
+    assert executes(head) == []
+
+
+def test_crash_retries_then_fails_with_worker_crashed():
+    head = make_head(workers=1)
+    s = spec_for(retries=1)
+    head.submit(s)
+    head.schedule()
+    executes(head)
+    head.worker_crashed(1, [s[m.T_ID]], -11, 99, None)
+    head.schedule()
+    assert len(executes(head)) == 1          # retried once
+    head.worker_crashed(1, [s[m.T_ID]], -11, 99, None)
+    rec = head.objects[s[m.T_RETURNS][0]].record
+    err = loads(rec[1])
+    assert isinstance(err, WorkerCrashedError)
+    assert "SIGSEGV" in str(err) and "rank 1" in str(err) and "f" in str(err)
+    assert head.workers[1].inflight == 0
+
+
+def test_refcount_frees_store_block_when_last_holder_releases():
+    head = make_head(store=4096)
+    off = head.alloc(0, 1000)
+    head.hold([77])
+    head.put_object(77, (SHM, 0, off, 1000, 10, []), None)
+    assert head.allocators[0].used > 0
+    head.release([77])
+    assert 77 not in head.objects
+    assert head.allocators[0].used == 0
+
+
+def test_contained_refs_live_as_long_as_their_container():
+    head = make_head()
+    head.hold([5])
+    head.put_object(5, (RAW, 1), None)
+    head.hold([6])
+    head.put_object(6, (INLINE, b"", []), [5])  # object 6 holds a ref to 5
+    head.release([5])                           # the process let go of 5
+    assert 5 in head.objects
+    head.release([6])
+    assert 5 not in head.objects and 6 not in head.objects
+
+
+def test_infeasible_task_warns_naming_the_resource():
+    head = make_head()
+    head.submit(spec_for(resources={"CPU": 1, "TPU": 1}))
+    with pytest.warns(UserWarning, match="TPU"):
+        head.schedule()
+    assert executes(head) == []
+
+
+def test_prefetch_queues_short_tasks_beyond_cpus():
+    head = make_head(workers=1)
+    for _ in range(10):
+        head.submit(spec_for())
+    head.schedule()
+    first = len(executes(head))
+    assert 1 < first <= 1 + head.workers[1].prefetch
+
+
+def test_actor_calls_dispatch_in_order_after_ready():
+    head = make_head()
+    actor_id = 555
+    create = build_spec(9, b"cls", "C", (), {}, 1, {}, 0, 0, actor_id, 0)
+    head.create_actor(create, {}, 0, "ps", "C")
+    calls = [build_spec("m", None, "C.m", (i,), {}, 1, None, 0, 0, actor_id, 0)
+             for i in range(3)]
+    for c in calls:
+        head.submit(c)
+    assert executes(head) == []                   # not alive yet
+    head.actor_ready(actor_id, 1234)
+    assert [s[m.T_ID] for _, s in executes(head)] == [c[m.T_ID] for c in calls]
+    head.kill_actor(actor_id)
+    late = build_spec("m", None, "C.m", (9,), {}, 1, None, 0, 0, actor_id, 0)
+    head.submit(late)
+    assert isinstance(loads(head.objects[late[m.T_RETURNS][0]].record[1]), ActorDiedError)
+    assert "ps" not in head.named_actors
+
+
+def test_scheduler_prefers_node_with_largest_arguments():
+    head = Head(3, [0, 0, 1], 1 << 20, ["a", "a", "b"])
+    head.add_worker(1, {"CPU": 1}, [], 1)
+    head.add_worker(2, {"CPU": 1}, [], 2)
+    w = scheduler.pick_worker(list(head.workers.values()), {"CPU": 1}, {1: 10_000})
+    assert w.rank == 2
+
+
+# --- specs, messages, exceptions ------------------------------------------------------
+
+def test_build_spec_raw_fast_path_and_refs_by_position():
+    s = spec_for(args=(1, "a", None))
+    assert s[m.T_PAYLOAD] == (RAW, (1, "a", None))
+    r = ObjectRef(1 << 50)
+    s2 = build_spec(1, None, "g", (r, [r]), {"k": r}, 1, None, 3, 0, None, 0)
+    assert sorted(map(str, (d[0] for d in s2[m.T_DEPS]))) == ["0", "k"]
+    assert s2[m.T_CONTAINED] == [r.id]          # the nested one stays a ref
+    deps = [(pos, oid, (RAW, "value")) for pos, oid in s2[m.T_DEPS]]
+    args, kwargs = load_args(s2[m.T_PAYLOAD], deps, lambda oid, rec: rec[1])
+    assert args[0] == "value" and kwargs["k"] == "value"
+    assert isinstance(args[1][0], ObjectRef)
+
+
+def test_unpicklable_argument_raises_type_error_naming_function():
+    class Bad:
+        def __reduce__(self):
+            raise RuntimeError("nope")
+    with pytest.raises(TypeError, match="arguments of g"):
+        build_spec(1, None, "g", (Bad(),), {}, 1, None, 3, 0, None, 0)
+
+
+def test_message_kinds_are_unique_small_ints():
+    values = [k.value for k in m.Msg]
+    assert len(values) == len(set(values))
+    assert all(0 < v < 32767 for v in values)
+    assert pickle.loads(pickle.dumps((m.EXECUTE, [1, 2]))) == (m.EXECUTE, [1, 2])
+
+
+@pytest.mark.parametrize("exc", [
+    GetTimeoutError("t"), ObjectStoreFullError("full"), WorkerCrashedError("crash"),
+    ActorDiedError("dead"), TaskError("f", "tb", 3, "host", KeyError("k")),
+])
+def test_exceptions_pickle(exc):
+    again = pickle.loads(pickle.dumps(exc))
+    assert type(again) is type(exc) and str(again) == str(exc)
+
+
+def test_task_error_is_instance_of_cause_and_pickles():
+    err = TaskError("f", "Traceback...", 2, "n1", ValueError("bad")).as_instanceof_cause()
+    assert isinstance(err, ValueError) and isinstance(err, TaskError)
+    again = pickle.loads(pickle.dumps(err))
+    assert isinstance(again, ValueError) and again.rank == 2
+    assert "f failed on worker rank 2" in str(again)
+    assert isinstance(GetTimeoutError("x"), TimeoutError)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert isinstance(ObjectStoreFullError("x"), MemoryError)
