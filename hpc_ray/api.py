@@ -32,6 +32,8 @@ _IGNORED_INIT_ARGS = (
 
 _session = None
 _lock = threading.RLock()
+#: Set when an mpiexec job's workers were shut down: they cannot come back.
+_mpi_workers_gone = False
 
 
 def init(address: str | None = None, *, num_cpus: int | None = None,
@@ -87,6 +89,10 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
             return _session_info()
         MPI = launch.mpi()
         world = MPI.COMM_WORLD
+        if world.Get_size() > 1 and _mpi_workers_gone:
+            raise RayError("hpc_ray was shut down in this mpiexec job and its worker ranks "
+                           "have exited; init() can start only once per mpiexec job "
+                           "(embedded mode can start again)")
         if world.Get_size() > 1 and world.Get_rank() != 0:
             # A worker rank: serve until the driver is done, never return.
             gone = launch.run_worker(world, spawned=False)
@@ -114,7 +120,7 @@ def _session_info() -> dict:
 
 def shutdown(exiting_interpreter: bool = False) -> None:
     """Stop the workers and release the store. Safe to call twice."""
-    global _session
+    global _session, _mpi_workers_gone
     with _lock:
         if _session is None:
             return
@@ -124,6 +130,7 @@ def shutdown(exiting_interpreter: bool = False) -> None:
         if kind == "mpi":
             from .runtime.session import stop_driver
             stop_driver(obj)
+            _mpi_workers_gone = not obj.embedded
         context.reset_local_refs()
         from . import reusable as _reusables
         _reusables.reset()
