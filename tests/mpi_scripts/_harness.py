@@ -1,0 +1,117 @@
+"""Helpers shared by the rank scripts in this folder.
+
+``tests/conftest.py:run_mpi`` tells a script how it was launched through
+environment variables:
+
+    HPC_RAY_TEST_MODE         embedded | mpiexec | module | plain
+    HPC_RAY_TEST_NP           total ranks (driver included)
+    HPC_RAY_TEST_NUM_WORKERS  worker ranks (NP - 1)
+    HPC_RAY_TEST_TIMEOUT      the launch's timeout in seconds
+    HPC_RAY_TEST_TMPDIR       a private directory for marker files
+
+Nothing here is used inside a task: tasks are defined in the scripts
+themselves, so cloudpickle ships them by value.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+import traceback
+
+MODE = os.environ.get("HPC_RAY_TEST_MODE", "embedded")
+NP = int(os.environ.get("HPC_RAY_TEST_NP", "3"))
+NUM_WORKERS = int(os.environ.get("HPC_RAY_TEST_NUM_WORKERS", str(max(NP - 1, 0))))
+TIMEOUT = float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60"))
+TMPDIR = os.environ.get("HPC_RAY_TEST_TMPDIR") or os.getcwd()
+
+
+def init_kwargs(**extra) -> dict:
+    """Arguments for ``hpc_ray.init()``: embedded mode spawns NUM_WORKERS ranks."""
+    kwargs = dict(extra)
+    if MODE == "embedded":
+        kwargs.setdefault("num_cpus", NUM_WORKERS)
+    return kwargs
+
+
+def report(key: str, value) -> None:
+    """Print a ``RESULT key=<json>`` line for the test to check."""
+    print(f"RESULT {key}={json.dumps(value)}", flush=True)
+
+
+#: Failed checks so far. A script reports every failure it meets, not only the
+#: first: a check records and goes on, a ``section`` catches what escapes it.
+FAILURES: list[str] = []
+
+
+def _where(depth: int = 2) -> str:
+    frame = sys._getframe(depth)
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def check(cond, message="") -> bool:
+    """Record a failure (with the caller's line) unless ``cond``; survives ``python -O``."""
+    if not cond:
+        text = f"CHECK FAILED at {_where()}: {message!s}"[:3000]
+        FAILURES.append(text)
+        log(text)
+    return bool(cond)
+
+
+def expect_raises(exc_types, fn, *args, **kwargs):
+    """Call ``fn`` and return the exception it raised; record a failure if it
+    returned (or raised something else) and return that exception or None."""
+    try:
+        value = fn(*args, **kwargs)
+    except exc_types as err:
+        return err
+    except Exception as err:
+        check(False, f"{getattr(fn, '__name__', fn)} raised {err!r}, expected {exc_types}")
+        return err
+    text = f"CHECK FAILED at {_where()}: {getattr(fn, '__name__', fn)} returned {value!r}, " \
+           f"expected {exc_types}"
+    FAILURES.append(text[:3000])
+    log(text[:3000])
+    return None
+
+
+@contextlib.contextmanager
+def section(name: str):
+    """Run a block; an exception escaping it is recorded, and the script goes on."""
+    try:
+        yield
+    except Exception as err:
+        text = f"SECTION FAILED {name}: {err!r}"[:500] + "\n" + traceback.format_exc()
+        FAILURES.append(text[:5000])
+        log(text[:5000])
+
+
+def ok(name: str) -> None:
+    """Print ``OK <name>`` if every check passed; otherwise list them and exit 1."""
+    if FAILURES:
+        log(f"{len(FAILURES)} check(s) failed in {name}:")
+        for text in FAILURES:
+            log("  - " + text.splitlines()[0])
+        sys.stdout.flush()
+        sys.exit(1)
+    print(f"OK {name}", flush=True)
+
+
+def poll_for(pred, timeout: float, period: float = 0.02):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(period)
+        period = min(period * 1.5, 0.2)
+
+
+def tmp_path(name: str) -> str:
+    return os.path.join(TMPDIR, name)
+
+
+def log(*args) -> None:
+    print(*args, file=sys.stderr, flush=True)

@@ -1,0 +1,199 @@
+"""Bad input gives a clear exception in the caller, and the runtime keeps working."""
+import faulthandler, os
+faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
+
+import pickle
+import threading
+
+from _harness import NP, check, expect_raises, init_kwargs, ok, report, section
+
+import hpc_ray as ray
+from hpc_ray.exceptions import RayError, TaskError
+
+ray.init(**init_kwargs())
+
+
+class BadReduce:
+    def __reduce__(self):
+        raise RuntimeError("boom in __reduce__")
+
+
+class Unpicklable:
+    def __init__(self):
+        self.lock = threading.Lock()
+
+
+@ray.remote
+def identity(x):
+    return x
+
+
+@ray.remote
+def return_bad():
+    return BadReduce()
+
+
+@ray.remote
+def return_lock():
+    return threading.Lock()
+
+
+@ray.remote
+def add(a, b):
+    return a + b
+
+
+def still_works():
+    check(ray.get(add.remote(ray.put(1), 2)) == 3)
+
+
+def call_site(fn, *args):
+    """Run a submission and its get; return (where it failed, the exception)."""
+    try:
+        ref = fn(*args)
+    except Exception as err:
+        return "submit", err
+    try:
+        value = ray.get(ref, timeout=30)
+    except Exception as err:
+        return "get", err
+    raise AssertionError(f"no error, got {value!r}")
+
+
+seen = {}
+
+# --- unpicklable arguments and return values ----------------------------------
+
+with section("unpicklable"):
+    for name, value in [("arg_bad_reduce", BadReduce()), ("arg_lock", Unpicklable())]:
+        where, err = call_site(identity.remote, value)
+        check(not isinstance(err, ray.exceptions.GetTimeoutError), repr(err))
+        seen[name] = [where, type(err).__name__, str(err)[:500]]
+        still_works()
+    where, err = call_site(lambda v: ray.put(v), BadReduce())
+    seen["put_bad_reduce"] = [where, type(err).__name__, str(err)[:500]]
+    still_works()
+
+    for name, fn in [("ret_bad_reduce", return_bad), ("ret_lock", return_lock)]:
+        where, err = call_site(fn.remote)
+        check(where == "get", (where, err))
+        check(isinstance(err, RayError), repr(err))
+        seen[name] = [where, type(err).__name__, str(err)[:2000]]
+        still_works()
+    report("unpicklable", seen)
+
+# --- get and wait misuse --------------------------------------------------------
+
+with section("get and wait misuse"):
+    for bad in (1, "abc", None, [1, 2], [ray.put(1), "x"]):
+        err = expect_raises(Exception, ray.get, bad)
+        check(isinstance(err, TypeError), (bad, err))
+    ref = ray.put(1)
+    err = expect_raises(Exception, ray.wait, [ref, ref])
+    check(isinstance(err, ValueError), repr(err))
+    err = expect_raises(Exception, ray.wait, ref)
+    check(isinstance(err, TypeError), repr(err))
+    err = expect_raises(Exception, ray.wait, [ref], num_returns=0)
+    check(isinstance(err, (ValueError, TypeError)), repr(err))
+    still_works()
+
+# --- bad options ----------------------------------------------------------------
+
+with section("bad options"):
+    err = expect_raises(Exception, lambda: ray.remote(not_an_option=1)(lambda: 1))
+    check(isinstance(err, (ValueError, TypeError)), repr(err))
+    report("unknown_option_message", str(err))
+    err = expect_raises(Exception, ray.remote, 1, 2)
+    check(isinstance(err, (ValueError, TypeError)), repr(err))
+    err = expect_raises(Exception, add.options, not_an_option=1)
+    check(isinstance(err, (ValueError, TypeError)), repr(err))
+    err = expect_raises(Exception, lambda: ray.remote(num_returns=0)(lambda: 1))
+    check(isinstance(err, ValueError), repr(err))
+    where, err = call_site(add.remote, 1, 2, 3)  # wrong arity: at submission or at get
+    check(isinstance(err, TypeError), repr(err))
+    still_works()
+
+# --- num_returns that does not match --------------------------------------------
+
+
+@ray.remote(num_returns=2)
+def gives_three():
+    return 1, 2, 3
+
+
+@ray.remote(num_returns=2)
+def gives_int():
+    return 7
+
+
+with section("num_returns mismatch"):
+    for name, fn in (("gives_three", gives_three), ("gives_int", gives_int)):
+        refs = fn.remote()
+        check(len(refs) == 2)
+        for r in refs:
+            err = expect_raises(Exception, ray.get, r, timeout=30)
+            check(isinstance(err, RayError) and not isinstance(err, ray.exceptions.GetTimeoutError),
+                  repr(err))
+            check(name in str(err), str(err))
+            check("2" in str(err), str(err))
+    still_works()
+
+# --- a task that raises, and tasks downstream of it ---------------------------
+
+
+class CustomError(Exception):
+    def __init__(self, code, detail):
+        super().__init__(code, detail)
+        self.code = code
+
+
+@ray.remote
+def fails(x):
+    if x > 0:
+        raise ValueError(f"bad value {x}")
+    return x
+
+
+@ray.remote
+def raises_custom():
+    raise CustomError(42, "custom detail")
+
+
+@ray.remote
+def downstream(x):
+    return x + 1
+
+
+with section("task raises"):
+    err = expect_raises(Exception, ray.get, fails.remote(5))
+    check(isinstance(err, TaskError) and isinstance(err, ValueError), type(err).__mro__)
+    check(isinstance(err, ray.exceptions.RayTaskError))
+    check(1 <= err.rank < NP, err.rank)
+    check("fails" in str(err) and "bad value 5" in str(err), str(err))
+    check("raise ValueError" in err.traceback_str, err.traceback_str)
+    report("task_error_str", str(err)[:3000])
+    copy = pickle.loads(pickle.dumps(err))
+    check(isinstance(copy, TaskError) and isinstance(copy, ValueError), type(copy).__mro__)
+    check(copy.rank == err.rank and "bad value 5" in str(copy))
+
+    chained = downstream.remote(downstream.remote(fails.remote(3)))
+    err = expect_raises(Exception, ray.get, chained)
+    check(isinstance(err, TaskError) and isinstance(err, ValueError), type(err).__mro__)
+    check("bad value 3" in str(err), str(err))
+    report("chained_error_str", str(err)[:3000])
+
+    err = expect_raises(Exception, ray.get, [fails.remote(0), fails.remote(9)])
+    check(isinstance(err, ValueError) and "bad value 9" in str(err), repr(err))
+
+    err = expect_raises(Exception, ray.get, raises_custom.remote())
+    check(isinstance(err, TaskError) and isinstance(err, CustomError), type(err).__mro__)
+    check("custom detail" in str(err), str(err))
+
+    # Errors are values: wait() reports a failed task as ready.
+    failed = fails.remote(1)
+    ready, _ = ray.wait([failed], timeout=30)
+    check(ready == [failed])
+    still_works()
+
+ray.shutdown()
+ok("bad_input")

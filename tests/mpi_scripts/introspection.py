@@ -1,0 +1,140 @@
+"""Inspecting a job: resources, nodes, timeline and profile spans, tasks(),
+objects(), progress() and as_completed()."""
+import faulthandler, os
+faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
+
+import io
+import json
+import time
+
+from _harness import NUM_WORKERS, check, init_kwargs, ok, poll_for, report, section, tmp_path
+
+import hpc_ray as ray
+
+ray.init(**init_kwargs())
+
+
+@ray.remote
+def wait_for_file(path, value, limit=60):
+    deadline = time.monotonic() + limit
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.01)
+    return value
+
+
+@ray.remote
+def traced_work(x):
+    with ray.profile("inner_span", extra_data={"x": x}):
+        total = sum(range(1000))
+    return total + x
+
+
+# --- resources and nodes --------------------------------------------------------
+
+with section("available_resources"):
+    total = ray.cluster_resources()
+    report("cluster_resources", total)
+    check(ray.available_resources().get("CPU") == total["CPU"], ray.available_resources())
+    gate = tmp_path("gate-busy")
+    busy = wait_for_file.remote(gate, 1)
+    # While one task runs, one CPU is taken.
+    got = poll_for(lambda: ray.available_resources().get("CPU", 0) == total["CPU"] - 1, 20)
+    check(got, (ray.available_resources(), total))
+    open(gate, "w").close()
+    ray.get(busy)
+    check(poll_for(lambda: ray.available_resources().get("CPU") == total["CPU"], 20),
+          ray.available_resources())
+
+open(tmp_path("gate-busy"), "w").close()  # even if the section failed half-way
+
+with section("nodes"):
+    nodes = ray.nodes()
+    report("num_nodes", len(nodes))
+    check(isinstance(nodes, list) and nodes and all(isinstance(n, dict) for n in nodes), nodes)
+    check(ray.get_gpu_ids() == [], ray.get_gpu_ids())  # the driver holds no GPUs
+
+
+@ray.remote
+def ids_in_task():
+    return ray.get_gpu_ids(), ray.get_resource_ids()
+
+
+with section("ids in task"):
+    gpu_ids, resource_ids = ray.get(ids_in_task.remote())
+    check(gpu_ids == [], gpu_ids)
+    check(isinstance(resource_ids, dict) and "CPU" in resource_ids, resource_ids)
+    report("resource_ids_in_task", {k: len(v) for k, v in resource_ids.items()})
+
+# --- timeline and profile -------------------------------------------------------
+
+with section("timeline"):
+    refs = [traced_work.remote(i) for i in range(6)]
+    check(ray.get(refs) == [499500 + i for i in range(6)])
+    with ray.profile("driver_span"):
+        pass
+    events = ray.timeline()
+    check(isinstance(events, list), type(events))
+    path = tmp_path("timeline.json")
+    ray.timeline(filename=path)
+    with open(path) as f:
+        on_disk = json.load(f)
+    if isinstance(on_disk, dict):
+        on_disk = on_disk.get("traceEvents", on_disk)
+    task_events = [e for e in on_disk if e.get("ph") == "X" and "traced_work" in e.get("name", "")
+                   and "span" not in e.get("name", "")]
+    report("traced_work_events", len(task_events))
+    for e in task_events:
+        check(isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float)), e)
+        check(e["dur"] >= 0, e)
+    ranks = [(e.get("args") or {}).get("rank", e.get("pid")) for e in task_events]
+    report("timeline_ranks", sorted(set(ranks)))
+    spans = [e for e in on_disk if e.get("name") == "inner_span"]
+    report("inner_spans", len(spans))
+    check(any(json.dumps(e).find('"x"') >= 0 for e in spans), spans)  # extra_data kept
+    report("driver_spans", sum(e.get("name") == "driver_span" for e in on_disk))
+
+# --- tasks() and objects() ------------------------------------------------------
+
+with section("tasks and objects"):
+    kept = ray.put("keep me")
+    task_ref = traced_work.remote(100)
+    ray.get(task_ref)
+    tasks = ray.tasks()
+    objects = ray.objects()
+    check(isinstance(tasks, (dict, list)) and len(tasks) >= 6, type(tasks))
+    check(isinstance(objects, (dict, list)), type(objects))
+    check("traced_work" in json.dumps(tasks, default=str), "tasks() does not name the function")
+    check(kept.hex() in json.dumps(objects, default=str), "objects() does not list a put object")
+    check(task_ref.hex() in json.dumps(objects, default=str)
+          or task_ref.hex() in json.dumps(tasks, default=str), "the task's return object is not listed")
+
+# --- progress and as_completed --------------------------------------------------
+
+with section("progress"):
+    refs = [traced_work.remote(i) for i in range(7)]
+    out = ray.progress(refs)
+    values = list(out) if out is not None and not isinstance(out, (str, bytes)) else []
+    report("progress_items", len(values))
+    print("PROGRESS_DONE", flush=True)
+
+with section("as_completed"):
+    gate = tmp_path("gate-order")
+    # (The slow task gives up after 15 s, so a scheduler that queues a fast
+    # task behind it fails this section instead of hanging the script.)
+    slow = wait_for_file.remote(gate, "slow", 15)
+    fast = [traced_work.remote(i) for i in range(3)]
+    seen = []
+    for ref in ray.as_completed([slow] + fast):
+        check(isinstance(ref, ray.ObjectRef), ref)
+        seen.append(ref)
+        if len(seen) == 3:
+            # Only now can the slow one finish: completion order, not input order.
+            open(gate, "w").close()
+    check(set(seen[:3]) == set(fast), seen)
+    check(seen[3] == slow, seen)
+    check(ray.get(seen[3]) == "slow")
+
+ray.shutdown()
+ok("introspection")

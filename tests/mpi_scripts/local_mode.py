@@ -1,0 +1,61 @@
+"""init(local_mode=True): every task runs serially in the driver process."""
+import faulthandler, os
+faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
+
+import psutil
+
+from _harness import check, expect_raises, ok, report
+
+import hpc_ray as ray
+
+ray.init(local_mode=True)
+check(ray.is_initialized())
+report("children_after_init", len(psutil.Process().children(recursive=True)))
+
+order = []
+
+
+@ray.remote
+def pid_and_value(x):
+    order.append(x)  # same process, so this list is the driver's
+    return os.getpid(), x
+
+
+@ray.remote(num_returns=2)
+def pair(x):
+    return x, -x
+
+
+@ray.remote
+def fails():
+    raise KeyError("local boom")
+
+
+@ray.remote
+def nested(depth):
+    if depth == 0:
+        return 0
+    return 1 + ray.get(nested.remote(depth - 1))
+
+
+results = ray.get([pid_and_value.remote(i) for i in range(5)])
+check({pid for pid, _ in results} == {os.getpid()}, results)
+check([v for _, v in results] == list(range(5)))
+check(order == list(range(5)), order)  # serially, in submission order
+
+a, b = pair.remote(3)
+check(ray.get([a, b]) == [3, -3])
+check(ray.get(pid_and_value.remote(ray.put(11)))[1] == 11)
+check(ray.get(nested.remote(5)) == 5)
+
+ready, pending = ray.wait([ray.put(1), a], num_returns=2, timeout=5)
+check(len(ready) == 2 and pending == [])
+
+err = expect_raises(Exception, ray.get, fails.remote())
+check(isinstance(err, ray.exceptions.TaskError), repr(err))
+check(isinstance(err, KeyError), repr(err))
+check("local boom" in str(err), str(err))
+
+ray.shutdown()
+check(not ray.is_initialized())
+ok("local_mode")

@@ -1,0 +1,92 @@
+"""Resources: CPUs per rank, custom resources, GPUs, and requests no rank can meet.
+
+argv[1]: "custom" (init(resources={"custom": 2})) or "gpus" (init(num_gpus=2)).
+"""
+import faulthandler, os
+faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
+
+import sys
+import time
+import warnings
+
+from _harness import NUM_WORKERS, TMPDIR, check, expect_raises, init_kwargs, ok, report, section
+
+import hpc_ray as ray
+
+variant = sys.argv[1]
+if variant == "custom":
+    ray.init(**init_kwargs(resources={"custom": 2}))
+else:
+    ray.init(**init_kwargs(num_gpus=2))
+report("cluster_resources", ray.cluster_resources())
+
+
+@ray.remote
+def rendezvous(directory, name, expected):
+    open(os.path.join(directory, f"started-{name}-{os.getpid()}"), "w").close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if sum(f.startswith(f"started-{name}-") for f in os.listdir(directory)) >= expected:
+            return (os.getpid(), [str(g) for g in ray.get_gpu_ids()],
+                    os.environ.get("CUDA_VISIBLE_DEVICES"), sorted(ray.get_resource_ids()))
+        time.sleep(0.01)
+    raise TimeoutError(f"only some of {expected} tasks started")
+
+
+@ray.remote
+def plain():
+    return "ran"
+
+
+def infeasible(remote_fn, name):
+    """Submit a task no rank can run: it must fail or warn, naming the resource."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            ref = remote_fn.remote()
+        except Exception as err:
+            outcome = ("submit", type(err).__name__, str(err))
+        else:
+            try:
+                ray.get(ref, timeout=3)
+            except ray.exceptions.GetTimeoutError:
+                outcome = ("pending", "", "")
+            except Exception as err:
+                outcome = ("get", type(err).__name__, str(err))
+            else:
+                outcome = ("ran", "", "")
+        messages = [str(w.message) for w in caught]
+    report(f"infeasible_{name}", {"outcome": outcome, "warnings": messages})
+    print(f"INFEASIBLE {name} {outcome[0]}", flush=True)
+    check(ray.get(plain.remote()) == "ran")  # the runtime still works
+
+
+if variant == "custom":
+    @ray.remote(resources={"custom": 2})
+    def needs_two():
+        return sorted(ray.get_resource_ids())
+
+    with section("custom resources"):
+        # One task per rank can hold two units of 'custom': every worker has them.
+        both = ray.get([rendezvous.options(resources={"custom": 2}).remote(TMPDIR, "c", NUM_WORKERS)
+                        for _ in range(NUM_WORKERS)])
+        report("custom_concurrent", len({pid for pid, *_ in both}))
+        ids = ray.get(needs_two.remote())
+        check("custom" in ids, f"get_resource_ids() in a task that holds 'custom': {ids}")
+
+    for name, kwargs in [("custom", {"resources": {"custom": 1000}}),
+                         ("tpu", {"resources": {"TPU": 1}}),
+                         ("cpu", {"num_cpus": 1000}),
+                         ("gpu", {"num_gpus": 1})]:
+        with section(f"infeasible {name}"):
+            infeasible(ray.remote(**kwargs)(lambda: 1), name)
+    with section("negative num_cpus"):
+        err = expect_raises(Exception, lambda: ray.remote(num_cpus=-1)(lambda: 1))
+        check(isinstance(err, ValueError), repr(err))
+else:
+    with section("gpus"):
+        pairs = ray.get([rendezvous.options(num_gpus=1).remote(TMPDIR, "g", 2) for _ in range(2)])
+        report("gpu_tasks", [[ids, env] for _, ids, env, _ in pairs])
+
+ray.shutdown()
+ok(f"resources {variant}")

@@ -1,0 +1,56 @@
+"""hpc_ray.exceptions, in-process: the classes users catch, and pickling."""
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from hpc_ray import exceptions as exc
+
+
+def roundtrip(err):
+    return pickle.loads(pickle.dumps(err))
+
+
+def test_hierarchy():
+    assert issubclass(exc.GetTimeoutError, TimeoutError)
+    for cls in (exc.TaskError, exc.GetTimeoutError, exc.ObjectStoreFullError,
+                exc.WorkerCrashedError):
+        assert issubclass(cls, exc.RayError)
+        assert issubclass(cls, Exception)
+    assert issubclass(exc.RayTaskError, exc.TaskError) or exc.RayTaskError is exc.TaskError
+
+
+@pytest.mark.parametrize("cls", [exc.GetTimeoutError, exc.ObjectStoreFullError,
+                                 exc.WorkerCrashedError, exc.RayError])
+def test_simple_exceptions_pickle(cls):
+    err = cls("something happened on rank 3")
+    copy = roundtrip(err)
+    assert type(copy) is cls
+    assert str(copy) == str(err)
+
+
+def test_task_error_is_also_the_cause():
+    cause = KeyError("missing")
+    err = exc.TaskError(function_name="f", traceback_str="Traceback...\nKeyError: 'missing'",
+                        rank=2, host="node7", cause=cause).as_instanceof_cause()
+    assert isinstance(err, exc.TaskError) and isinstance(err, KeyError)
+    for copy in (err, roundtrip(err), roundtrip(roundtrip(err))):
+        assert isinstance(copy, exc.TaskError) and isinstance(copy, KeyError)
+        assert copy.rank == 2
+        assert "f" in str(copy) and "missing" in str(copy)
+        assert "KeyError" in copy.traceback_str
+    with pytest.raises(KeyError):
+        raise err
+
+
+def test_task_error_with_exception_that_takes_keywords():
+    class Custom(Exception):
+        def __init__(self, code, *, detail):
+            super().__init__(code)
+            self.detail = detail
+
+    err = exc.TaskError(function_name="g", traceback_str="tb", rank=1, host="h",
+                        cause=Custom(3, detail="d")).as_instanceof_cause()
+    assert isinstance(err, Custom) and isinstance(err, exc.TaskError)
+    assert err.rank == 1

@@ -1,0 +1,57 @@
+"""Issue 3 resources: CPUs per worker rank (1, SLURM_CPUS_PER_TASK, num_cpus),
+custom resources from init(resources=...), GPUs, and infeasible requests."""
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.mpi
+
+
+def _assert_named(result, values, key, name):
+    """An infeasible request fails or warns, and the message names the resource."""
+    entry = values[key]
+    where, _kind, message = entry["outcome"]
+    assert where != "ran", entry
+    if where == "pending":
+        said = " ".join(entry["warnings"]) + result.stderr
+        assert name in said, f"{key}: pending without a warning naming {name!r}\n" + (
+            result.output())
+    else:
+        assert name in message, entry
+
+
+@pytest.mark.parametrize("mode,n", [("mpiexec", 3), ("embedded", 3), ("module", 5)])
+def test_custom_resources_and_infeasible(run, mode, n):
+    result = run("resources.py", n, "custom", mode=mode, timeout=90)
+    values = result.assert_ok("resources custom")
+    workers = n - 1
+    res = values["cluster_resources"]
+    assert res["CPU"] == workers
+    # Each worker rank has the custom resources given to init().
+    assert res["custom"] == 2 * workers
+    assert res.get("GPU", 0) == 0
+    assert values["custom_concurrent"] == workers
+    _assert_named(result, values, "infeasible_custom", "custom")
+    _assert_named(result, values, "infeasible_tpu", "TPU")
+    _assert_named(result, values, "infeasible_cpu", "CPU")
+    _assert_named(result, values, "infeasible_gpu", "GPU")
+
+
+def test_slurm_cpus_per_task(run):
+    result = run("resources.py", 3, "custom", mode="mpiexec", timeout=90,
+                 env={"SLURM_CPUS_PER_TASK": "2"})
+    values = result.assert_ok("resources custom")
+    assert values["cluster_resources"]["CPU"] == 4
+
+
+def test_embedded_gpus(run):
+    result = run("resources.py", 3, "gpus", mode="embedded", timeout=90,
+                 env={"CUDA_VISIBLE_DEVICES": None})
+    values = result.assert_ok("resources gpus")
+    assert values["cluster_resources"]["GPU"] == 2
+    tasks = values["gpu_tasks"]
+    ids = [t[0] for t in tasks]
+    assert all(len(i) == 1 for i in ids), tasks
+    assert ids[0] != ids[1], tasks          # two tasks, two different GPUs
+    for gpu_ids, visible in tasks:           # each task sees only its GPU
+        assert visible == ",".join(gpu_ids), tasks

@@ -1,0 +1,35 @@
+"""Issue 3 object store: zero-copy reads, inline small values, cross-node
+objects, reference counting, store-full errors, and idle ranks that sleep."""
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.mark.parametrize("mode,n,ranks_per_node,nodes", [
+    ("mpiexec", 3, None, 1),
+    ("embedded", 3, None, 1),
+    # Three simulated nodes {0,1} {2,3} {4}: objects move between stores.
+    ("mpiexec", 5, 2, 3),
+    # Driver alone on node 0: every object crosses a node boundary.
+    ("module", 3, 1, 3),
+])
+def test_object_store(run, mode, n, ranks_per_node, nodes):
+    env = {"HPC_RAY_RANKS_PER_NODE": ranks_per_node}
+    result = run("store.py", n, mode=mode, timeout=120, env=env)
+    values = result.assert_ok("store")
+    assert values["nodes"] == nodes
+    assert values["refcount_loops"] == "done"
+    assert values["task_arg_writeable"] is False   # task arguments are views too
+    message = values["store_full_message"]
+    assert str(256 << 20) in message.replace(",", "") or "256" in message, message
+
+
+@pytest.mark.parametrize("mode,n", [("mpiexec", 5), ("embedded", 3)])
+def test_idle_ranks_do_not_spin(run, mode, n):
+    result = run("idle_cpu.py", n, mode=mode, timeout=60)
+    values = result.assert_ok("idle_cpu")
+    assert values["processes"] >= n, values
+    # All ranks and executors together, over 2 s of idling.
+    assert values["cpu_seconds"] < 0.5, values
