@@ -87,7 +87,7 @@ def read_tree(node) -> Any:
         return tuple(items) if kind == "tuple" else items
     kind = node.attrs.get("type", "array")
     if kind == "array":
-        return node[()]
+        return np.asarray(node[()])  # a 0-d dataset reads as a numpy scalar
     if kind == "none":
         return None
     if kind == "str":
@@ -140,6 +140,6 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], Any
                              f"(format {fmt!r}, expected {FORMAT!r})")
         meta = json.loads(f.attrs.get("meta", "{}"))
         g = f["model"]
-        model = {key: g[_name(key)][()] for key in json.loads(g.attrs["order"])}
+        model = {key: np.asarray(g[_name(key)][()]) for key in json.loads(g.attrs["order"])}
         optimizer = read_tree(f["optimizer"]) if "optimizer" in f else None
     return model, optimizer, meta

@@ -1,0 +1,342 @@
+"""Synchronous data-parallel SGD for framework-free (numpy) models, after Ray SGD.
+
+``DistributedSGD`` makes ``num_workers`` worker actors, each holding
+``devices_per_worker`` model replicas (``model_creator(worker_index,
+device_index)``), and runs one synchronous step per ``step()`` with one of three
+strategies, so that their costs can be compared on the same model:
+
+    "simple"     worker.compute_gradients ──(fused buffers)──▶ driver averages
+                 driver ──ray.put(average)──▶ worker.apply_fused         (reference)
+
+    "ps"         worker.compute_gradient_shards ──shard j──▶ server[j % P].aggregate
+                 (object refs only: the driver touches no data)
+                 every server's average ──▶ worker.apply_shards
+
+    "allreduce"  worker.step_allreduce: local gradients ─▶ pack ─▶ MPI Allreduce per
+                 fused buffer (in place, in the worker's rank) ─▶ apply
+                 (workers are in-rank actors in one collective group)
+
+In every strategy a worker first averages its own replicas' gradients, packs
+them into few large buffers (``FusionPlan``, at most ``grad_shard_bytes``
+each), and applies the same averaged gradients as every other worker, so all
+replicas keep identical weights (they start from worker 0's).
+"""
+from __future__ import annotations
+
+import math
+import uuid
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .. import api, collective
+from ..actors import kill
+from .checkpoint import load_checkpoint, save_checkpoint
+from .fusion import FusionPlan, shard_bounds
+
+__all__ = ["DistributedSGD", "STRATEGIES"]
+
+STRATEGIES = ("simple", "ps", "allreduce")
+
+
+def limit_threads(num_cpus: float | None) -> None:
+    """Keep numpy's (and torch's) thread pools to the CPUs a replica was given.
+
+    Replicas share a node's cores; each BLAS pool sized to the whole machine
+    oversubscribes it and slows everyone down.
+    """
+    n = max(1, int(num_cpus or 1))
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(n)
+    except ImportError:  # optional: scikit-learn brings it
+        pass
+
+
+# --- worker side ------------------------------------------------------------------------
+
+
+def _merge_stats(stats: Sequence[dict]) -> dict:
+    """Mean of ``loss`` (and other numbers), sum of ``num_samples``."""
+    out: dict[str, Any] = {}
+    for key in stats[0]:
+        values = [s[key] for s in stats if key in s]
+        if not all(isinstance(v, (int, float, np.number)) for v in values):
+            out[key] = values[0]
+        elif key == "num_samples":
+            out[key] = int(sum(values))
+        else:
+            out[key] = float(np.mean(values))
+    return out
+
+
+class SGDWorker:
+    """One worker: its model replicas, their fused gradient buffers, the step."""
+
+    def __init__(self, model_creator: Callable, worker_index: int, devices_per_worker: int,
+                 grad_shard_bytes: int, num_cpus: float) -> None:
+        limit_threads(num_cpus)
+        self.worker_index = worker_index
+        self.models = [model_creator(worker_index, d) for d in range(devices_per_worker)]
+        weights = self.models[0].get_weights()
+        # Gradients have the weights' shapes and dtypes (the Model contract).
+        self.plan = FusionPlan.for_arrays(weights, threshold_bytes=grad_shard_bytes)
+        self.shards: list[tuple[int, int, int]] = []   # (bucket, start, stop)
+        self.group: str | None = None
+
+    # --- gradients -------------------------------------------------------------------
+
+    def _local_gradients(self) -> tuple[list[np.ndarray], dict]:
+        """Every replica's gradients averaged into the plan's buffers."""
+        results = [model.compute_gradients() for model in self.models]
+        buffers = self.plan.pack(results[0][0])
+        if len(results) > 1:
+            views = self.plan.split()
+            for grads, _ in results[1:]:
+                for view, g in zip(views, grads):
+                    view += g
+            for b in buffers:
+                b /= len(results)
+        return buffers, _merge_stats([s for _, s in results])
+
+    def _apply(self, buffers: Sequence[np.ndarray]) -> None:
+        grads = self.plan.split(buffers)
+        for model in self.models:
+            model.apply_gradients(grads)
+
+    def compute_gradients(self) -> tuple[list[np.ndarray], dict]:
+        buffers, stats = self._local_gradients()
+        return [b.copy() for b in buffers], stats
+
+    def apply_fused(self, buffers: Sequence[np.ndarray]) -> None:
+        self._apply(buffers)
+
+    def plan_shards(self, num_servers: int) -> int:
+        """Cut the fused buffers into at least ``num_servers`` balanced shards."""
+        total = sum(len(b) for b in self.plan.buffers)
+        self.shards = []
+        for i, buf in enumerate(self.plan.buffers):
+            pieces = max(1, math.ceil(num_servers * len(buf) / max(total, 1)))
+            for start, stop in shard_bounds(len(buf), min(pieces, max(len(buf), 1))):
+                self.shards.append((i, start, stop))
+        return len(self.shards)
+
+    def compute_gradient_shards(self) -> tuple:
+        buffers, stats = self._local_gradients()
+        return (*[buffers[b][lo:hi].copy() for b, lo, hi in self.shards], stats)
+
+    def apply_shards(self, *shards: np.ndarray) -> None:
+        for (b, lo, hi), shard in zip(self.shards, shards):
+            self.plan.buffers[b][lo:hi] = shard
+        self._apply(self.plan.buffers)
+
+    # --- allreduce -------------------------------------------------------------------
+
+    def join_group(self, world_size: int, group_name: str) -> int:
+        collective.init_collective_group(world_size, self.worker_index,
+                                         group_name=group_name)
+        self.group = group_name
+        return collective.get_rank(group_name)
+
+    def step_allreduce(self) -> dict:
+        buffers, stats = self._local_gradients()
+        if self.group is not None:
+            for b in buffers:
+                collective.allreduce(b, self.group, collective.ReduceOp.MEAN)
+            # Loss and sample counts, summed in one small extra reduction.
+            summary = np.array([stats.get("loss", 0.0), stats.get("num_samples", 0)],
+                               dtype=np.float64)
+            collective.allreduce(summary, self.group)
+            size = collective.get_collective_group_size(self.group)
+            stats = dict(stats, loss=float(summary[0] / size), num_samples=int(summary[1]))
+        self._apply(buffers)
+        return stats
+
+    # --- state and access --------------------------------------------------------------
+
+    def get_weights(self) -> list[np.ndarray]:
+        return self.models[0].get_weights()
+
+    def set_weights(self, weights: Sequence[np.ndarray]) -> None:
+        for model in self.models:
+            model.set_weights(weights)
+
+    def get_state(self) -> dict:
+        model = self.models[0]
+        getter = getattr(model, "get_optimizer_state", None)
+        return {"weights": model.get_weights(),
+                "optimizer": getter() if getter is not None else None}
+
+    def set_state(self, state: dict) -> None:
+        for model in self.models:
+            model.set_weights(state["weights"])
+            setter = getattr(model, "set_optimizer_state", None)
+            if setter is not None and state.get("optimizer") is not None:
+                setter(state["optimizer"])
+
+    def foreach_model(self, fn: Callable) -> list:
+        return [fn(model) for model in self.models]
+
+    def foreach_worker(self, fn: Callable) -> Any:
+        return fn(self)
+
+    def close(self) -> None:
+        if self.group is not None:
+            collective.destroy_collective_group(self.group)
+            self.group = None
+
+
+class ParameterServerShard:
+    """Averages one shard of every worker's gradients (``ps`` strategy)."""
+
+    def aggregate(self, *shards: np.ndarray) -> np.ndarray:
+        out = np.array(shards[0], copy=True)
+        for s in shards[1:]:
+            out += s
+        out /= len(shards)
+        return out
+
+
+# --- driver side ------------------------------------------------------------------------
+
+
+class DistributedSGD:
+    """Synchronous distributed SGD over worker actors (Ray SGD's interface).
+
+    Args:
+        model_creator: ``(worker_index, device_index) -> Model`` (see
+            ``hpc_ray.sgd.Model``); each replica builds its own input pipeline.
+        num_workers: worker actors, one per rank (each takes ``cpus_per_worker``).
+        devices_per_worker: model replicas per worker, averaged locally first.
+        gpu: give each worker ``devices_per_worker`` GPUs (default: CPUs only).
+        strategy: ``"simple"`` (average on the driver), ``"ps"`` (sharded
+            parameter-server actors) or ``"allreduce"`` (MPI, in-rank actors).
+        grad_shard_bytes: the largest fused gradient buffer, in bytes.
+        all_reduce_alg: accepted for compatibility; MPI picks its own algorithm.
+        num_ps: parameter-server actors for ``"ps"`` (default ``num_workers``).
+        cpus_per_worker: CPUs per worker (its numpy thread pool is sized to it).
+
+    Raises:
+        ValueError: an unknown strategy or a bad count.
+
+    The ``"allreduce"`` workers live inside their ranks (``in_rank=True``): a
+    crash in the model's code there ends the MPI job. Needs ``num_workers``
+    worker ranks (``init(num_cpus=num_workers)`` or ``mpiexec -n num_workers+1``).
+    """
+
+    def __init__(self, model_creator: Callable, num_workers: int,
+                 devices_per_worker: int = 1, gpu: bool = False, strategy: str = "ps",
+                 grad_shard_bytes: int = 10_000_000, all_reduce_alg: str = "simple",
+                 num_ps: int | None = None, cpus_per_worker: float = 1) -> None:
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {strategy!r} (valid: {list(STRATEGIES)})")
+        for name, value in (("num_workers", num_workers),
+                            ("devices_per_worker", devices_per_worker)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if num_ps is not None and (not isinstance(num_ps, int) or num_ps < 1):
+            raise ValueError(f"num_ps must be an int >= 1, got {num_ps!r}")
+        self.strategy = strategy
+        self.num_workers = num_workers
+        self.steps = 0
+        options: dict[str, Any] = {"num_cpus": cpus_per_worker,
+                                   "num_gpus": devices_per_worker if gpu else 0}
+        if strategy == "allreduce":
+            options["in_rank"] = True
+        worker_cls = api.remote(**options)(SGDWorker)
+        self.workers = [worker_cls.remote(model_creator, i, devices_per_worker,
+                                          grad_shard_bytes, cpus_per_worker)
+                        for i in range(num_workers)]
+        self.servers: list = []
+        self.group: str | None = None
+        # Every replica starts from worker 0's weights.
+        first = self.workers[0].get_weights.remote()
+        api.get([w.set_weights.remote(first) for w in self.workers[1:]] + [first])
+        if strategy == "allreduce" and num_workers > 1:
+            self.group = f"sgd-{uuid.uuid4().hex[:12]}"
+            api.get([w.join_group.remote(num_workers, self.group) for w in self.workers])
+        elif strategy == "ps":
+            server_cls = api.remote(num_cpus=0)(ParameterServerShard)
+            self.servers = [server_cls.remote() for _ in range(num_ps or num_workers)]
+            counts = api.get([w.plan_shards.remote(len(self.servers))
+                              for w in self.workers])
+            self.num_shards = counts[0]
+
+    def step(self, fetch_stats: bool = False) -> dict | None:
+        """Run one synchronous step on every worker.
+
+        Returns:
+            With ``fetch_stats``, the mean ``loss`` over workers, the total
+            ``num_samples`` and the models' other stats; otherwise None.
+        """
+        if self.strategy == "allreduce":
+            stats = api.get([w.step_allreduce.remote() for w in self.workers])
+            merged = stats[0] if self.group is not None else _merge_stats(stats)
+        elif self.strategy == "simple":
+            merged = self._step_simple()
+        else:
+            merged = self._step_ps()
+        self.steps += 1
+        return merged if fetch_stats else None
+
+    def _step_simple(self) -> dict:
+        results = api.get([w.compute_gradients.remote() for w in self.workers])
+        average = [np.array(b, copy=True) for b in results[0][0]]
+        for buffers, _ in results[1:]:
+            for total, b in zip(average, buffers):
+                total += b
+        for total in average:
+            total /= len(results)
+        ref = api.put(average)
+        api.get([w.apply_fused.remote(ref) for w in self.workers])
+        return _merge_stats([s for _, s in results])
+
+    def _step_ps(self) -> dict:
+        n = self.num_shards
+        outs = [w.compute_gradient_shards.options(num_returns=n + 1).remote()
+                for w in self.workers]
+        averaged = [self.servers[j % len(self.servers)].aggregate.remote(
+            *[out[j] for out in outs]) for j in range(n)]
+        api.get([w.apply_shards.remote(*averaged) for w in self.workers])
+        return _merge_stats(api.get([out[n] for out in outs]))
+
+    # --- access ------------------------------------------------------------------------
+
+    def foreach_worker(self, fn: Callable) -> list:
+        """``[fn(worker) for worker in workers]``, run on each worker."""
+        return api.get([w.foreach_worker.remote(fn) for w in self.workers])
+
+    def foreach_model(self, fn: Callable) -> list:
+        """``fn(model)`` for every replica on every worker, flattened in order."""
+        per_worker = api.get([w.foreach_model.remote(fn) for w in self.workers])
+        return [value for values in per_worker for value in values]
+
+    def get_weights(self) -> list[np.ndarray]:
+        return api.get(self.workers[0].get_weights.remote())
+
+    def set_weights(self, weights: Sequence[np.ndarray]) -> None:
+        ref = api.put(list(weights))
+        api.get([w.set_weights.remote(ref) for w in self.workers])
+
+    def save(self, path: str) -> str:
+        """Write worker 0's weights (and optimizer state, if the model has
+        ``get_optimizer_state``) to an HDF5 checkpoint."""
+        state = api.get(self.workers[0].get_state.remote())
+        model = {str(i): w for i, w in enumerate(state["weights"])}
+        return save_checkpoint(path, model, state["optimizer"],
+                               {"steps": self.steps, "strategy": self.strategy})
+
+    def restore(self, path: str) -> None:
+        model, optimizer, meta = load_checkpoint(path)
+        ref = api.put({"weights": [model[str(i)] for i in range(len(model))],
+                       "optimizer": optimizer})
+        api.get([w.set_state.remote(ref) for w in self.workers])
+        self.steps = int(meta.get("steps", 0))
+
+    def shutdown(self) -> None:
+        """Leave the collective group and end every actor (safe to call twice)."""
+        if self.workers and self.group is not None:
+            api.get([w.close.remote() for w in self.workers])
+        for actor in self.workers + self.servers:
+            kill(actor)
+        self.workers, self.servers, self.group = [], [], None
