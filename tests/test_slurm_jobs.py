@@ -338,9 +338,9 @@ def test_unknown_account_is_rejected_with_slurms_message(slurm_cluster, job_dir)
 
 @pytest.mark.timeout(60)
 def test_impossible_request_is_rejected_with_slurms_message(slurm_cluster, job_dir):
-    err = submit_error(slurm_cluster, job_dir, "--cpus-per-task", "64")
+    err = submit_error(slurm_cluster, job_dir, "--nodes", "2", "-S", "--overcommit")
     assert err == ("Error: Slurm rejected the job.\nSlurm said: sbatch: error: Batch job "
-                   "submission failed: Requested node configuration is not available\n")
+                   "submission failed: Node count specification invalid\n")
 
 
 @pytest.mark.timeout(60)

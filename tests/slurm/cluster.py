@@ -272,6 +272,8 @@ MailProg=/bin/true
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/builtin
+# Reject at submission what the partition can never run, as most sites do.
+EnforcePartLimits=ALL
 ReturnToService=2
 # Short grace between SIGTERM and SIGKILL: the tests wait for it.
 KillWait=5
