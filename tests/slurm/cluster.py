@@ -220,17 +220,22 @@ class Cluster:
         key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o400)
 
-        self.node = node_line().split()[0].split("=", 1)[1]
         hw = node_line()
+        self.node = hw.split()[0].split("=", 1)[1]
         self.cpus = int(next(f for f in hw.split() if f.startswith("CPUs=")).split("=")[1])
         devs = []
-        for i in range(self.gpus):
-            dev = self.state / "dev" / f"nvidia{i}"
-            # A character device with /dev/null's numbers: Slurm checks the
-            # type; nothing ever opens it.
-            if not dev.exists():
-                os.mknod(dev, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
-            devs.append(str(dev))
+        try:
+            for i in range(self.gpus):
+                dev = self.state / "dev" / f"nvidia{i}"
+                # A character device with /dev/null's numbers: Slurm checks the
+                # type; nothing ever opens it.
+                if not dev.exists():
+                    os.mknod(dev, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+                devs.append(str(dev))
+        except PermissionError:  # a container without CAP_MKNOD: no GPUs, then
+            devs = []
+        self.gpus = len(devs)
+        gres = f" Gres=gpu:{self.gpus}" if self.gpus else ""
         etc = self.state / "etc"
         (etc / "plugstack.conf").write_text("")
         (etc / "job_submit.lua").write_text(
@@ -286,7 +291,7 @@ JobRequeue=0
 # Reads job_submit.lua next to this file.
 JobSubmitPlugins=lua
 GresTypes=gpu
-{node_line()} Gres=gpu:{self.gpus} NodeAddr=127.0.0.1 State=UNKNOWN
+{hw}{gres} NodeAddr=127.0.0.1 State=UNKNOWN
 PartitionName={self.partition} Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
 """)
 
