@@ -193,8 +193,16 @@ class JobSpec:
             raise SlurmError(f"launcher must be 'srun' or 'mpiexec', got {self.launcher!r}")
 
 
+def _sbatch_line(option: str) -> str:
+    # sbatch splits #SBATCH lines at blanks unless the value is in double quotes.
+    flag, eq, value = option.partition("=")
+    if eq and re.search(r"\s", value) and '"' not in value:
+        option = f'{flag}="{value}"'
+    return f"#SBATCH {option}"
+
+
 def _directives(spec: JobSpec) -> list[str]:
-    name = spec.job_name or f"hpc_ray-{Path(spec.driver).stem}"
+    name = spec.job_name or "hpc_ray-" + re.sub(r"\s+", "_", Path(spec.driver).stem)
     opts = [f"--job-name={name}"]
     for flag, value in (("nodes", spec.nodes), ("ntasks", spec.ntasks),
                         ("ntasks-per-node", spec.ntasks_per_node),
@@ -209,7 +217,7 @@ def _directives(spec: JobSpec) -> list[str]:
     if spec.requeue:
         opts += ["--requeue", "--open-mode=append"]
     opts += list(spec.sbatch_options)
-    return [f"#SBATCH {o}" for o in opts]
+    return [_sbatch_line(o) for o in opts]
 
 
 def render_script(spec: JobSpec) -> str:

@@ -69,14 +69,15 @@ def test_script_has_the_requested_directives_and_launch_line(driver):
                          ntasks_per_node=4, cpus_per_task=2, gpus_per_node=1,
                          time="1:00:00", partition="gpu", account="proj", requeue=True,
                          setup=("module load openmpi",), srun_mpi="pmix",
+                         output="/scratch/my runs/%j.out",
                          python="/opt/py/bin/python", sbatch_options=("--mem=8G",))
     script = slurm.render_script(spec)
     directives = [l for l in script.splitlines() if l.startswith("#SBATCH")]
     assert directives == [
-        "#SBATCH --job-name=hpc_ray-my driver", "#SBATCH --nodes=2",
+        "#SBATCH --job-name=hpc_ray-my_driver", "#SBATCH --nodes=2",
         "#SBATCH --ntasks-per-node=4", "#SBATCH --cpus-per-task=2",
         "#SBATCH --gpus-per-node=1", "#SBATCH --time=1:00:00", "#SBATCH --partition=gpu",
-        "#SBATCH --account=proj", "#SBATCH --output=%x-%j.out",
+        "#SBATCH --account=proj", '#SBATCH --output="/scratch/my runs/%j.out"',
         "#SBATCH --signal=B:USR1@120", "#SBATCH --requeue", "#SBATCH --open-mode=append",
         "#SBATCH --mem=8G"]
     assert script.startswith("#!/bin/bash\n")
@@ -90,7 +91,7 @@ def test_script_has_the_requested_directives_and_launch_line(driver):
 def test_defaults_leave_slurms_defaults_alone(driver):
     script = slurm.render_script(slurm.JobSpec(driver=str(driver), launcher="mpiexec"))
     directives = [l for l in script.splitlines() if l.startswith("#SBATCH")]
-    assert directives == ["#SBATCH --job-name=hpc_ray-my driver",
+    assert directives == ["#SBATCH --job-name=hpc_ray-my_driver",
                           "#SBATCH --output=%x-%j.out", "#SBATCH --signal=B:USR1@120"]
     assert f'\nmpiexec -n "$SLURM_NTASKS" {sys.executable} -m hpc_ray \'{driver}\' &\n' \
         in script
