@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -144,17 +145,29 @@ def mpiexec() -> MPIExec:
 # --- processes ------------------------------------------------------------------
 
 
-def _session_processes(sid: int) -> list[psutil.Process]:
-    """Live processes whose session id is ``sid`` (a launch's whole process tree,
-    including children that were re-parented to init when their parent died)."""
+#: Environment variable that marks every process of one launch. The session id
+#: is not enough: MPICH's hydra proxy makes each rank a session leader, and a
+#: rank's executors may be re-parented to init when the rank dies. Every
+#: process of a launch (mpiexec, ranks, spawned workers, executors) inherits
+#: the environment, so the marker finds them all.
+LAUNCH_MARKER = "HPC_RAY_TEST_LAUNCH_ID"
+
+
+def _launch_processes(sid: int, marker: str | None = None) -> list[psutil.Process]:
+    """Live processes of one launch: in session ``sid`` or carrying ``marker``."""
     procs = []
+    me = os.getpid()
     for p in psutil.process_iter(["pid", "status"]):
+        if p.pid == me:
+            continue
         try:
             if p.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
             if os.getsid(p.pid) == sid:
                 procs.append(p)
-        except (ProcessLookupError, psutil.Error, PermissionError):
+            elif marker is not None and p.environ().get(LAUNCH_MARKER) == marker:
+                procs.append(p)
+        except (ProcessLookupError, psutil.Error, PermissionError, OSError):
             continue
     return procs
 
@@ -169,13 +182,13 @@ def _describe(procs: Iterable[psutil.Process]) -> str:
     return "\n".join(lines)
 
 
-def _kill_session(sid: int) -> None:
+def _kill_launch(sid: int, marker: str | None = None) -> None:
     try:
         os.killpg(sid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    # Children that made their own process group still share the session.
-    for p in _session_processes(sid):
+    # Ranks in their own sessions, and executors re-parented to init.
+    for p in _launch_processes(sid, marker):
         try:
             p.kill()
         except psutil.Error:
@@ -299,6 +312,7 @@ def run_mpi(script: str | os.PathLike, n: int, *args: str, timeout: float = 60,
     script = _script_path(script)
     command = list(cmd) if cmd is not None else build_command(script, n, args, mode)
     full_env = launch_env(n, mode, timeout, env)
+    marker = full_env[LAUNCH_MARKER] = uuid.uuid4().hex
     start = time.monotonic()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=full_env, cwd=str(SCRIPTS_DIR), start_new_session=True)
@@ -306,7 +320,7 @@ def run_mpi(script: str | os.PathLike, n: int, *args: str, timeout: float = 60,
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_session(sid)
+        _kill_launch(sid, marker)
         try:
             stdout, stderr = proc.communicate(timeout=10)
         except subprocess.TimeoutExpired:  # a pipe held open by a stray grandchild
@@ -317,16 +331,16 @@ def run_mpi(script: str | os.PathLike, n: int, *args: str, timeout: float = 60,
                     f"(mode {mode}); output so far:\n--- stdout ---\n{_decode(stdout)}"
                     f"\n--- stderr ---\n{_decode(stderr)}", pytrace=False)
     except BaseException:
-        _kill_session(sid)
+        _kill_launch(sid, marker)
         proc.wait()
         raise
     result = MPIResult(command, proc.returncode, _decode(stdout), _decode(stderr),
                        time.monotonic() - start)
-    lingering = poll_for(lambda: not _session_processes(sid), LINGER_TIMEOUT)
+    lingering = poll_for(lambda: not _launch_processes(sid, marker), LINGER_TIMEOUT)
     if not lingering:
-        left = _session_processes(sid)
+        left = _launch_processes(sid, marker)
         described = _describe(left)
-        _kill_session(sid)
+        _kill_launch(sid, marker)
         if left:
             pytest.fail(f"processes of the launch were still alive {LINGER_TIMEOUT}s "
                         f"after it ended:\n{described}\n{result.output()}", pytrace=False)

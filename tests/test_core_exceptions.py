@@ -44,13 +44,26 @@ def test_task_error_is_also_the_cause():
         raise err
 
 
-def test_task_error_with_exception_that_takes_keywords():
-    class Custom(Exception):
-        def __init__(self, code, *, detail):
-            super().__init__(code)
-            self.detail = detail
+class _KeywordOnly(Exception):
+    def __init__(self, code, *, detail):
+        super().__init__(code)
+        self.detail = detail
 
+
+@pytest.mark.parametrize("cause", [
+    KeyError("missing"),
+    MemoryError("hog"),            # __new__ is not safe to call on a mixed class
+    OSError(2, "No such file"),    # __new__ maps errno to a subclass
+    _KeywordOnly(3, detail="d"),   # __init__ does not take the TaskError fields
+    UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad byte"),
+], ids=lambda c: type(c).__name__)
+def test_task_error_for_many_exception_classes(cause):
+    """get() must be able to raise a TaskError for whatever a task raised, and
+    the error must still be catchable as the original class when possible."""
     err = exc.TaskError(function_name="g", traceback_str="tb", rank=1, host="h",
-                        cause=Custom(3, detail="d")).as_instanceof_cause()
-    assert isinstance(err, Custom) and isinstance(err, exc.TaskError)
-    assert err.rank == 1
+                        cause=cause).as_instanceof_cause()
+    assert isinstance(err, exc.TaskError)
+    assert isinstance(err, type(cause))
+    assert err.rank == 1 and "g" in str(err)
+    copy = roundtrip(err)
+    assert isinstance(copy, exc.TaskError) and isinstance(copy, type(cause))

@@ -7,7 +7,7 @@ faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "
 import time
 import warnings
 
-from _harness import MODE, NUM_WORKERS, TMPDIR, check, expect_raises, init_kwargs, ok, poll_for, report
+from _harness import MODE, NUM_WORKERS, check, expect_raises, init_kwargs, ok, poll_for, report
 
 import hpc_ray as ray
 from hpc_ray.exceptions import ActorDiedError, TaskError
@@ -101,37 +101,7 @@ refs = [rec.append.remote(i) for i in range(200)]
 check(ray.get(refs) == list(range(1, 201)))
 check(ray.get(rec.seen_list.remote()) == list(range(200)))
 
-# Order holds even when an earlier call waits for an argument that is not ready
-# yet, and when arguments take different paths (inline vs the object store).
-
-
-@ray.remote
-def when_file_exists(path, value):
-    deadline = time.monotonic() + 60
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} never appeared")
-        time.sleep(0.01)
-    return value
-
-
 import numpy as np
-
-gate = os.path.join(TMPDIR, "order-gate")
-rec2 = Recorder.remote()
-first = rec2.append.remote(when_file_exists.remote(gate, "first"))
-second = rec2.append.remote("second")
-big = rec2.append.remote(np.zeros(1 << 20))          # 8 MB: through the store
-third = rec2.append.remote("third")
-ready, _ = ray.wait([second], timeout=0.5)
-check(ready == [], "a later call ran before an earlier one's argument was ready")
-open(gate, "w").close()
-check(ray.get([first, second, big, third], timeout=60) == [1, 2, 3, 4])
-seen = ray.get(rec2.seen_list.remote())
-check(seen[0] == "first" and seen[1] == "second" and seen[3] == "third",
-      [type(v).__name__ for v in seen])
-check(getattr(seen[2], "shape", None) == (1 << 20,))
-ray.kill(rec2)
 
 # Several return values.
 x, y = rec.pair.remote(3)

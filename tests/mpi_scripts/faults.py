@@ -7,7 +7,8 @@ import re
 import signal
 import time
 
-from _harness import NP, NUM_WORKERS, TMPDIR, check, expect_raises, init_kwargs, ok, report, tmp_path
+from _harness import (NP, NUM_WORKERS, TMPDIR, check, expect_raises, init_kwargs, ok, report,
+                      section, tmp_path)
 
 import hpc_ray as ray
 from hpc_ray.exceptions import RayError, TaskError, WorkerCrashedError
@@ -79,29 +80,35 @@ messages = {}
 
 # --- crashes --------------------------------------------------------------------
 
+# A task that waits on another rank while the crashes happen: it must survive them.
 gate = tmp_path("gate-bystander")
 bystander = wait_for_file.remote(gate, "bystander done")
 for name, fn in [("segfault", segfault), ("hard_exit", hard_exit), ("oom_killed", oom_killed)]:
-    err = expect_raises(Exception, ray.get, fn.remote(), timeout=60)
-    check(isinstance(err, WorkerCrashedError), repr(err))
-    check(isinstance(err, RayError))
-    text = str(err)
-    check(name in text, text)
-    found = re.search(r"rank\D{0,3}(\d+)", text)
-    check(found and 1 <= int(found.group(1)) < NP, text)
-    messages[name] = text
-    all_workers_serve(f"after-{name}")
+    with section(f"crash {name}"):
+        err = expect_raises(Exception, ray.get, fn.remote(), timeout=60)
+        check(isinstance(err, WorkerCrashedError), repr(err))
+        check(isinstance(err, RayError))
+        text = str(err)
+        check(name in text, text)
+        found = re.search(r"rank\D{0,3}(\d+)", text)
+        check(found and 1 <= int(found.group(1)) < NP, text)
+        messages[name] = text
 open(gate, "w").close()
-check(ray.get(bystander, timeout=60) == "bystander done")  # a task on another rank survived
+with section("bystander"):
+    check(ray.get(bystander, timeout=60) == "bystander done")
+with section("all workers serve after the crashes"):
+    all_workers_serve("after-crashes")
 report("crash_messages", messages)
 
-err = expect_raises(Exception, ray.get, memory_hog.remote(), timeout=60)
-check(isinstance(err, TaskError) and isinstance(err, MemoryError), type(err).__mro__)
-all_workers_serve("after-memory-hog")
+with section("memory hog"):
+    err = expect_raises(Exception, ray.get, memory_hog.remote(), timeout=60)
+    check(isinstance(err, TaskError) and isinstance(err, MemoryError), type(err).__mro__)
+    all_workers_serve("after-memory-hog")
 
-err = expect_raises(Exception, ray.get, downstream.remote(segfault.remote()), timeout=60)
-check(isinstance(err, RayError) and not isinstance(err, ray.exceptions.GetTimeoutError), repr(err))
-report("downstream_of_crash", [type(err).__name__, str(err)[:1000]])
+with section("downstream of a crash"):
+    err = expect_raises(Exception, ray.get, downstream.remote(segfault.remote()), timeout=60)
+    check(isinstance(err, RayError) and not isinstance(err, ray.exceptions.GetTimeoutError), repr(err))
+    report("downstream_of_crash", [type(err).__name__, str(err)[:1000]])
 
 # --- retries: crashes only, default max_retries = 3 ----------------------------
 
@@ -133,26 +140,31 @@ def count_and_raise(path):
     raise ValueError("not retried")
 
 
-check(ray.get(crash_first_time.remote(tmp_path("crash-once")), timeout=60) == "second attempt")
+with section("crash on the first attempt"):
+    check(ray.get(crash_first_time.remote(tmp_path("crash-once")), timeout=60) == "second attempt")
 
-path = tmp_path("crash-default")
-err = expect_raises(Exception, ray.get, count_and_crash.remote(path), timeout=90)
-check(isinstance(err, WorkerCrashedError), repr(err))
-report("attempts_default_crash", attempts(path))
 
-path = tmp_path("crash-zero")
-err = expect_raises(Exception, ray.get, count_and_crash.options(max_retries=0).remote(path), timeout=60)
-check(isinstance(err, WorkerCrashedError), repr(err))
-report("attempts_zero_crash", attempts(path))
+with section("default max_retries"):
+    path = tmp_path("crash-default")
+    err = expect_raises(Exception, ray.get, count_and_crash.remote(path), timeout=90)
+    check(isinstance(err, WorkerCrashedError), repr(err))
+    report("attempts_default_crash", attempts(path))
 
-path = tmp_path("raise-default")
-err = expect_raises(Exception, ray.get, count_and_raise.remote(path), timeout=60)
-check(isinstance(err, TaskError) and isinstance(err, ValueError), repr(err))
-path2 = tmp_path("raise-three")
-err = expect_raises(Exception, ray.get, count_and_raise.options(max_retries=3).remote(path2),
-                    timeout=60)
-check(isinstance(err, ValueError), repr(err))
-report("attempts_raise", [attempts(path), attempts(path2)])
+with section("max_retries=0"):
+    path = tmp_path("crash-zero")
+    err = expect_raises(Exception, ray.get, count_and_crash.options(max_retries=0).remote(path), timeout=60)
+    check(isinstance(err, WorkerCrashedError), repr(err))
+    report("attempts_zero_crash", attempts(path))
+
+with section("exceptions are not retried"):
+    path = tmp_path("raise-default")
+    err = expect_raises(Exception, ray.get, count_and_raise.remote(path), timeout=60)
+    check(isinstance(err, TaskError) and isinstance(err, ValueError), repr(err))
+    path2 = tmp_path("raise-three")
+    err = expect_raises(Exception, ray.get, count_and_raise.options(max_retries=3).remote(path2),
+                        timeout=60)
+    check(isinstance(err, ValueError), repr(err))
+    report("attempts_raise", [attempts(path), attempts(path2)])
 
 # --- an exception that cannot be pickled ---------------------------------------
 
@@ -167,9 +179,10 @@ def raises_unsendable():
     raise Unsendable("the original message")
 
 
-err = expect_raises(Exception, ray.get, raises_unsendable.remote(), timeout=60)
-check(isinstance(err, TaskError), repr(err))
-check("the original message" in str(err) and "raises_unsendable" in str(err), str(err))
+with section("unpicklable exception"):
+    err = expect_raises(Exception, ray.get, raises_unsendable.remote(), timeout=60)
+    check(isinstance(err, TaskError), repr(err))
+    check("the original message" in str(err) and "raises_unsendable" in str(err), str(err))
 
 # --- max_calls ------------------------------------------------------------------
 
@@ -185,11 +198,14 @@ def pid_reused():
 
 
 # More sequential calls than ranks: some rank runs two, each in a new process.
-once = [ray.get(pid_once.remote(), timeout=60) for _ in range(NUM_WORKERS + 2)]
-report("max_calls_pids", len(set(once)))
-reused = [ray.get(pid_reused.remote(), timeout=60) for _ in range(3 * NUM_WORKERS)]
-report("reused_pids", len(set(reused)))
+with section("max_calls"):
+    once = [ray.get(pid_once.remote(), timeout=60) for _ in range(NUM_WORKERS + 2)]
+    report("max_calls_pids", len(set(once)))
+    reused = [ray.get(pid_reused.remote(), timeout=60) for _ in range(3 * NUM_WORKERS)]
+    report("reused_pids", len(set(reused)))
 
-all_workers_serve("at-the-end")
+with section("all workers serve at the end"):
+    all_workers_serve("at-the-end")
+
 ray.shutdown()
 ok("faults")

@@ -48,7 +48,7 @@ def infeasible(remote_fn, name):
             outcome = ("submit", type(err).__name__, str(err))
         else:
             try:
-                ray.get(ref, timeout=3)
+                ray.get(ref, timeout=1)
             except ray.exceptions.GetTimeoutError:
                 outcome = ("pending", "", "")
             except Exception as err:
