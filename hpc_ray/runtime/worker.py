@@ -59,7 +59,8 @@ class ExecutorProc:
         self.serial = serial
         self.pid = proc.pid
         self.known_fns: set = set()
-        self.assigned: collections.OrderedDict = collections.OrderedDict()  # tid -> nested?
+        #: Tasks sent and not finished, in order: task id -> (sent while blocked?, spec).
+        self.assigned: collections.OrderedDict = collections.OrderedDict()
         self.blocked = 0
         self.actor_id = actor_id
         self.calls: collections.Counter = collections.Counter()
@@ -143,7 +144,8 @@ class WorkerLoop:
         self.queue: collections.deque = collections.deque()
         self.executors: list[ExecutorProc] = []
         self.actors: dict[int, ExecutorProc] = {}
-        self.requests: dict[int, tuple] = {}
+        self.requests: dict[int, tuple] = {}     # rank req id -> (executor, its req id, kind)
+        self.requests_ids: dict[int, list] = {}  # rank req id -> object ids of a GET
         self.req_ids = itertools.count(1)
         self.serials = itertools.count(1)
         self.run_functions: list[bytes] = []
@@ -265,7 +267,7 @@ class WorkerLoop:
                 self.out.append((m.TASK_FAILED, spec[m.T_ID], _actor_gone(spec, self.rank),
                                  0.0, 0.0, 0))
                 return
-            ex.assigned[spec[m.T_ID]] = False
+            ex.assigned[spec[m.T_ID]] = (False, spec)
             ex.send([(m.EXECUTE, self._ship_fn(ex, spec))])
             return
         self.queue.append(spec)
@@ -314,7 +316,7 @@ class WorkerLoop:
                 if state[0] == 0:
                     ex.send([(m.REPLY, req, payload)])
 
-            ids = entry_ids = self.requests_ids.pop(msg[1], None)  # noqa: F841
+            ids = self.requests_ids.pop(msg[1], None)
             for i in todo:
                 plan = payload[i]
                 oid = ids[i] if ids else None
@@ -331,7 +333,7 @@ class WorkerLoop:
         for msg in msgs:
             kind = msg[0]
             if kind == m.TASK_DONE or kind == m.TASK_FAILED:
-                nested = ex.assigned.pop(msg[1], None)
+                ex.assigned.pop(msg[1], None)
                 out.append(msg)
                 if ex.retiring and not ex.assigned:
                     self._retire(ex)
@@ -361,8 +363,6 @@ class WorkerLoop:
                     ex.actor_id = None  # a clean exit: do not report a crash
             else:
                 out.append(msg)
-
-    requests_ids: dict = {}
 
     def _retire(self, ex: ExecutorProc) -> None:
         """max_calls reached: replace the executor with a fresh process."""
@@ -402,8 +402,9 @@ class WorkerLoop:
         # The first task it held was running; tasks sent while it was blocked in
         # get() may have been running nested. The rest never started: run them again.
         lost, requeue = [], []
-        for i, (tid, nested) in enumerate(ex.assigned.items()):
+        for i, (tid, (nested, spec)) in enumerate(ex.assigned.items()):
             (lost if i == 0 or nested else requeue).append(tid)
+        specs = {tid: spec for tid, (_, spec) in ex.assigned.items()}
         if ex.blocked:
             self.out.append((m.BLOCKED, -ex.blocked))
         if ex.actor_id is not None and self.actors.get(ex.actor_id) is ex:
@@ -413,15 +414,12 @@ class WorkerLoop:
         if ex.actor_id is not None:
             return
         self.out.append((m.WORKER_CRASHED, lost, code, ex.pid, None))
-        specs = {s[m.T_ID]: s for s in self._sent.pop(ex.serial, [])}
         for tid in reversed(requeue):
             if tid in specs:
                 self.queue.appendleft(specs[tid])
         if ex in self.executors:
             self.executors.remove(ex)
             self.executors.append(self.spawn())
-
-    _sent: dict = {}
 
     # --- dispatch ---------------------------------------------------------------
 
@@ -439,16 +437,12 @@ class WorkerLoop:
                 break
             n = 1 if ex.assigned else per
             batch = []
-            sent = self._sent.setdefault(ex.serial, [])
-            if not ex.assigned:
-                sent.clear()
             nested = bool(ex.assigned)
             while queue and len(batch) < n:
                 spec = queue.popleft()
                 spec = self._ship_fn(ex, spec)
                 tid = spec[m.T_ID]
-                ex.assigned[tid] = nested
-                sent.append(spec)
+                ex.assigned[tid] = (nested, spec)
                 batch.append((m.EXECUTE, spec))
                 max_calls = spec[m.T_MAX_CALLS]
                 if max_calls:
@@ -464,8 +458,6 @@ class WorkerLoop:
     # --- loop -------------------------------------------------------------------
 
     def run(self) -> None:
-        self.requests_ids = {}
-        self._sent = {}
         self.executors = [self.spawn() for _ in range(self.cpus)]
         # tighten_timer_slack()
         comm = self.comm
