@@ -30,3 +30,10 @@ def test_actors_api(run, mode, n):
         "dead_actor_error"].lower(), values
     if mode == "embedded":
         assert sorted(values["gpu_ids"]) == [0, 1]
+
+
+@pytest.mark.parametrize("mode,n", [("embedded", 3), ("mpiexec", 3)])
+def test_actor_call_order(run, mode, n):
+    """Calls from one caller run once each and in order, also when an earlier call
+    waits for an argument (tests/mpi_scripts/actors_order.py)."""
+    run("actors_order.py", n, mode=mode, timeout=90).assert_ok("actors_order")
