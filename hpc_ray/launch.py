@@ -87,6 +87,7 @@ def setup_world(comm, cfg: dict | None):
     rank = comm.Get_rank()
     size = comm.Get_size()
     cfg = comm.bcast(cfg, root=0)
+    cfg = dict(cfg, visible_gpus=comm.allgather(visible_gpus()))
     rpn = cfg.get("ranks_per_node")
     if rpn:
         node_of = [r // rpn for r in range(size)]
@@ -113,6 +114,7 @@ def setup_world(comm, cfg: dict | None):
     node_comm.Free()
     comm.Barrier()
     unlink_mapped_shm()
+    cfg["node_of"] = node_of
     return cfg, node_of, node, arena
 
 
@@ -148,14 +150,35 @@ def worker_resources(cfg: dict, rank: int, size: int) -> tuple[dict, list[int]]:
     elif gpus_total is not None:
         gpu_ids = list(range(int(gpus_total)))
     else:
-        gpu_ids = visible_gpus()
+        gpu_ids = _my_share_of_node_gpus(cfg, rank)
     res["GPU"] = len(gpu_ids)
     return res, gpu_ids
 
 
+def _my_share_of_node_gpus(cfg: dict, rank: int) -> list[int]:
+    """The GPUs this worker rank may use.
+
+    When the launcher bound GPUs per task (``srun --gpus-per-task``), each rank
+    sees its own. When every rank of a node sees the same list (``mpiexec`` in
+    an allocation with ``--gpus-per-node``), the node's worker ranks split it
+    round-robin instead of all claiming every GPU.
+    """
+    visible = cfg["visible_gpus"]
+    node_of = cfg["node_of"]
+    mine = visible[rank]
+    peers = [r for r in range(1, len(visible)) if node_of[r] == node_of[rank]]
+    if not mine or any(visible[r] != mine for r in peers):
+        return mine
+    index = peers.index(rank)
+    return [g for i, g in enumerate(mine) if i % len(peers) == index]
+
+
 def run_worker(comm, spawned: bool) -> bool:
     """The whole life of a worker rank; returns True when the driver vanished."""
+    from .preempt import ignore_preempt_signals
     from .runtime.worker import WorkerLoop
+    # Slurm's USR1 warning is for the driver; on a worker its default action kills.
+    ignore_preempt_signals()
     cfg, node_of, node, arena = setup_world(comm, None)
     rank = comm.Get_rank()
     resources, gpu_ids = worker_resources(cfg, rank, comm.Get_size())
