@@ -189,6 +189,9 @@ class SGDWorker:
 class ParameterServerShard:
     """Averages one shard of every worker's gradients (``ps`` strategy)."""
 
+    def ping(self) -> bool:
+        return True
+
     def aggregate(self, *shards: np.ndarray) -> np.ndarray:
         out = np.array(shards[0], copy=True)
         for s in shards[1:]:
@@ -249,15 +252,19 @@ class DistributedSGD:
                         for i in range(num_workers)]
         self.servers: list = []
         self.group: str | None = None
-        # Every replica starts from worker 0's weights.
+        # Every replica starts from worker 0's weights. (The ref is ready before
+        # it is passed on: the head may misplace a call to a still-starting actor
+        # whose argument is pending; see the issue 6 note.)
         first = self.workers[0].get_weights.remote()
-        api.get([w.set_weights.remote(first) for w in self.workers[1:]] + [first])
+        api.get(first)
+        api.get([w.set_weights.remote(first) for w in self.workers[1:]])
         if strategy == "allreduce" and num_workers > 1:
             self.group = f"sgd-{uuid.uuid4().hex[:12]}"
             api.get([w.join_group.remote(num_workers, self.group) for w in self.workers])
         elif strategy == "ps":
             server_cls = api.remote(num_cpus=0)(ParameterServerShard)
             self.servers = [server_cls.remote() for _ in range(num_ps or num_workers)]
+            api.get([s.ping.remote() for s in self.servers])  # started before a step
             counts = api.get([w.plan_shards.remote(len(self.servers))
                               for w in self.workers])
             self.num_shards = counts[0]
