@@ -85,5 +85,48 @@ for k in range(2 * NUM_WORKERS):
     check(mine == [f"t{k}-{i}" for i in range(per_caller)], mine)
 ray.kill(rec)
 
+
+
+# Arguments ready before the actor is: each call still runs once, on its actor.
+@ray.remote
+class SlowStart:
+    def __init__(self):
+        time.sleep(1.5)              # e.g. loading a data set
+        self.calls = []
+
+    def record(self, x):
+        self.calls.append(x)
+        return len(self.calls)
+
+    def calls_seen(self):
+        return self.calls
+
+
+@ray.remote
+def quick(i):
+    return i
+
+
+actors = [SlowStart.remote() for _ in range(3)]
+refs = [a.record.remote(quick.remote(i)) for i, a in enumerate(actors)]
+check(ray.get(refs, timeout=30) == [1, 1, 1], ray.get(refs, timeout=30))
+seen = ray.get([a.calls_seen.remote() for a in actors], timeout=30)
+check(seen == [[0], [1], [2]], f"each call should run once on its actor; they saw {seen}")
+for a in actors:
+    ray.kill(a)
+
+# One ref read by several calls after the caller dropped it (the synchronous
+# parameter server's pattern): it stays alive until the last call has read it.
+actors = [SlowStart.remote() for _ in range(4)]
+weights = quick.remote(7)
+refs = [a.record.remote(weights) for a in actors]
+del weights
+got = ray.get(refs, timeout=30)
+check(got == [1, 1, 1, 1], got)
+seen = ray.get([a.calls_seen.remote() for a in actors], timeout=30)
+check(seen == [[7]] * 4, seen)
+for a in actors:
+    ray.kill(a)
+
 ray.shutdown()
 ok("actors_order")
