@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -281,6 +282,7 @@ def launch_env(n: int, mode: str, timeout: float, env: dict | None) -> dict:
     return full
 
 
+_FAULTHANDLER_TIMEOUT = re.compile(r"^Timeout \(\d+:\d\d:\d\d(\.\d+)?\)!$", re.MULTILINE)
 _ANY_NONZERO = object()
 #: Pass as ``expect_rc`` when any non-zero return code is right (a killed driver).
 NONZERO = _ANY_NONZERO
@@ -306,8 +308,9 @@ def run_mpi(script: str | os.PathLike, n: int, *args: str, timeout: float = 60,
     This is ``subprocess.run(..., timeout=, capture_output=True,
     start_new_session=True)`` spelled out with ``Popen``, so that on timeout the
     whole session (mpiexec, every rank, every executor) can be killed and the
-    output read so far shown. After the launch ends, every process of its
-    session must be gone within ``LINGER_TIMEOUT`` seconds.
+    output read so far shown. After the launch ends, every process of it
+    (found by session and by an environment marker) must be gone within
+    ``LINGER_TIMEOUT`` seconds.
     """
     script = _script_path(script)
     command = list(cmd) if cmd is not None else build_command(script, n, args, mode)
@@ -336,14 +339,19 @@ def run_mpi(script: str | os.PathLike, n: int, *args: str, timeout: float = 60,
         raise
     result = MPIResult(command, proc.returncode, _decode(stdout), _decode(stderr),
                        time.monotonic() - start)
-    lingering = poll_for(lambda: not _launch_processes(sid, marker), LINGER_TIMEOUT)
-    if not lingering:
+    all_gone = poll_for(lambda: not _launch_processes(sid, marker), LINGER_TIMEOUT)
+    if not all_gone:
         left = _launch_processes(sid, marker)
         described = _describe(left)
         _kill_launch(sid, marker)
         if left:
             pytest.fail(f"processes of the launch were still alive {LINGER_TIMEOUT}s "
                         f"after it ended:\n{described}\n{result.output()}", pytrace=False)
+    # A rank script's faulthandler.dump_traceback_later fired: something hung,
+    # whatever the return code says (a test of a dying driver expects rc != 0).
+    if _FAULTHANDLER_TIMEOUT.search(result.stderr):
+        pytest.fail(f"a process hung until its faulthandler deadline "
+                    f"(timeout - 5 s)\n{result.output()}", pytrace=False)
     if expect_rc is _ANY_NONZERO:
         if result.returncode == 0:
             pytest.fail(f"expected a non-zero return code\n{result.output()}", pytrace=False)

@@ -94,7 +94,7 @@ with section("get and wait misuse"):
     err = expect_raises(Exception, ray.wait, ref)
     check(isinstance(err, TypeError), repr(err))
     err = expect_raises(Exception, ray.wait, [ref], num_returns=0)
-    check(isinstance(err, (ValueError, TypeError)), repr(err))
+    check(isinstance(err, (ValueError, TypeError)), f"wait(num_returns=0) must raise (as Ray does), got {err!r}")
     still_works()
 
 # --- bad options ----------------------------------------------------------------
@@ -167,7 +167,8 @@ def downstream(x):
 with section("task raises"):
     err = expect_raises(Exception, ray.get, fails.remote(5))
     check(isinstance(err, TaskError) and isinstance(err, ValueError), type(err).__mro__)
-    check(isinstance(err, ray.exceptions.RayTaskError))
+    check(isinstance(err, ray.exceptions.RayTaskError),
+          f"`except ray.exceptions.RayTaskError` does not catch a task's error: {type(err).__mro__}")
     check(1 <= err.rank < NP, err.rank)
     check("fails" in str(err) and "bad value 5" in str(err), str(err))
     check("raise ValueError" in err.traceback_str, err.traceback_str)
@@ -186,7 +187,8 @@ with section("task raises"):
     check(isinstance(err, ValueError) and "bad value 9" in str(err), repr(err))
 
     err = expect_raises(Exception, ray.get, raises_custom.remote())
-    check(isinstance(err, TaskError) and isinstance(err, CustomError), type(err).__mro__)
+    check(isinstance(err, TaskError) and isinstance(err, CustomError),
+          f"a task raised CustomError(code, detail); get() raised {type(err).__mro__}: {err}")
     check("custom detail" in str(err), str(err))
 
     # Errors are values: wait() reports a failed task as ready.

@@ -102,7 +102,8 @@ report("crash_messages", messages)
 
 with section("memory hog"):
     err = expect_raises(Exception, ray.get, memory_hog.remote(), timeout=60)
-    check(isinstance(err, TaskError) and isinstance(err, MemoryError), type(err).__mro__)
+    check(isinstance(err, TaskError) and isinstance(err, MemoryError),
+          f"a task raised MemoryError; get() raised {type(err).__mro__}: {err}")
     all_workers_serve("after-memory-hog")
 
 with section("downstream of a crash"):
