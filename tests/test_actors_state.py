@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_mpi
+from conftest import LINGER_TIMEOUT, _leaked_shm, _shm_entries, poll_for, run_mpi
 
 pytestmark = pytest.mark.mpi
 
@@ -21,8 +21,15 @@ LAUNCHES = [("embedded", 3), ("mpiexec", 3), ("module", 5)]
 def state_run(request, tmp_path_factory):
     mode, n = request.param
     tmp = tmp_path_factory.mktemp(f"state-{mode}-{n}")
-    return run_mpi("actors_state.py", n, mode=mode, timeout=120, expect_rc=None,
-                   env={"HPC_RAY_TEST_TMPDIR": str(tmp)})
+    shm_before = _shm_entries()
+    result = run_mpi("actors_state.py", n, mode=mode, timeout=120, expect_rc=None,
+                     env={"HPC_RAY_TEST_TMPDIR": str(tmp)})
+    # The autouse leftover check runs per test, after this module-scoped launch
+    # began; check /dev/shm for this launch here (the manager section makes some).
+    leaked = (set() if poll_for(lambda: not _leaked_shm(shm_before), LINGER_TIMEOUT)
+              else _leaked_shm(shm_before))
+    assert not leaked, f"new /dev/shm entries left behind: {sorted(leaked)}"
+    return result
 
 
 def check_section(result, name):
