@@ -121,21 +121,38 @@ with section("progress"):
     print("PROGRESS_DONE", flush=True)
 
 with section("as_completed"):
-    gate = tmp_path("gate-order")
-    # (The slow task gives up after 15 s, so a scheduler that queues a fast
-    # task behind it fails this section instead of hanging the script.)
-    slow = wait_for_file.remote(gate, "slow", 15)
+    # Fast tasks first, so they hold the workers before the slow one is queued:
+    # this checks as_completed's order, whatever the scheduler's queueing.
     fast = [traced_work.remote(i) for i in range(3)]
+    ray.get(fast, timeout=30)
+    gate = tmp_path("gate-order")
+    slow = wait_for_file.remote(gate, "slow", 15)
+    done = ray.put("already here")
     seen = []
-    for ref in ray.as_completed([slow] + fast):
+    for ref in ray.as_completed([slow] + fast + [done]):
         check(isinstance(ref, ray.ObjectRef), ref)
         seen.append(ref)
-        if len(seen) == 3:
+        if len(seen) == 4:
             # Only now can the slow one finish: completion order, not input order.
             open(gate, "w").close()
-    check(set(seen[:3]) == set(fast) and seen[3] == slow,
-          f"as_completed order {seen}: the three fast tasks {fast} should come before the "
-          f"slow one {slow} (a fast task waited behind the slow one while a worker was free?)")
+    check(set(seen[:4]) == set(fast + [done]) and seen[4:] == [slow],
+          f"as_completed order {seen}: the slow task {slow} should come last")
+    check(ray.get(slow, timeout=30) == "slow")
+open(tmp_path("gate-order"), "w").close()
+
+with section("no task waits behind a long one while a worker is free"):
+    # One worker is busy with a long task; tasks submitted now must all run on
+    # the other worker(s) and finish, not wait in the busy worker's queue.
+    gate = tmp_path("gate-hol")
+    slow = wait_for_file.remote(gate, "slow", 15)
+    poll_for(lambda: ray.available_resources().get("CPU", 0) == total["CPU"] - 1, 10)
+    fast = [traced_work.remote(i) for i in range(3)]
+    ready, not_ready = ray.wait(fast, num_returns=3, timeout=10)
+    check(len(ready) == 3, f"{len(not_ready)} of 3 short tasks still pending after 10 s while "
+          f"only one of {total['CPU']} workers was busy (queued behind the long task?)")
+    open(gate, "w").close()
+    check(ray.get(slow, timeout=30) == "slow")
+open(tmp_path("gate-hol"), "w").close()
 
 ray.shutdown()
 ok("introspection")
