@@ -252,12 +252,12 @@ class DistributedSGD:
                         for i in range(num_workers)]
         self.servers: list = []
         self.group: str | None = None
-        # Every replica starts from worker 0's weights. (The ref is ready before
+        # Every replica starts from the weights of worker 0's first replica. (The ref is ready before
         # it is passed on: the head may misplace a call to a still-starting actor
         # whose argument is pending; see the issue 6 note.)
         first = self.workers[0].get_weights.remote()
         api.get(first)
-        api.get([w.set_weights.remote(first) for w in self.workers[1:]])
+        api.get([w.set_weights.remote(first) for w in self.workers])
         if strategy == "allreduce" and num_workers > 1:
             self.group = f"sgd-{uuid.uuid4().hex[:12]}"
             api.get([w.join_group.remote(num_workers, self.group) for w in self.workers])

@@ -11,7 +11,7 @@ from _harness import NUM_WORKERS, check, expect_raises, init_kwargs, ok, report,
 import hpc_ray as ray
 from hpc_ray.sgd import PyTorchTrainer, Resources
 from hpc_ray.sgd.checkpoint import load_checkpoint
-from hpc_ray.sgd.data import H5Dataset, write_digits_h5
+from hpc_ray.sgd.data import H5Dataset, shard_bounds, write_digits_h5
 
 R = NUM_WORKERS
 ray.init(**init_kwargs())
@@ -140,7 +140,8 @@ with section("plain torch dataset, Adam checkpoint"):
     t2.train()
     t2.restore(ckpt)
     state = t2.apply_all_replicas(lambda runner: runner.optimizer.state_dict())
-    steps = 4 * (200 // R // 10)   # 4 epochs of this shard's batches when saved
+    # 4 epochs when saved, each of the smallest shard's batch count.
+    steps = 4 * min(-(-(hi - lo) // 10) for lo, hi in shard_bounds(200, R))
     check(all(float(s["state"][0]["step"]) == steps for s in state),
           (steps, state[0]["state"][0]["step"]))
     check(t2.validate() == before, "Adam restore")
