@@ -46,7 +46,9 @@ class _Reusables:
         from .runtime import context
         if context.is_set() and getattr(context.current(), "is_driver", False):
             from .api import run_function_on_all_workers
+            # As the seed describes: built at once on every worker and on the driver.
             run_function_on_all_workers(_Registrar(name, value))
+            _values[name] = value.initializer()
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -73,6 +75,7 @@ class _Registrar:
     def __call__(self, worker_info: dict) -> None:
         if worker_info.get("worker_rank", 0) != 0:
             _register(self.name, self.reusable)
+            _values[self.name] = self.reusable.initializer()
 
 
 def after_task() -> None:

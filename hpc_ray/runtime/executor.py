@@ -28,7 +28,7 @@ from typing import Any
 
 from ..exceptions import ActorDiedError, GetTimeoutError, RayError, TaskError
 from ..transport import messages as m
-from ..transport.serialization import ERROR, RAW, loads
+from ..transport.serialization import ERROR, RAW, SHM, loads
 from . import context, taskspec, values
 from .store import Arena
 
@@ -242,9 +242,11 @@ class ExecutorContext:
         return fn
 
     def _read_dep(self, oid: int, rec: tuple) -> Any:
-        if rec[0] == RAW:
-            return rec[1]
-        return values.from_record(rec, self.arena, context.ObjectRef(oid, _owned=True))
+        if rec[0] != SHM:
+            return values.from_record(rec, self.arena, None)
+        # A view into the store outlives the task if the code keeps it (an actor
+        # storing an argument): pin the object with a ref of this process's own.
+        return values.from_record(rec, self.arena, context.ObjectRef(oid, _owned=False))
 
     def _set_gpus(self, gpu_ids: list[int]) -> None:
         self.gpu_ids = list(gpu_ids or [])

@@ -269,7 +269,12 @@ class Head:
                 return
             task.missing -= 1
             if task.missing == 0 and task.state == "PENDING":
-                self._task_ready(task)
+                actor_id = task.spec[m.T_ACTOR]
+                if actor_id is None:
+                    self._task_ready(task)
+                elif actor_id in self.actors:
+                    # Actor calls wait in their actor's queue, in submission order.
+                    self._dispatch_actor(self.actors[actor_id])
         elif kind == "get":
             _, state = waiter
             state[2] -= 1
