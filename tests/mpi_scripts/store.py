@@ -97,14 +97,18 @@ with section("small values"):
 
 # --- crossing nodes -------------------------------------------------------------
 
-with section("crossing nodes"):
-    report("nodes", len(ray.nodes()))
-    # Many tasks, so every worker (and so every node) reads and writes objects.
+report("nodes", len(ray.nodes()))
+
+with section("crossing nodes: every worker reads the driver's object"):
+    # Many tasks, so every worker (and so every node) reads the object.
     sums = ray.get([checksum.remote(ref) for _ in range(4 * NUM_WORKERS)], timeout=T)
     check(all(s == (int(big.sum()), s[1]) for s in sums), sums)
+
+with section("crossing nodes: objects made by tasks, read by a task and the driver"):
+    expected = [i * (1 << 20) for i in range(4 * NUM_WORKERS)]
     made_everywhere = [make_array.remote(1 << 20, i) for i in range(4 * NUM_WORKERS)]
-    check(ray.get(checksum_nested.remote(made_everywhere), timeout=T) == [i * (1 << 20) for i in range(4 * NUM_WORKERS)])
-    check([int(a.sum()) for a in ray.get(made_everywhere, timeout=T)] == [i * (1 << 20) for i in range(4 * NUM_WORKERS)])
+    check(ray.get(checksum_nested.remote(made_everywhere), timeout=T) == expected)
+    check([int(a.sum()) for a in ray.get(made_everywhere, timeout=T)] == expected)
     del made_everywhere
 
 # --- reference counting --------------------------------------------------------
