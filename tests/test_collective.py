@@ -1,0 +1,60 @@
+"""Issue 6 collectives (``hpc_ray.collective``): every op and dtype against numpy
+references in in-rank and ordinary actors, several groups at once, errors; and
+existing mpi4py code on a group's communicator (examples/mpi_solver.py).
+
+The rank script is tests/mpi_scripts/collective_ops.py."""
+from __future__ import annotations
+
+import importlib.util
+import re
+
+import numpy as np
+import pytest
+
+from conftest import REPO_ROOT
+
+pytestmark = pytest.mark.mpi
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+
+
+@pytest.mark.parametrize("mode,n", [
+    ("embedded", 3),
+    ("mpiexec", 4),
+    ("mpiexec", 5),
+    ("module", 3),
+])
+def test_collective_ops(run, mode, n):
+    # Torch tensors once (importing torch on every rank is slow).
+    args = ("--torch",) if mode == "embedded" else ()
+    result = run("collective_ops.py", n, *args, mode=mode, timeout=120)
+    values = result.assert_ok("collective_ops")
+    assert values["with_torch"] == (HAVE_TORCH and bool(args))
+    # Per kind of actor: 4 groups' results, 37 arrays per member.
+    workers = n - 1
+    half = max(1, workers // 2)
+    assert values["compared"] == 2 * 37 * (2 * workers + half + (workers - half))
+
+
+@pytest.mark.parametrize("mode,n", [("embedded", 4), ("mpiexec", 4)])
+def test_mpi_solver_example(run, tmp_path, mode, n):
+    out = tmp_path / "solution.h5"
+    args = ["--n", "48", "--out", str(out)]
+    if mode == "embedded":
+        args += ["--ranks", str(n - 1)]
+    result = run(REPO_ROOT / "examples" / "mpi_solver.py", n, *args, mode=mode,
+                 timeout=90)
+    text = result.stdout
+    assert f"ranks {n - 1}, grid 48x48" in text, result.output()
+    found = re.search(r"CG iterations (\d+), relative residual (\S+), max error vs exact "
+                      r"(\S+),", text)
+    assert found, result.output()
+    assert int(found.group(1)) > 10
+    assert float(found.group(2)) < 1e-8
+    assert float(found.group(3)) < 1e-8
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(out, "r") as f:
+        u = f["u"][()]
+    grid = np.arange(1, 49) / 49
+    q = grid * (1 - grid)
+    np.testing.assert_allclose(u, np.outer(q, q), atol=1e-8)
