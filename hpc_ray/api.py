@@ -219,13 +219,13 @@ def wait(object_refs: list, num_returns: int = 1, timeout: float | None = None,
                             f"{type(r).__name__}")
     if len(set(object_refs)) != len(object_refs):
         raise ValueError("wait() requires a list of unique ObjectRefs; got duplicates")
-    if not isinstance(num_returns, int) or num_returns < 0 or num_returns > len(object_refs):
-        raise ValueError(f"num_returns must be between 0 and {len(object_refs)}, "
-                         f"got {num_returns!r}")
     _check_timeout(timeout)
+    if not object_refs:
+        return [], []
+    if not isinstance(num_returns, int) or not 1 <= num_returns <= len(object_refs):
+        raise ValueError(f"num_returns must be between 1 and {len(object_refs)}, "
+                         f"got {num_returns!r}")
     refs = list(object_refs)
-    if not refs or num_returns == 0:
-        return [], refs
     ready = set(context.current().wait(refs, num_returns, timeout))
     return [r for r in refs if r in ready], [r for r in refs if r not in ready]
 
@@ -297,9 +297,22 @@ def get_gpu_ids() -> list[int]:
 
 
 def get_resource_ids() -> dict:
-    """``{"GPU": [(id, fraction), ...]}`` for the current task or actor."""
-    gpus = get_gpu_ids()
-    return {"GPU": [(g, 1.0) for g in gpus]} if gpus else {}
+    """The resources the current task or actor holds: ``{name: [(id, fraction), ...]}``."""
+    if not context.is_set():
+        return {}
+    ctx = context.current()
+    out: dict = {}
+    for name, amount in (getattr(ctx, "resources", None) or {}).items():
+        if not amount:
+            continue
+        if name == "GPU":
+            out[name] = [(g, 1.0) for g in get_gpu_ids()]
+            continue
+        whole, part = int(amount), amount - int(amount)
+        out[name] = [(i, 1.0) for i in range(whole)] + ([(whole, part)] if part else [])
+    if get_gpu_ids() and "GPU" not in out:
+        out["GPU"] = [(g, 1.0) for g in get_gpu_ids()]
+    return out
 
 
 def run_function_on_all_workers(function) -> None:

@@ -53,7 +53,9 @@ class TaskError(RayError):
 
     def __init__(self, function_name: str = "", traceback_str: str = "",
                  rank: int = -1, host: str = "", cause: BaseException | None = None):
-        super().__init__(function_name, traceback_str, rank, host, cause)
+        # Not super(): in a class derived with the cause's class, the next
+        # __init__ in line would be the cause's own, with its own signature.
+        BaseException.__init__(self, function_name, traceback_str, rank, host, cause)
         self.function_name = function_name
         self.traceback_str = traceback_str
         self.rank = rank
@@ -70,14 +72,17 @@ class TaskError(RayError):
         if cls is None or isinstance(self, cls) or not _can_subclass(cls):
             return self
         derived = _derived_class(cls)
-        err = derived.__new__(derived)
+        try:
+            err = BaseException.__new__(derived)
+        except TypeError:
+            return self  # an exception type that cannot be made this way: plain TaskError
         TaskError.__init__(err, self.function_name, self.traceback_str,
                            self.rank, self.host, self.cause)
         return err
 
 
-class RayTaskError(TaskError):
-    """Ray's name for :class:`TaskError`."""
+#: Ray's name for :class:`TaskError` (the same class, so either catches it).
+RayTaskError = TaskError
 
 
 _DERIVED: dict[type, type] = {}
@@ -85,7 +90,7 @@ _DERIVED: dict[type, type] = {}
 
 def _can_subclass(cls: type) -> bool:
     try:
-        type("_probe", (TaskError, cls), {})
+        _derived_class(cls)
         return True
     except TypeError:
         return False

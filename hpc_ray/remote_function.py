@@ -101,6 +101,9 @@ class RemoteFunction:
     def remote(self, *args, **kwargs):
         from .runtime.taskspec import build_spec
         ctx = context.current()
+        register = getattr(ctx, "register_function", None)
+        if register is not None:
+            register(self._fn_id, self._function)
         keep: list = []
         spec = build_spec(self._fn_id, self._blob_for(ctx), self._name, args, kwargs,
                           self._num_returns, self._resources, self._max_retries,

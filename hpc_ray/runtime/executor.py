@@ -65,6 +65,7 @@ class ExecutorContext:
         self.actor_id = None
         self.actor_name = ""
         self.gpu_ids: list[int] = []
+        self.resources: dict = {}
         self.current_task_name: str | None = None
         self.current_task_id: int | None = None
         self.last_flush = time.monotonic()
@@ -248,8 +249,11 @@ class ExecutorContext:
         # storing an argument): pin the object with a ref of this process's own.
         return values.from_record(rec, self.arena, context.ObjectRef(oid, _owned=False))
 
-    def _set_gpus(self, gpu_ids: list[int]) -> None:
-        self.gpu_ids = list(gpu_ids or [])
+    def _set_gpus(self, held) -> None:
+        """Record what the task or actor holds: (GPU ids, resources) from the head."""
+        gpu_ids, resources = held if held else ((), None)
+        self.gpu_ids = list(gpu_ids)
+        self.resources = dict(resources or {})
         if gpu_ids:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpu_ids)
 

@@ -457,7 +457,7 @@ class Head:
         wire = list(spec)
         wire[m.T_BLOB] = blob
         wire[m.T_DEPS] = self._resolve_deps(spec, w.node)
-        wire[m.T_RES] = task.gpu_ids
+        wire[m.T_RES] = (task.gpu_ids, task.resources)
         self.send(w.rank, (m.EXECUTE, wire))
 
     def task_done(self, rank: int, tid: int, results: list, contained: list,
@@ -677,7 +677,7 @@ class Head:
         wire = list(spec)
         wire[m.T_BLOB] = blob
         wire[m.T_DEPS] = self._resolve_deps(spec, w.node)
-        wire[m.T_RES] = actor.gpu_ids
+        wire[m.T_RES] = (actor.gpu_ids, actor.resources)
         self.send(w.rank, (m.CREATE_ACTOR, wire))
 
     def _warn_actor(self, actor: ActorEntry) -> None:
@@ -735,7 +735,7 @@ class Head:
                 w.known_fns.add(fn_id)
                 wire[m.T_BLOB] = self.fn_blobs.get(fn_id)
             wire[m.T_DEPS] = self._resolve_deps(task.spec, w.node)
-            wire[m.T_RES] = actor.gpu_ids
+            wire[m.T_RES] = (actor.gpu_ids, actor.resources)
             self.send(w.rank, (m.EXECUTE, wire))
 
     def actor_died(self, actor_id: int, reason: str, allow_restart: bool) -> None:

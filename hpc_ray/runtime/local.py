@@ -30,6 +30,10 @@ class LocalContext:
     def hold_refs(self, ids) -> None:
         pass
 
+    def register_function(self, fn_id, fn) -> None:
+        """Local mode calls the function object itself, as Ray 0.7 does (no copy)."""
+        self.fns[fn_id] = fn
+
     put_serialized = None  # local mode passes arguments by value
 
     def record_profile(self, event: dict) -> None:
@@ -92,7 +96,7 @@ class LocalContext:
     def control(self, name: str, *args) -> Any:
         if name == "create_actor":
             spec, resources, max_restarts, aname, class_name = args[:5]
-            cls = loads(spec[m.T_BLOB])
+            cls = self.fns.get(spec[m.T_FN]) or loads(spec[m.T_BLOB])
             deps = [(pos, oid, None) for pos, oid in spec[m.T_DEPS]]
             a, kw = taskspec.load_args(spec[m.T_PAYLOAD], deps, self._read)
             self.actors[spec[m.T_ACTOR]] = cls(*a, **kw)

@@ -61,7 +61,9 @@ def error_from_record(rec: tuple) -> BaseException:
 
 def error_record(exc: BaseException) -> tuple:
     try:
-        return (ERROR, dumps(exc))
+        data = dumps(exc)
+        loads(data)  # some exceptions pickle but cannot be rebuilt (keyword-only __init__)
+        return (ERROR, data)
     except Exception:
         if isinstance(exc, TaskError):
             exc = TaskError(exc.function_name, exc.traceback_str, exc.rank, exc.host, None)

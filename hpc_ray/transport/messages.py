@@ -48,7 +48,7 @@ TaskSpec (a tuple, fields in order)
   argument positions that are refs: ``[(position_or_key, object_id), ...]``,
   resolved to ``[(position_or_key, object_id, record), ...]`` by the head when it
   dispatches; contained lists refs nested deeper inside the arguments (kept
-  alive, not resolved). On dispatch the resources field carries the GPU ids.
+  alive, not resolved). On dispatch the resources field carries (GPU ids, resources held).
 """
 from __future__ import annotations
 
