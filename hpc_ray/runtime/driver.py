@@ -73,6 +73,7 @@ class HeadLoop(threading.Thread):
             m.CONTROL_CALL: self._on_control,
             m.PROFILE: lambda src, msg: self.head.timeline_events.extend(msg[1]),
             m.FETCH: lambda src, msg: self.fetcher.serve(src, msg[2], msg[3]),
+            m.RETURNED: lambda src, msg: self.head.tasks_returned(src, msg[1]),
         }
 
     # --- handlers ---------------------------------------------------------------

@@ -75,7 +75,8 @@ class TaskEntry:
 
 class WorkerInfo:
     __slots__ = ("rank", "node", "host", "total", "avail", "gpu_free", "inflight",
-                 "blocked", "prefetch", "actors", "alive", "known_fns", "pid")
+                 "blocked", "prefetch", "actors", "alive", "known_fns", "pid",
+                 "steal_pending")
 
     def __init__(self, rank: int, node: int, host: str, resources: dict,
                  gpu_ids: list[int], pid: int) -> None:
@@ -92,6 +93,7 @@ class WorkerInfo:
         self.actors = 0                       #: actors placed here
         self.alive = True
         self.known_fns: set = set()           #: function ids already shipped here
+        self.steal_pending = False            #: a STEAL was sent, RETURNED not back yet
 
 
 class ActorEntry:
@@ -386,10 +388,10 @@ class Head:
 
     def schedule(self) -> None:
         """Place ready tasks on workers (called after every batch of events)."""
-        if not self.ready:
-            return
         workers = [w for w in self.workers.values() if w.alive]
-        if not workers:
+        if not self.ready or not workers:
+            if workers:
+                self._rebalance(workers)
             return
         still = collections.deque()
         ready = self.ready
@@ -409,6 +411,47 @@ class Head:
                 continue
             self._dispatch(task, w)
         self.ready = still
+        if not still:
+            self._rebalance(workers)
+
+    def _rebalance(self, workers: list) -> None:
+        """Idle CPUs while other workers hold queued tasks: ask for some back.
+
+        Short tasks are queued ahead at workers; one long task can then hold
+        others back while another rank idles. Only tasks still in a worker
+        rank's own queue come back (not those an executor already holds).
+        """
+        spare = [w for w in workers
+                 if w.inflight < w.total.get("CPU", 0) + w.blocked]
+        if not spare:
+            return
+        for idle in spare:
+            room = int(idle.total.get("CPU", 0) + idle.blocked - idle.inflight)
+            donors = [w for w in workers if not w.steal_pending and w is not idle
+                      and w.inflight > w.total.get("CPU", 0) + w.blocked]
+            if not donors or room <= 0:
+                return
+            donor = max(donors, key=lambda w: w.inflight - w.total.get("CPU", 0))
+            excess = int(donor.inflight - donor.total.get("CPU", 0) - donor.blocked)
+            donor.steal_pending = True
+            self.send(donor.rank, (m.STEAL, max(1, min(room + idle.prefetch, excess // 2))))
+
+    def tasks_returned(self, rank: int, tids: list[int]) -> None:
+        w = self.workers.get(rank)
+        if w is not None:
+            w.steal_pending = False
+        for tid in reversed(tids):
+            task = self.tasks.get(tid)
+            if task is None or task.state != "RUNNING" or task.rank != rank:
+                continue
+            if w is not None:
+                w.inflight -= 1
+                scheduler.unreserve(w, task.resources)
+                w.gpu_free.extend(task.gpu_ids)
+                task.gpu_ids = []
+            task.attempts -= 1
+            task.state = "READY"
+            self.ready.appendleft(tid)
 
     def _arg_nodes(self, task: TaskEntry) -> dict[int, int] | None:
         deps = task.spec[m.T_DEPS]

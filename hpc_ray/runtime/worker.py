@@ -42,6 +42,9 @@ logger = logging.getLogger(__name__)
 _LAUNCHER_ENV_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPIR_", "MPICH_INTERFACE",
                           "PALS_", "I_MPI_HYDRA")
 
+#: Most tasks sent to an executor at once (batches amortize the pipe's cost).
+EXECUTOR_BATCH = 64
+
 #: Requests whose replies the rank must look at before passing them on.
 _GET = 1
 
@@ -226,6 +229,11 @@ class WorkerLoop:
                 self.out.append((m.ACTOR_DIED, msg[1], "killed", True))
         elif kind == m.GROUP_CREATE:
             self.create_group(msg[1], msg[2])
+        elif kind == m.STEAL:
+            given = []
+            while self.queue and len(given) < msg[1]:
+                given.append(self.queue.pop()[m.T_ID])
+            self.out.append((m.RETURNED, given))
         elif kind == m.RUN_FUNCTION:
             self.run_functions.append(msg[1])
             for ex in self.all_executors():
@@ -431,7 +439,9 @@ class WorkerLoop:
         if not idle:
             return
         queue = self.queue
-        per = max(1, -(-len(queue) // len(idle)))
+        # Batch only a backlog: what an executor holds cannot be given back to the
+        # head for an idle rank, so a short queue goes out one task at a time.
+        per = max(1, min(EXECUTOR_BATCH, len(queue) // (len(idle) * 8)))
         for ex in idle:
             if not queue:
                 break

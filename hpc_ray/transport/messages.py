@@ -13,6 +13,7 @@ Head (rank 0) -> worker rank
     KILL_ACTOR     (k, actor_id, no_restart)
     RUN_FUNCTION   (k, blob)                   run on every worker's executors
     GROUP_CREATE   (k, name, mpi_ranks)        make a collective group's communicator
+    STEAL          (k, n)                      give back up to n tasks not started yet
     SHUTDOWN       (k,)
 
 Worker rank -> head
@@ -32,6 +33,7 @@ Worker rank -> head
     ACTOR_DIED     (k, actor_id, reason)
     CONTROL_CALL   (k, req_id, name, args)     get_actor, kill, cluster state, ...
     PROFILE        (k, events)                 timeline spans recorded on a worker
+    RETURNED       (k, task_ids)               answer to STEAL: tasks given back
 
 Executor -> its worker rank only
     COLLECTIVE_OP  (k, req_id, group, op, args)  a collective the rank runs for it
@@ -63,6 +65,7 @@ class Msg(enum.IntEnum):
     RUN_FUNCTION = 5
     SHUTDOWN = 6
     GROUP_CREATE = 7
+    STEAL = 8
     TASK_DONE = 10
     TASK_FAILED = 11
     WORKER_CRASHED = 12
@@ -80,6 +83,7 @@ class Msg(enum.IntEnum):
     ACTOR_DIED = 24
     CONTROL_CALL = 25
     PROFILE = 26
+    RETURNED = 27
     FETCH = 30
     COLLECTIVE_OP = 31
 
@@ -105,4 +109,6 @@ TASK_DONE, TASK_FAILED, WORKER_CRASHED, SUBMIT, PUT, GET, WAIT, WAIT_NOW, ALLOC,
         Msg.CONTROL_CALL, Msg.PROFILE))
 FETCH = Msg.FETCH.value
 GROUP_CREATE = Msg.GROUP_CREATE.value
+STEAL = Msg.STEAL.value
+RETURNED = Msg.RETURNED.value
 COLLECTIVE_OP = Msg.COLLECTIVE_OP.value
