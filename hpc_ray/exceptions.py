@@ -71,10 +71,8 @@ class TaskError(RayError):
         cls = type(self.cause) if self.cause is not None else None
         if cls is None or isinstance(self, cls) or not _can_subclass(cls):
             return self
-        derived = _derived_class(cls)
-        try:
-            err = BaseException.__new__(derived)
-        except TypeError:
+        err = _instantiate(_derived_class(cls))
+        if err is None:
             return self  # an exception type that cannot be made this way: plain TaskError
         TaskError.__init__(err, self.function_name, self.traceback_str,
                            self.rank, self.host, self.cause)
@@ -98,7 +96,37 @@ def _can_subclass(cls: type) -> bool:
 
 def _rebuild_task_error(cause_cls, fields):
     err = TaskError(*fields)
-    return err.as_instanceof_cause() if cause_cls is not None else err
+    if cause_cls is None or not _can_subclass(cause_cls):
+        return err
+    out = _instantiate(_derived_class(cause_cls))
+    if out is None:
+        return err
+    TaskError.__init__(out, *fields)
+    return out
+
+
+def _instantiate(derived: type):
+    """An uninitialised instance; exception types differ in which __new__ is safe."""
+    for new in (derived.__new__, BaseException.__new__):
+        try:
+            return new(derived)
+        except TypeError:
+            continue
+    return None
+
+
+def _portable_cause(cause: BaseException | None) -> BaseException | None:
+    """The cause if it survives a pickle round trip, else None (the class is kept)."""
+    if cause is None:
+        return None
+    try:
+        import pickle
+
+        import cloudpickle
+        pickle.loads(cloudpickle.dumps(cause))
+        return cause
+    except Exception:
+        return None
 
 
 def _derived_class(cls: type) -> type:
@@ -106,7 +134,8 @@ def _derived_class(cls: type) -> type:
     if derived is None:
         def __reduce__(self):
             return (_rebuild_task_error, (type(self.cause), (
-                self.function_name, self.traceback_str, self.rank, self.host, self.cause)))
+                self.function_name, self.traceback_str, self.rank, self.host,
+                _portable_cause(self.cause))))
 
         derived = type(f"TaskError({cls.__name__})", (TaskError, cls), {
             "__reduce__": __reduce__,
