@@ -469,7 +469,7 @@ class WorkerLoop:
 
     def run(self) -> None:
         self.executors = [self.spawn() for _ in range(self.cpus)]
-        # tighten_timer_slack()
+        tighten_timer_slack()
         comm = self.comm
         backoff = Backoff()
         last_check = time.monotonic()
