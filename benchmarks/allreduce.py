@@ -310,7 +310,7 @@ def run_children(cmds: list[list[str]], envs: list[dict], timeout: float) -> dic
         for line in out.splitlines():
             if line.startswith(MARK):
                 got = json.loads(line[len(MARK):])
-                found.setdefault(got["system"], got["results"])
+                found.setdefault(got["system"], {}).update(got["results"])
         if p.returncode != 0:
             log(f"exit code {p.returncode}: {' '.join(cmds[procs.index(p)])}")
     return found

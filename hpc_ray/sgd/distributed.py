@@ -138,11 +138,15 @@ class SGDWorker:
         self.group = group_name
         return collective.get_rank(group_name)
 
-    def step_allreduce(self) -> dict:
+    def step_allreduce(self, fetch_stats: bool = True) -> dict | None:
         buffers, stats = self._local_gradients()
         if self.group is not None:
             for b in buffers:
                 collective.allreduce(b, self.group, collective.ReduceOp.MEAN)
+        if not fetch_stats:
+            self._apply(buffers)
+            return None
+        if self.group is not None:
             # Loss and sample counts, summed in one small extra reduction.
             summary = np.array([stats.get("loss", 0.0), stats.get("num_samples", 0)],
                                dtype=np.float64)
@@ -277,8 +281,10 @@ class DistributedSGD:
             ``num_samples`` and the models' other stats; otherwise None.
         """
         if self.strategy == "allreduce":
-            stats = api.get([w.step_allreduce.remote() for w in self.workers])
-            merged = stats[0] if self.group is not None else _merge_stats(stats)
+            # Every worker reduces the stats, or none does (a collective).
+            stats = api.get([w.step_allreduce.remote(fetch_stats) for w in self.workers])
+            merged = (None if not fetch_stats else
+                      stats[0] if self.group is not None else _merge_stats(stats))
         elif self.strategy == "simple":
             merged = self._step_simple()
         else:
