@@ -36,12 +36,21 @@ def value(runs: dict[str, SystemRun], system: str | None, wl: str) -> float | No
     return res.value if res is not None and res.status == "ok" else None
 
 
+def noisy(runs: dict[str, SystemRun], *systems: str | None, wl: str) -> str:
+    """"*" when a figure behind a cell was taken under load from other jobs."""
+    for s in systems:
+        res = runs[s].results.get(wl) if s in runs else None
+        if res is not None and res.noisy:
+            return "*"
+    return ""
+
+
 def _cell(run: SystemRun, wl: str) -> str:
     res = run.results.get(wl)
     if res is None:
         return "-"
     if res.status == "ok":
-        return _fmt(res.value)
+        return _fmt(res.value) + ("*" if res.noisy else "")
     return {"n/a": "n/a", "timeout": "TIMEOUT", "error": "ERR"}[res.status]
 
 
@@ -60,7 +69,8 @@ def verdicts(runs: dict[str, SystemRun], hpc: str, wl: str) -> list[str]:
         elif not b:
             out.append("?" + label + f" [no {ref} figure]")
         else:
-            out.append(("PASS" if a / b >= factor else "MISS") + label)
+            out.append(("PASS" if a / b >= factor else "MISS") + label
+                       + noisy(runs, hpc, ref, wl=wl))
     return out
 
 
@@ -80,7 +90,8 @@ def format_table(runs: dict[str, SystemRun], names: list[str]) -> str:
         row = [wl, WORKLOAD_BY_NAME[wl].unit] + [_cell(runs[s], wl) for s in systems]
         for h, r in ratio_cols:
             a, b = value(runs, h, wl), value(runs, r, wl)
-            row.append(_fmt_ratio(a / b) if a is not None and b else "")
+            row.append(_fmt_ratio(a / b) + noisy(runs, h, r, wl=wl)
+                       if a is not None and b else "")
         row.append(", ".join(f">= {k:g}x {r}" for r, k in TARGETS.get(wl, [])))
         row += [", ".join(verdicts(runs, h, wl)) for h in hpcs]
         rows.append(row)
@@ -93,7 +104,11 @@ def format_table(runs: dict[str, SystemRun], names: list[str]) -> str:
             for i, (c, w) in enumerate(zip(cells, widths))) + " |"
     sep = "|" + "|".join("-" * (w + 1) + ":" if i in numeric else "-" * (w + 2)
                          for i, w in enumerate(widths)) + "|"
-    return "\n".join([line(header), sep] + [line(r) for r in rows])
+    text = "\n".join([line(header), sep] + [line(r) for r in rows])
+    if any(res.noisy for run in runs.values() for res in run.results.values()):
+        text += ("\n\n`*`: other jobs kept more than 10% of the CPUs busy during every rep "
+                 "of this figure (or of one it is compared with): treat it as a lower bound.")
+    return text
 
 
 def format_problems(runs: dict[str, SystemRun]) -> str:

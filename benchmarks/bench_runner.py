@@ -17,6 +17,7 @@ import os
 import queue
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,7 +37,11 @@ SWEEP_GRACE = 10.0
 class Result:
     status: str  #: ok | error | timeout | n/a
     value: float | None = None
+    #: Every rep was taken while other jobs used more than NOISY of the CPUs.
+    noisy: bool = False
     reps: list = field(default_factory=list)
+    #: Share of the CPUs used by other jobs during each rep (None: unknown).
+    foreign: list = field(default_factory=list)
     detail: str = ""
 
 
@@ -53,6 +58,24 @@ class SystemRun:
     load: tuple[float, float] | None = None
     #: Fraction of all CPUs busy (anyone's work) during 1 s just before the run.
     busy_before: float | None = None
+
+
+#: A rep during which other jobs kept more than this share of the CPUs busy is
+#: "noisy": its rate is used only if every rep was noisy (and then marked so).
+NOISY = 0.10
+
+
+def pick(reps: list[float], foreign: list, stat: str) -> tuple[float, bool]:
+    """The figure a run reports, and whether it comes from noisy reps only.
+
+    ``best`` is the best quiet rep (timeit's advice: other jobs only ever slow a rep
+    down); ``median`` the median of the quiet reps. Without quiet reps, all reps count.
+    """
+    quiet = [r for r, f in zip(reps, foreign or [None] * len(reps))
+             if f is None or f <= NOISY]
+    use = quiet or reps
+    value = max(use) if stat == "best" else statistics.median(use)
+    return value, not quiet
 
 
 # --- child command lines -----------------------------------------------------------------
@@ -77,7 +100,7 @@ def mpiexec_cmd(n: int) -> list[str]:
 def child_command(script: str, system: str, names: list[str], opts) -> list[str]:
     tail = [script, "--json", "--only", ",".join(names), "--duration", str(opts.duration),
             "--reps", str(opts.reps), "--warmup", str(opts.warmup),
-            "--timeout", str(opts.timeout)]
+            "--timeout", str(opts.timeout), "--stat", opts.stat]
     py = sys.executable
     if system == "hpc_ray_mpi":
         return mpiexec_cmd(3) + [py, "-m", "hpc_ray"] + tail + ["--system", "hpc_ray"]
@@ -231,8 +254,9 @@ def _run_child(script, system, todo: list[str], opts, cwd, run: SystemRun) -> No
     run.commands.append(shown)
     _say(system, shown)
     err = tempfile.TemporaryFile(mode="w+")
+    env = dict(os.environ, HPC_RAY_BENCH_ROOT=str(os.getpid()))  # see ForeignLoad
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, cwd=cwd,
-                            start_new_session=True)
+                            env=env, start_new_session=True)
     tree = ProcessTree(proc.pid)
     lines: queue.Queue = queue.Queue()
 
@@ -284,11 +308,15 @@ def _run_child(script, system, todo: list[str], opts, cwd, run: SystemRun) -> No
             deadline = time.monotonic() + opts.timeout
             _say(system, f"{wl} ...")
         elif kind == "result":
-            run.results[wl] = Result("ok", ev["value"], ev["reps"])
+            fgn = ev.get("foreign") or [None] * len(ev["reps"])
+            run.results[wl] = Result("ok", *pick(ev["reps"], fgn, opts.stat),
+                                     reps=ev["reps"], foreign=fgn)
             todo.remove(wl)
             current = None
-            reps = " ".join(f"{x:.4g}" for x in ev["reps"])
-            _say(system, f"{wl} = {ev['value']:.4g} {WORKLOAD_BY_NAME[wl].unit} (reps: {reps})")
+            reps = " ".join(f"{x:.4g}" + (f"[{f:.0%} other]" if f and f > NOISY else "")
+                            for x, f in zip(ev["reps"], fgn))
+            _say(system, f"{wl} = {run.results[wl].value:.4g} {WORKLOAD_BY_NAME[wl].unit} "
+                         f"({opts.stat}; reps: {reps})")
         elif kind == "error":
             if wl == "init":
                 for n in todo:

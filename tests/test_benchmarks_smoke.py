@@ -81,3 +81,13 @@ def test_report_ratios_and_verdicts(monkeypatch):
     row = next(ln for ln in table.splitlines() if ln.startswith("| task_async "))
     assert "15.0x" in row and "0.75x" in row
     assert "ERR" in next(ln for ln in table.splitlines() if ln.startswith("| task_sync "))
+
+
+def test_pick_prefers_reps_without_other_jobs(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    from bench_runner import pick
+
+    # foreign = share of the CPUs other jobs used during each rep
+    assert pick([5.0, 9.0, 7.0], [0.0, 0.5, 0.05], "best") == (7.0, False)
+    assert pick([5.0, 9.0], [0.5, 0.6], "best") == (9.0, True)  # all noisy: flagged
+    assert pick([1.0, 2.0, 3.0], [None] * 3, "median") == (2.0, False)
