@@ -211,7 +211,6 @@ class PyTorchRunner:
 
     def step(self) -> dict:
         """One epoch over this replica's shard; the stats are global averages."""
-        import torch
         start = time.perf_counter()
         self.model.train()
         # Every replica must take the same number of steps, or an allreduce would
