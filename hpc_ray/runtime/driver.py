@@ -112,10 +112,24 @@ class HeadLoop(threading.Thread):
         try:
             self._loop()
         except BaseException:
-            self.error = traceback.format_exc()
-            sys.stderr.write(f"### hpc_ray head (rank 0) failed:\n{self.error}")
-            with self.head.lock:
-                self.head.mark_broken("the head's comm thread failed:\n" + self.error)
+            self.fail(traceback.format_exc())
+
+    def fail(self, tb: str) -> None:
+        """The head hit a bug: say so once, and fail everything pending."""
+        if self.error is None:
+            self.error = tb
+            sys.stderr.write(f"### hpc_ray head (rank 0) failed:\n{tb}")
+        with self.head.lock:
+            self.head.mark_broken("the head failed:\n" + tb)
+
+    def poll_from_driver(self) -> bool:
+        """poll_once() for the driver thread: a head bug becomes a RayError, not a hang."""
+        try:
+            return self.poll_once()
+        except Exception:
+            self.fail(traceback.format_exc())
+            raise RayError("the hpc_ray head failed; see the traceback on stderr:\n"
+                           + (self.error or "")) from None
 
     def poll_once(self) -> bool:
         """One round of the head's I/O; the caller holds ``self.progress``.
@@ -298,7 +312,7 @@ class DriverContext:
                 return None
             if spins < DRIVER_SPINS and loop.progress.acquire(blocking=False):
                 try:
-                    active = loop.poll_once()
+                    active = loop.poll_from_driver()
                 finally:
                     loop.progress.release()
                 spins = 0 if active else spins + 1
@@ -419,6 +433,28 @@ class DriverContext:
         with head.lock:
             for w in head.workers.values():
                 head.send(w.rank, (m.SHUTDOWN,))
-        self.loop.stop_requested = True
-        self.loop.event.set()
-        self.loop.join(10)
+        loop = self.loop
+        loop.stop_requested = True
+        loop.event.set()
+        loop.join(10)
+        if loop.is_alive() or loop.error:
+            self._shutdown_without_comm_thread()
+
+    def _shutdown_without_comm_thread(self) -> None:
+        """The comm thread is gone or stuck: deliver SHUTDOWN ourselves, or abort."""
+        try:
+            if not self.loop.progress.acquire(timeout=5):
+                raise RuntimeError("the comm thread holds the MPI progress lock")
+            try:
+                deadline = time.monotonic() + 5
+                while (self.head.outbox or self.loop.sender.pending) and \
+                        time.monotonic() < deadline:
+                    self.loop.poll_once()
+                    time.sleep(1e-3)
+            finally:
+                self.loop.progress.release()
+        except Exception as exc:
+            sys.stderr.write(f"hpc_ray: cannot stop the worker ranks cleanly ({exc}); "
+                             f"aborting the MPI job\n")
+            sys.stderr.flush()
+            MPI.COMM_WORLD.Abort(1)
