@@ -20,6 +20,10 @@ SYNC_THREAD_BATCH = 200
 TREE_LEAVES = 256
 WAIT_REFS = 1000
 
+#: A rep during which other jobs kept more than this share of all CPUs busy is
+#: "noisy": its rate is used only if every rep was noisy (and then marked so).
+NOISY = 0.10
+
 #: hpc_ray_mpi and futures_mpi run under ``mpiexec -n 3`` (driver + 2 workers).
 SYSTEMS = ("hpc_ray", "hpc_ray_mpi", "ray", "futures", "futures_mpi")
 HPC_SYSTEMS = ("hpc_ray", "hpc_ray_mpi")

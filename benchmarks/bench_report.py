@@ -1,13 +1,14 @@
 """The results table (Markdown), ratios, PASS/MISS against the targets, and --save."""
 from __future__ import annotations
 
+import copy
 import datetime
 import os
 import platform
 import subprocess
 
 from bench_catalog import HPC_SYSTEMS, SYSTEMS, TARGETS, WORKLOAD_BY_NAME
-from bench_runner import SystemRun
+from bench_runner import SystemRun, pick
 
 
 def _fmt(v: float) -> str:
@@ -111,6 +112,16 @@ def format_table(runs: dict[str, SystemRun], names: list[str]) -> str:
     return text
 
 
+def with_stat(runs: dict[str, SystemRun], stat: str) -> dict[str, SystemRun]:
+    """A copy of ``runs`` whose figures are recomputed as ``stat`` of the reps."""
+    out = copy.deepcopy(runs)
+    for run in out.values():
+        for res in run.results.values():
+            if res.status == "ok" and res.reps:
+                res.value, res.noisy = pick(res.reps, res.foreign, stat)
+    return out
+
+
 def format_problems(runs: dict[str, SystemRun]) -> str:
     out = []
     for run in runs.values():
@@ -152,14 +163,14 @@ def machine_info(repo: str) -> dict:
                              capture_output=True, text=True, timeout=10).stdout.strip()
         dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "hpc_ray"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
-        info["hpc_ray commit"] = rev + (" (+ uncommitted changes in hpc_ray/)" if dirty else "")
+        info["hpc_ray commit"] = rev + (" (+ uncommitted hpc_ray/ changes)" if dirty else "")
     except (OSError, subprocess.TimeoutExpired):
         pass
     return info
 
 
-def save(results_dir: str, repo: str, runs: dict[str, SystemRun], header: str, table: str,
-         argv: list[str]) -> str:
+def save(results_dir: str, repo: str, runs: dict[str, SystemRun], names: list[str],
+         header: str, table: str, argv: list[str]) -> str:
     os.makedirs(results_dir, exist_ok=True)
     now = datetime.datetime.now()
     path = os.path.join(results_dir, f"{now:%Y-%m-%d}.md")
@@ -172,7 +183,9 @@ def save(results_dir: str, repo: str, runs: dict[str, SystemRun], header: str, t
              "Command: `python benchmarks/microbenchmark.py " + " ".join(argv) + "`", ""]
     lines += [f"- {k}: {v}" for k, v in machine_info(repo).items()]
     lines += [f"- {k} {v}" for k, v in versions.items()]
-    lines += [f"- {format_load(runs)}", "", header, "", table, "", "Child commands:", ""]
+    other = "median" if "best of" in header else "best"
+    lines += ["", header, "", table, "", f"The same run, {other} rep of each figure:", "",
+              format_table(with_stat(runs, other), names), "", "Child commands:", ""]
     lines += [f"- `{c}`" for r in runs.values() for c in r.commands]
     problems = format_problems(runs)
     if problems:

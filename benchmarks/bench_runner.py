@@ -1,6 +1,6 @@
 """Parent side: run one system's child process under a watchdog and collect its results.
 
-    run_system ──Popen(start_new_session)──▶ child (microbenchmark.py --system X --json)
+    run_system ──Popen(new session)──▶ child (microbenchmark.py --system X --json)
         ◀── stdout "@@bench {json}" lines, read by a thread into a queue:
             ready(init_s) · start(w) · result(w, value, reps) · error(w, traceback) · done
     watchdog: no event for --timeout s while w runs ──▶ kill the child and every
@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from bench_catalog import MARK, WORKLOAD_BY_NAME, applies
+from bench_catalog import MARK, NOISY, WORKLOAD_BY_NAME, applies
 
 #: Seconds a child may take to exit after its "done" event (Ray's shutdown is slow).
 EXIT_GRACE = 30.0
@@ -60,11 +60,6 @@ class SystemRun:
     busy_before: float | None = None
 
 
-#: A rep during which other jobs kept more than this share of the CPUs busy is
-#: "noisy": its rate is used only if every rep was noisy (and then marked so).
-NOISY = 0.10
-
-
 def pick(reps: list[float], foreign: list, stat: str) -> tuple[float, bool]:
     """The figure a run reports, and whether it comes from noisy reps only.
 
@@ -76,6 +71,17 @@ def pick(reps: list[float], foreign: list, stat: str) -> tuple[float, bool]:
     use = quiet or reps
     value = max(use) if stat == "best" else statistics.median(use)
     return value, not quiet
+
+
+def load_runs(data: dict) -> dict[str, SystemRun]:
+    """SystemRuns back from ``dataclasses.asdict`` JSON (--json-out)."""
+    runs = {}
+    for name, d in data.items():
+        d = dict(d)
+        d["results"] = {k: Result(**v) for k, v in d["results"].items()}
+        d["load"] = tuple(d["load"]) if d.get("load") else None
+        runs[name] = SystemRun(**d)
+    return runs
 
 
 # --- child command lines -----------------------------------------------------------------
@@ -317,6 +323,10 @@ def _run_child(script, system, todo: list[str], opts, cwd, run: SystemRun) -> No
                             for x, f in zip(ev["reps"], fgn))
             _say(system, f"{wl} = {run.results[wl].value:.4g} {WORKLOAD_BY_NAME[wl].unit} "
                          f"({opts.stat}; reps: {reps})")
+            busiest = {t for top in ev.get("foreign_top") or [] for t in top}
+            if busiest:
+                _say(system, f"  busy outside the run during {wl}: "
+                             + ", ".join(sorted(busiest)))
         elif kind == "error":
             if wl == "init":
                 for n in todo:

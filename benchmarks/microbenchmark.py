@@ -6,8 +6,8 @@
 
 Data flow (the parent never imports a runtime; each system runs in its own child):
 
-    parent ──spawn──▶ child: python microbenchmark.py --system ray --json --only a,b,...
-       ▲                 init() ─ for each workload: warm-up + check, timed reps ─ shutdown()
+    parent ──spawn──▶ child: python microbenchmark.py --system ray --json --only a,b
+       ▲              init() ─ each workload: check, warm-up, timed reps ─ shutdown()
        └──stdout lines "@@bench {json}": ready / start / result / error / done
     parent: watchdog per workload (a hang is killed with every descendant, reported
             as TIMEOUT, and the child restarted on the remaining workloads),
@@ -15,11 +15,11 @@ Data flow (the parent never imports a runtime; each system runs in its own child
 
 Systems and how their child is started (2 workers each):
 
-    hpc_ray      python microbenchmark.py ...           hpc_ray.init(num_cpus=2): spawns 2 ranks
-    hpc_ray_mpi  mpiexec -n 3 python -m hpc_ray microbenchmark.py ...   (--mpiexec)
-    ray          python microbenchmark.py ...           ray.init(num_cpus=2, include_dashboard=False)
-    futures      python microbenchmark.py ...           MPIPoolExecutor(max_workers=2), spawned
-    futures_mpi  mpiexec -n 3 python -m mpi4py.futures microbenchmark.py ...
+    hpc_ray      python microbenchmark.py     hpc_ray.init(num_cpus=2): spawns 2 ranks
+    hpc_ray_mpi  mpiexec -n 3 python -m hpc_ray microbenchmark.py        (--mpiexec)
+    ray          python microbenchmark.py     ray.init(num_cpus=2, include_dashboard=False)
+    futures      python microbenchmark.py     MPIPoolExecutor(max_workers=2), spawned
+    futures_mpi  mpiexec -n 3 python -m mpi4py.futures microbenchmark.py
 
 Every measurement: one batch whose result is checked, ``--warmup`` seconds of untimed
 batches, then ``--reps`` repetitions, each running whole batches until ``--duration``
@@ -49,8 +49,8 @@ if HERE not in sys.path:  # mpi4py.futures workers re-import this file as their 
     sys.path.insert(0, HERE)
 
 from bench_catalog import (  # noqa: E402
-    ASYNC_BATCH, DEFAULT_SYSTEMS, LARGE_BYTES, MARK, SYNC_THREAD_BATCH, SYSTEMS, TREE_LEAVES,
-    WAIT_REFS, WORKLOADS, applies)
+    ASYNC_BATCH, DEFAULT_SYSTEMS, LARGE_BYTES, MARK, NOISY, SYNC_THREAD_BATCH, SYSTEMS,
+    TREE_LEAVES, WAIT_REFS, WORKLOADS, applies)
 
 
 # --- task bodies (module level: cloudpickled by value for Ray and hpc_ray, imported ---
@@ -99,7 +99,9 @@ class Settings:
 class ForeignLoad:
     """How much CPU other jobs used during a rep: the machine's busy time (/proc/stat)
     minus the CPU time of every process of this benchmark run (the parent's
-    descendants: runtime daemons, MPI ranks, executors). A fraction of all CPUs."""
+    descendants: runtime daemons, MPI ranks, executors), as a fraction of all CPUs.
+    The busiest processes outside the run are named, so a figure flagged as noisy
+    can be told from a process that escaped the run's tree."""
 
     ROOT_ENV = "HPC_RAY_BENCH_ROOT"  #: pid of the parent microbenchmark.py
 
@@ -108,34 +110,39 @@ class ForeignLoad:
         self.tick = os.sysconf("SC_CLK_TCK")
         self.ncpu = os.cpu_count() or 1
 
-    def _ours(self) -> float:
-        import psutil
-        root = psutil.Process(self.root)
-        total = 0.0
-        for p in [root] + root.children(recursive=True):
-            try:
-                t = p.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:
-                pass
-        return total
-
-    def _busy(self) -> float:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-        return (sum(v[:8]) - v[3] - v[4]) / self.tick  # all but idle and iowait
-
-    def sample(self) -> tuple[float, float, float] | None:
+    def sample(self):
+        """(time, machine busy s, our CPU s, {other pid: (name, CPU s)}), or None."""
         try:
-            return time.perf_counter(), self._busy(), self._ours()
+            import psutil
+            with open("/proc/stat") as f:
+                v = [int(x) for x in f.readline().split()[1:]]
+            busy = (sum(v[:8]) - v[3] - v[4]) / self.tick  # all but idle and iowait
+            root = psutil.Process(self.root)
+            ours = {root.pid} | {p.pid for p in root.children(recursive=True)}
+            mine, others = 0.0, {}
+            for p in psutil.process_iter(["name", "cpu_times"]):
+                t = p.info["cpu_times"]
+                if t is None:
+                    continue
+                if p.pid in ours:
+                    mine += t.user + t.system
+                else:
+                    others[p.pid] = (p.info["name"], t.user + t.system)
+            return time.perf_counter(), busy, mine, others
         except Exception:  # no psutil, no /proc: report nothing rather than guess
             return None
 
-    def fraction(self, a, b) -> float | None:
+    def compare(self, a, b) -> tuple[float | None, list[str]]:
         if a is None or b is None:
-            return None
+            return None, []
         wall = b[0] - a[0]
-        return max(0.0, (b[1] - a[1]) - (b[2] - a[2])) / (self.ncpu * wall)
+        frac = max(0.0, (b[1] - a[1]) - (b[2] - a[2])) / (self.ncpu * wall)
+        top = []
+        if frac > NOISY:
+            deltas = sorted(((cpu - a[3][pid][1], name, pid) for pid, (name, cpu)
+                             in b[3].items() if pid in a[3]), reverse=True)[:3]
+            top = [f"{name}[{pid}] {d / wall:.0%}" for d, name, pid in deltas if d > 0]
+        return frac, top
 
 
 _FOREIGN: ForeignLoad | None = None
@@ -147,7 +154,7 @@ def measure(batch: Callable[[], Any], ops: float, s: Settings) -> dict:
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < s.warmup:
         batch()
-    rates, foreign = [], []
+    rates, foreign, tops = [], [], []
     for _ in range(s.reps):
         before = _FOREIGN.sample() if _FOREIGN else None
         n = 0
@@ -159,9 +166,11 @@ def measure(batch: Callable[[], Any], ops: float, s: Settings) -> dict:
             if dt >= s.duration:
                 break
         rates.append(n * ops / dt)
-        foreign.append(_FOREIGN.fraction(before, _FOREIGN.sample()) if _FOREIGN else None)
+        frac, top = _FOREIGN.compare(before, _FOREIGN.sample()) if _FOREIGN else (None, [])
+        foreign.append(frac)
+        tops.append(top)
     return {"value": max(rates), "median": statistics.median(rates), "reps": rates,
-            "foreign": foreign}
+            "foreign": foreign, "foreign_top": tops}
 
 
 def _in_threads(fns: list[Callable[[], Any]]) -> None:
@@ -493,7 +502,7 @@ def parse_args(argv: list[str]):
     p.add_argument("--systems", default=DEFAULT_SYSTEMS,
                    help=f"comma-separated, from {','.join(SYSTEMS)} (default %(default)s)")
     p.add_argument("--mpiexec", action="store_true",
-                   help="also run hpc_ray under `mpiexec -n 3 python -m hpc_ray` (hpc_ray_mpi)")
+                   help="also run hpc_ray as `mpiexec -n 3 python -m hpc_ray` (hpc_ray_mpi)")
     p.add_argument("--only", help="comma-separated workloads or globs (default: all)")
     p.add_argument("--quick", action="store_true",
                    help="one 0.2 s repetition per workload (smoke runs)")
@@ -517,6 +526,8 @@ def parse_args(argv: list[str]):
     p.add_argument("--save", action="store_true",
                    help="also write the table to benchmarks/results/<date>.md")
     p.add_argument("--json-out", metavar="PATH", help="also write every result as JSON")
+    p.add_argument("--from-json", metavar="PATH",
+                   help="run nothing: report a --json-out file again (e.g. --stat median)")
     p.add_argument("--system", help=argparse.SUPPRESS)  # child mode: run one system
     p.add_argument("--json", action="store_true",
                    help="child mode: JSON lines instead of a table")
@@ -529,6 +540,17 @@ def parse_args(argv: list[str]):
     if opts.warmup is None:
         opts.warmup = 0.0 if opts.quick else 0.5
     return opts
+
+
+def _systems(opts) -> list[str]:
+    systems = [s.strip() for s in opts.systems.split(",") if s.strip()]
+    if opts.mpiexec and "hpc_ray_mpi" not in systems:
+        systems.insert(systems.index("hpc_ray") + 1 if "hpc_ray" in systems else 0,
+                       "hpc_ray_mpi")
+    for s in systems:
+        if s not in SYSTEMS:
+            raise SystemExit(f"unknown system {s!r} (choose from {list(SYSTEMS)})")
+    return systems
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -544,25 +566,27 @@ def main(argv: list[str] | None = None) -> int:
     if opts.system:
         return child_main(opts.system, names, opts.json, opts.timeout)
 
-    from bench_runner import run_system, wait_idle
-    from bench_report import format_load, format_problems, format_table, save
-    systems = [s.strip() for s in opts.systems.split(",") if s.strip()]
-    if opts.mpiexec and "hpc_ray_mpi" not in systems:
-        systems.insert(systems.index("hpc_ray") + 1 if "hpc_ray" in systems else 0,
-                       "hpc_ray_mpi")
-    for s in systems:
-        if s not in SYSTEMS:
-            raise SystemExit(f"unknown system {s!r} (choose from {list(SYSTEMS)})")
-    runs = {}
+    from bench_report import format_load, format_problems, format_table, save, with_stat
+    from bench_runner import load_runs, run_system, wait_idle
     t0 = time.monotonic()
-    for s in systems:  # one after the other: 2 cores, never two benchmarks at once
-        busy = wait_idle(opts.wait_idle, s)
-        runs[s] = run_system(SCRIPT, s, names, opts, cwd=REPO)
-        runs[s].busy_before = busy
+    if opts.from_json:  # report an earlier run again (e.g. with --stat median)
+        with open(opts.from_json) as f:
+            saved = json.load(f)
+        runs, spent = load_runs(saved["runs"]), saved["seconds"]
+        for k in ("duration", "reps", "warmup"):
+            setattr(opts, k, saved["settings"][k])
+        runs = with_stat(runs, opts.stat)
+        names = [n for n in names if any(n in r.results for r in runs.values())]
+    else:
+        runs = {}
+        for s in _systems(opts):  # one after the other: never two benchmarks at once
+            busy = wait_idle(opts.wait_idle, s)
+            runs[s] = run_system(SCRIPT, s, names, opts, cwd=REPO)
+            runs[s].busy_before = busy
+        spent = time.monotonic() - t0
     header = (f"2 workers per system; each figure is the {opts.stat} of {opts.reps} rep(s) "
               f"of >= {opts.duration:g} s after {opts.warmup:g} s of warm-up; higher is "
-              f"better (startup: lower). {format_load(runs)}. "
-              f"Total {time.monotonic() - t0:.0f} s.")
+              f"better (startup: lower). {format_load(runs)}. Total {spent:.0f} s.")
     table = format_table(runs, names)
     print("\n" + header + "\n\n" + table)
     problems = format_problems(runs)
@@ -570,9 +594,12 @@ def main(argv: list[str] | None = None) -> int:
         print("\n## Errors and warnings\n\n" + problems)
     if opts.json_out:
         with open(opts.json_out, "w") as f:
-            json.dump({s: dataclasses.asdict(r) for s, r in runs.items()}, f, indent=1)
+            json.dump({"settings": {k: getattr(opts, k) for k in ("duration", "reps", "warmup")},
+                       "seconds": spent,
+                       "runs": {s: dataclasses.asdict(r) for s, r in runs.items()}},
+                      f, indent=1)
     if opts.save:
-        path = save(os.path.join(HERE, "results"), REPO, runs, header, table, argv)
+        path = save(os.path.join(HERE, "results"), REPO, runs, names, header, table, argv)
         print(f"\nsaved to {os.path.relpath(path)}")
     bad = any(r.status in ("error", "timeout") for run in runs.values()
               for r in run.results.values())

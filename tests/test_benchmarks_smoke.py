@@ -91,3 +91,18 @@ def test_pick_prefers_reps_without_other_jobs(monkeypatch):
     assert pick([5.0, 9.0, 7.0], [0.0, 0.5, 0.05], "best") == (7.0, False)
     assert pick([5.0, 9.0], [0.5, 0.6], "best") == (9.0, True)  # all noisy: flagged
     assert pick([1.0, 2.0, 3.0], [None] * 3, "median") == (2.0, False)
+
+
+def test_json_round_trip(monkeypatch):
+    import dataclasses
+
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    from bench_report import with_stat
+    from bench_runner import Result, SystemRun, load_runs
+
+    runs = {"ray": SystemRun("ray", results={
+        "task_sync": Result("ok", 3.0, reps=[1.0, 2.0, 3.0], foreign=[0.0, 0.0, 0.0])},
+        load=(0.5, 0.7))}
+    back = load_runs({k: dataclasses.asdict(v) for k, v in runs.items()})
+    assert back == runs
+    assert with_stat(back, "median")["ray"].results["task_sync"].value == 2.0
