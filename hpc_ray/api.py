@@ -217,17 +217,20 @@ def wait(object_refs: list, num_returns: int = 1, timeout: float | None = None,
         if type(r) is not ObjectRef:
             raise TypeError(f"wait() expects ObjectRefs, got an element of type "
                             f"{type(r).__name__}")
-    if len(set(object_refs)) != len(object_refs):
+    ids = [r.id for r in object_refs]
+    if len(set(ids)) != len(ids):
         raise ValueError("wait() requires a list of unique ObjectRefs; got duplicates")
     _check_timeout(timeout)
-    if not object_refs:
+    if not ids:
         return [], []
-    if not isinstance(num_returns, int) or not 1 <= num_returns <= len(object_refs):
-        raise ValueError(f"num_returns must be between 1 and {len(object_refs)}, "
+    if not isinstance(num_returns, int) or not 1 <= num_returns <= len(ids):
+        raise ValueError(f"num_returns must be between 1 and {len(ids)}, "
                          f"got {num_returns!r}")
-    refs = list(object_refs)
-    ready = set(context.current().wait(refs, num_returns, timeout))
-    return [r for r in refs if r in ready], [r for r in refs if r not in ready]
+    ready = context.current().wait(ids, num_returns, timeout)
+    if len(ready) == len(ids):
+        return list(object_refs), []
+    return [r for r, i in zip(object_refs, ids) if i in ready], \
+        [r for r, i in zip(object_refs, ids) if i not in ready]
 
 
 def as_completed(object_refs: list, timeout: float | None = None) -> Iterator[ObjectRef]:

@@ -11,6 +11,7 @@ event when it left messages to send.
 """
 from __future__ import annotations
 
+import collections
 import gc
 import logging
 import os
@@ -218,12 +219,20 @@ class HeadLoop(threading.Thread):
 
 
 def drain_refs(head: Head) -> None:
-    """Apply the driver's pending HOLDs, then its RELEASEs (call with the lock held)."""
+    """Apply the driver's pending HOLDs, submissions, then RELEASEs (lock held).
+
+    Submissions come before releases: a ref made by a submission may already
+    have died, and its RELEASE must find the object the submission creates.
+    """
     if _held:
         ids = []
         while _held:
             ids.append(_held.popleft())
         head.hold(ids)
+    if _submitted:
+        while _submitted:
+            head.submit(_submitted.popleft(), 0)
+        head.schedule()
     released = context.released
     if released:
         ids = []
@@ -232,8 +241,13 @@ def drain_refs(head: Head) -> None:
         head.release(ids)
 
 
-import collections  # noqa: E402  (kept next to its only use)
+#: HOLDs of refs the driver unpickled, applied at the next drain_refs().
 _held: collections.deque = collections.deque()
+#: Specs the driver submitted, handed to the head in batches by drain_refs():
+#: one lock acquisition and one scheduling pass per batch, not per task.
+_submitted: collections.deque = collections.deque()
+#: Hand submissions over at least this often, even while no one waits.
+SUBMIT_BATCH = 256
 
 
 class DriverContext:
@@ -261,20 +275,16 @@ class DriverContext:
     # --- tasks ------------------------------------------------------------------
 
     def submit(self, spec: list) -> None:
-        head = self.head
-        with head.lock:
-            drain_refs(head)
-            head.submit(spec, self.rank)
-            head.schedule()
-        self.loop.event.set()
-
-    def submit_many(self, specs: list) -> None:
-        head = self.head
-        with head.lock:
-            for spec in specs:
-                head.submit(spec, self.rank)
-            head.schedule()
-        self.loop.event.set()
+        # Deque appends are atomic: no lock here. get()/wait() and the comm thread
+        # drain the queue; the comm thread is woken when the queue was empty.
+        if _submitted:
+            _submitted.append(spec)
+            if len(_submitted) >= SUBMIT_BATCH:
+                with self.head.lock:
+                    drain_refs(self.head)
+        else:
+            _submitted.append(spec)
+            self.loop.event.set()
 
     def control(self, name: str, *args) -> Any:
         from . import control
@@ -406,20 +416,21 @@ class DriverContext:
         with self.head.lock:
             self.head.timeline_events.append(event)
 
-    def wait(self, refs: list, num_returns: int, timeout: float | None) -> list:
+    def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
+        """The ids ready (at most ``num_returns``, earliest in input order first)."""
         objects = self.head.objects
         deadline = None if timeout is None else time.monotonic() + timeout
 
-        def ready_list():
-            ready = [r for r in refs if (objects.get(r.id) is not None
-                                         and objects[r.id].record is not None)]
-            return ready[:num_returns] if len(ready) >= num_returns else None
+        def ready_now():
+            get = objects.get
+            ready = [i for i in ids if (e := get(i)) is not None and e.record is not None]
+            return set(ready[:num_returns]) if len(ready) >= num_returns else None
 
-        result = self._wait_for(ready_list, deadline)
+        result = self._wait_for(ready_now, deadline)
         if result is None:
             with self.head.lock:
-                return [r for r in refs if (objects.get(r.id) is not None
-                                            and objects[r.id].record is not None)]
+                return {i for i in ids if objects.get(i) is not None
+                        and objects[i].record is not None}
         return result
 
     def is_ready(self, ref) -> bool:
@@ -431,6 +442,7 @@ class DriverContext:
     def shutdown(self) -> None:
         head = self.head
         with head.lock:
+            drain_refs(head)
             for w in head.workers.values():
                 head.send(w.rank, (m.SHUTDOWN,))
         loop = self.loop

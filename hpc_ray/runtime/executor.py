@@ -174,11 +174,10 @@ class ExecutorContext:
                                   f"{len(ids)} object(s)") from None
         return [values.from_record(rec, self.arena, ref) for ref, rec in zip(refs, recs)]
 
-    def wait(self, refs: list, num_returns: int, timeout: float | None) -> list:
-        ids = [r.id for r in refs]
-        ready = set(self._request(m.WAIT, ids, num_returns, timeout=timeout,
-                                  on_timeout=(m.WAIT_NOW,)))
-        return [r for r in refs if r.id in ready][:num_returns]
+    def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
+        ready = self._request(m.WAIT, ids, num_returns, timeout=timeout,
+                              on_timeout=(m.WAIT_NOW,))
+        return set(ready[:num_returns])
 
     def _alloc(self, size: int) -> tuple[int, int]:
         if size > self.store_size:
@@ -204,7 +203,7 @@ class ExecutorContext:
         return context.ObjectRef(oid)
 
     def is_ready(self, ref) -> bool:
-        return bool(self.wait([ref], 1, 0))
+        return bool(self.wait([ref.id], 1, 0))
 
     # --- executing --------------------------------------------------------------
 

@@ -87,8 +87,8 @@ class LocalContext:
         self.values[oid] = (True, value)
         return context.ObjectRef(oid)
 
-    def wait(self, refs: list, num_returns: int, timeout) -> list:
-        return refs[:num_returns]
+    def wait(self, ids: list[int], num_returns: int, timeout) -> set[int]:
+        return set(ids[:num_returns])
 
     def is_ready(self, ref) -> bool:
         return True
