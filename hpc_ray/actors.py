@@ -138,7 +138,10 @@ class ActorHandle:
             raise AttributeError(name)
         if name not in self._meta and name != "__ray_terminate__":
             raise AttributeError(f"actor {self._class_name} has no method {name!r}")
-        return ActorMethod(self, name, self._meta.get(name, 1))
+        method = ActorMethod(self, name, self._meta.get(name, 1))
+        # Cached on the instance: the next `handle.name` is a plain attribute lookup.
+        self.__dict__[name] = method
+        return method
 
     def _call(self, name: str, args: tuple, kwargs: dict, num_returns: int):
         ctx = context.current()
