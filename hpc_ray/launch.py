@@ -19,7 +19,6 @@ import os
 import socket
 import sys
 
-from . import _config
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Callable
 
 from .runtime import context
 from .transport.serialization import dumps

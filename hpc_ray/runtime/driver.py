@@ -14,7 +14,6 @@ from __future__ import annotations
 import collections
 import gc
 import logging
-import os
 import sys
 import threading
 import time
@@ -23,10 +22,10 @@ from typing import Any
 
 from mpi4py import MPI
 
-from ..exceptions import GetTimeoutError, ObjectStoreFullError, RayError
+from ..exceptions import GetTimeoutError, RayError
 from ..transport import messages as m
 from ..transport.comm import Backoff, Fetcher, Sender, recv_control, tighten_timer_slack
-from ..transport.serialization import ERROR, RAW, SHM
+from ..transport.serialization import RAW
 from . import context, values
 from .head import FETCH_PLAN, Head
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..exceptions import ActorDiedError, GetTimeoutError, RayError, TaskError
 from ..transport import messages as m
-from ..transport.serialization import ERROR, RAW, SHM, loads
+from ..transport.serialization import RAW, SHM, loads
 from . import context, taskspec, values
 from .store import Arena
 
@@ -89,8 +89,11 @@ class ExecutorContext:
             self.profile_events = []
         if self.out:
             out, self.out = self.out, []
-            self.conn.send_bytes(pickle.dumps(out, protocol=5))
+            self._send(out)
         self.last_flush = time.monotonic()
+
+    def _send(self, msgs: list) -> None:
+        self.conn.send_bytes(pickle.dumps(msgs, protocol=5))
 
     def _poll(self, timeout: float) -> bool:
         return self.conn.poll(timeout)

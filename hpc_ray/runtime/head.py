@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from ..exceptions import ActorDiedError, TaskError, WorkerCrashedError
 from ..transport import messages as m
-from ..transport.serialization import ERROR, INLINE, RAW, SHM, dumps
+from ..transport.serialization import ERROR, SHM, dumps
 from . import scheduler
 from .store import Allocator
 

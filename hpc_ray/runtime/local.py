@@ -7,7 +7,7 @@ import time
 import traceback
 from typing import Any
 
-from ..exceptions import ActorDiedError, GetTimeoutError, TaskError
+from ..exceptions import ActorDiedError, TaskError
 from ..transport import messages as m
 from ..transport.serialization import loads
 from . import context, taskspec

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 from ..transport import messages as m
 from ..transport.comm import recv_control
-from . import context
 from .executor import ExecutorContext
 
 if TYPE_CHECKING:
@@ -46,21 +45,12 @@ class RankContext(ExecutorContext):
         if msg[0] != m.BLOCKED:
             self.out.append(msg)
 
+    def _send(self, msgs: list) -> None:
+        self.loop.sender.send(0, msgs)
+
     def flush(self) -> None:
-        released = context.released
-        if released:
-            ids = []
-            while released:
-                ids.append(released.popleft())
-            self.out.append((m.RELEASE, ids))
-        if self.profile_events:
-            self.out.append((m.PROFILE, self.profile_events))
-            self.profile_events = []
-        if self.out:
-            out, self.out = self.out, []
-            self.loop.sender.send(0, out)
+        super().flush()
         self.loop.sender.progress()
-        self.last_flush = time.monotonic()
 
     def _poll(self, timeout: float) -> bool:
         return self._recv(timeout)

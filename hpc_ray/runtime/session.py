@@ -1,7 +1,6 @@
 """Starting and stopping the driver's side of a job (rank 0)."""
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import socket

@@ -19,7 +19,6 @@ import logging
 import os
 import pickle
 import select
-import signal
 import socket
 import struct
 import subprocess
