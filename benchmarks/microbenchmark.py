@@ -524,7 +524,8 @@ def parse_args(argv: list[str]):
                    help="before each system, wait up to SECONDS for the CPUs to be idle "
                         "(< 25%% busy over 1 s): other jobs skew a 2-core benchmark")
     p.add_argument("--save", action="store_true",
-                   help="also write the table to benchmarks/results/<date>.md")
+                   help="also write the tables to benchmarks/results/<date>.md (and every "
+                        "rep to <date>.json)")
     p.add_argument("--json-out", metavar="PATH", help="also write every result as JSON")
     p.add_argument("--from-json", metavar="PATH",
                    help="run nothing: report a --json-out file again (e.g. --stat median)")
@@ -592,15 +593,16 @@ def main(argv: list[str] | None = None) -> int:
     problems = format_problems(runs)
     if problems:
         print("\n## Errors and warnings\n\n" + problems)
-    if opts.json_out:
-        with open(opts.json_out, "w") as f:
-            json.dump({"settings": {k: getattr(opts, k) for k in ("duration", "reps", "warmup")},
-                       "seconds": spent,
-                       "runs": {s: dataclasses.asdict(r) for s, r in runs.items()}},
-                      f, indent=1)
+    data = {"settings": {k: getattr(opts, k) for k in ("duration", "reps", "warmup")},
+            "seconds": spent, "runs": {s: dataclasses.asdict(r) for s, r in runs.items()}}
+    outs = [opts.json_out] if opts.json_out else []
     if opts.save:
         path = save(os.path.join(HERE, "results"), REPO, runs, names, header, table, argv)
-        print(f"\nsaved to {os.path.relpath(path)}")
+        outs.append(path[:-len(".md")] + ".json")  # every rep, for --from-json
+        print(f"\nsaved to {os.path.relpath(path)} and .json")
+    for out in outs:
+        with open(out, "w") as f:
+            json.dump(data, f, indent=1)
     bad = any(r.status in ("error", "timeout") for run in runs.values()
               for r in run.results.values())
     return 1 if bad else 0
