@@ -220,9 +220,16 @@ class HeadLoop(threading.Thread):
 def drain_refs(head: Head) -> None:
     """Apply the driver's pending HOLDs, submissions, then RELEASEs (lock held).
 
-    Submissions come before releases: a ref made by a submission may already
-    have died, and its RELEASE must find the object the submission creates.
+    A ref made by a submission may already have died, and its RELEASE must find
+    the object the submission creates. The driver thread appends concurrently,
+    so the releases are taken *first*: every one of them was made after the
+    HOLDs and submissions it depends on were queued, and those are all applied
+    before it.
     """
+    released = context.released
+    rel = []
+    while released:
+        rel.append(released.popleft())
     if _held:
         ids = []
         while _held:
@@ -232,12 +239,8 @@ def drain_refs(head: Head) -> None:
         while _submitted:
             head.submit(_submitted.popleft(), 0)
         head.schedule()
-    released = context.released
-    if released:
-        ids = []
-        while released:
-            ids.append(released.popleft())
-        head.release(ids)
+    if rel:
+        head.release(rel)
 
 
 #: HOLDs of refs the driver unpickled, applied at the next drain_refs().

@@ -1,0 +1,12 @@
+"""Runtime races found by benchmarks and examples, kept as tests."""
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.mark.parametrize("mode,n", [("embedded", 3), ("module", 3)])
+def test_released_refs_do_not_overtake_their_submissions(run, mode, n):
+    values = run("refcount_race.py", n, mode=mode, timeout=90).assert_ok("refcount_race")
+    assert values["reductions"] == 150
