@@ -52,6 +52,8 @@ class HeadLoop(threading.Thread):
         self.backoff = Backoff()
         #: Held by whichever thread runs poll_once(): MPI calls never overlap.
         self.progress = threading.Lock()
+        #: True while the driver thread polls in get()/wait(); the comm thread idles.
+        self.driver_polling = False
         self.last_flush = 0.0
         head.wakeup = self.event.set
         self._handlers = {
@@ -181,6 +183,12 @@ class HeadLoop(threading.Thread):
         last_check = time.monotonic()
         while True:
             active = False
+            if self.driver_polling:
+                # The driver thread is polling for its own get(): stay out of its way
+                # (two pollers only trade the GIL and the lock back and forth).
+                event.wait(0.0005)
+                event.clear()
+                continue
             if progress.acquire(timeout=0.01):
                 try:
                     active = self.poll_once()
@@ -312,6 +320,12 @@ class DriverContext:
         """
         head = self.head
         loop = self.loop
+        try:
+            return self._wait_loop(check, deadline, head, loop)
+        finally:
+            loop.driver_polling = False
+
+    def _wait_loop(self, check, deadline, head, loop):
         spins = 0
         while True:
             with head.lock:
@@ -322,13 +336,20 @@ class DriverContext:
                 self._check_broken()
             if deadline is not None and time.monotonic() >= deadline:
                 return None
-            if spins < DRIVER_SPINS and loop.progress.acquire(blocking=False):
-                try:
-                    active = loop.poll_from_driver()
-                finally:
-                    loop.progress.release()
-                spins = 0 if active else spins + 1
+            if spins < DRIVER_SPINS:
+                loop.driver_polling = True
+                if loop.progress.acquire(timeout=0.001):
+                    try:
+                        active = loop.poll_from_driver()
+                    finally:
+                        loop.progress.release()
+                    spins = 0 if active else spins + 1
+                else:
+                    spins += 1  # the comm thread is finishing a round; it then idles
                 continue
+            if loop.driver_polling:
+                loop.driver_polling = False   # hand polling back to the comm thread
+                loop.event.set()
             spins += 1
             wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
             with head.lock:
