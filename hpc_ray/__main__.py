@@ -23,9 +23,8 @@ def main() -> None:
     MPI = launch.mpi()
     world = MPI.COMM_WORLD
     if world.Get_size() > 1 and world.Get_rank() != 0:
-        gone = launch.run_worker(world, spawned=False)
+        gone = launch.run_worker(world)
         launch.worker_exit(gone)
-    os.environ[launch.MODULE_MODE_ENV] = "1"
     sys.argv = sys.argv[1:]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     runpy.run_path(script, run_name="__main__")

@@ -150,7 +150,7 @@ class ActorHandle:
                           num_returns, None, 0, 0, self._actor_id, 0,
                           ctx.put_serialized, keep)
         ctx.submit(spec)
-        refs = [context.ObjectRef(oid) for oid in spec[6]]
+        refs = [context.ObjectRef(oid) for oid in spec[m.T_RETURNS]]
         return refs[0] if num_returns == 1 else refs
 
     def __reduce__(self):

@@ -95,7 +95,7 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
                            "(embedded mode can start again)")
         if world.Get_size() > 1 and world.Get_rank() != 0:
             # A worker rank: serve until the driver is done, never return.
-            gone = launch.run_worker(world, spawned=False)
+            gone = launch.run_worker(world)
             launch.worker_exit(gone)
         from .runtime.session import start_driver
         session = start_driver(num_cpus, num_gpus, resources, object_store_memory)

@@ -22,8 +22,6 @@ import sys
 
 logger = logging.getLogger(__name__)
 
-#: Set by ``python -m hpc_ray``: worker ranks never run the script at all.
-MODULE_MODE_ENV = "HPC_RAY_MODULE_MODE"
 
 
 def default_store_size() -> int:
@@ -172,7 +170,7 @@ def _my_share_of_node_gpus(cfg: dict, rank: int) -> list[int]:
     return [g for i, g in enumerate(mine) if i % len(peers) == index]
 
 
-def run_worker(comm, spawned: bool) -> bool:
+def run_worker(comm) -> bool:
     """The whole life of a worker rank; returns True when the driver vanished."""
     from .preempt import ignore_preempt_signals
     from .runtime.worker import WorkerLoop
@@ -207,7 +205,3 @@ def worker_exit(driver_gone: bool = False) -> None:
     # process that leaves with os._exit after MPI_Finalize as failed and kills
     # the whole process group, the driver's included (seen with the mpich wheel).
     raise SystemExit(0)
-
-
-def main_module_mode() -> bool:
-    return os.environ.get(MODULE_MODE_ENV) == "1"

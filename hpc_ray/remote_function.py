@@ -5,6 +5,8 @@ import os
 from typing import Callable
 
 from .runtime import context
+from .runtime.taskspec import build_spec
+from .transport import messages as m
 from .transport.serialization import dumps
 
 #: Options a remote function accepts (Ray 0.7 names and the modern ones).
@@ -89,6 +91,9 @@ class RemoteFunction:
         """The pickled function, sent with this process's first submission only."""
         if self._shipped_by is ctx:
             return None
+        register = getattr(ctx, "register_function", None)
+        if register is not None:
+            register(self._fn_id, self._function)  # local mode calls it directly
         if self._blob is None:
             try:
                 self._blob = dumps(self._function)
@@ -99,18 +104,13 @@ class RemoteFunction:
         return self._blob
 
     def remote(self, *args, **kwargs):
-        from .runtime.taskspec import build_spec
         ctx = context.current()
-        register = getattr(ctx, "register_function", None)
-        if register is not None:
-            register(self._fn_id, self._function)
         keep: list = []
         spec = build_spec(self._fn_id, self._blob_for(ctx), self._name, args, kwargs,
                           self._num_returns, self._resources, self._max_retries,
                           self._max_calls, None, 0, ctx.put_serialized, keep)
         ctx.submit(spec)
-        returns = spec[6]
-        refs = [context.ObjectRef(oid) for oid in returns]
+        refs = [context.ObjectRef(oid) for oid in spec[m.T_RETURNS]]
         return refs[0] if self._num_returns == 1 else refs
 
     def options(self, **options) -> "RemoteFunction":

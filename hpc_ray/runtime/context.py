@@ -131,7 +131,3 @@ class ObjectRef:
 
 def _rebuild_ref(object_id: int) -> ObjectRef:
     return ObjectRef(object_id, _owned=False)
-
-
-def owned_refs(first: int, n: int) -> list[ObjectRef]:
-    return [ObjectRef(first + i) for i in range(n)]

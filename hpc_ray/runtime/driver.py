@@ -55,12 +55,11 @@ class HeadLoop(threading.Thread):
         #: True while the driver thread polls in get()/wait(); the comm thread idles.
         self.driver_polling = False
         self.last_flush = 0.0
-        head.wakeup = self.event.set
         self._handlers = {
             m.TASK_DONE: lambda src, msg: self.head.task_done(src, *msg[1:]),
             m.TASK_FAILED: lambda src, msg: self.head.task_failed(src, *msg[1:]),
             m.WORKER_CRASHED: lambda src, msg: self.head.worker_crashed(src, *msg[1:]),
-            m.SUBMIT: lambda src, msg: self.head.submit(msg[1], src),
+            m.SUBMIT: lambda src, msg: self.head.submit(msg[1]),
             m.PUT: self._on_put,
             m.GET: lambda src, msg: self.head.remote_get(src, msg[1], msg[2]),
             m.WAIT: lambda src, msg: self.head.remote_wait(src, msg[1], msg[2], msg[3]),
@@ -245,7 +244,7 @@ def drain_refs(head: Head) -> None:
         head.hold(ids)
     if _submitted:
         while _submitted:
-            head.submit(_submitted.popleft(), 0)
+            head.submit(_submitted.popleft())
         head.schedule()
     if rel:
         head.release(rel)
@@ -273,7 +272,6 @@ class DriverContext:
         self.node = node
         self.rank = rank
         self.world = world
-        self.sent_fns: set = set()
         self.current_task_name = None
         self.gpu_ids: list[int] = []
 
@@ -455,10 +453,6 @@ class DriverContext:
                 return {i for i in ids if objects.get(i) is not None
                         and objects[i].record is not None}
         return result
-
-    def is_ready(self, ref) -> bool:
-        e = self.head.objects.get(ref.id)
-        return e is not None and e.record is not None
 
     # --- shutdown ---------------------------------------------------------------
 

@@ -26,6 +26,7 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
+from .. import reusable
 from ..exceptions import ActorDiedError, GetTimeoutError, RayError, TaskError
 from ..transport import messages as m
 from ..transport.serialization import RAW, SHM, loads
@@ -60,10 +61,8 @@ class ExecutorContext:
         self.replies: dict[int, Any] = {}
         self.req_ids = itertools.count(1)
         self.fns: dict[Any, Any] = {}
-        self.sent_fns: set = set()
         self.actor = None
         self.actor_id = None
-        self.actor_name = ""
         self.gpu_ids: list[int] = []
         self.resources: dict = {}
         self.current_task_name: str | None = None
@@ -157,11 +156,6 @@ class ExecutorContext:
         self.emit((m.SUBMIT, spec))
         self.flush()
 
-    def submit_many(self, specs: list) -> None:
-        for spec in specs:
-            self.emit((m.SUBMIT, spec))
-        self.flush()
-
     def control(self, name: str, *args) -> Any:
         ok, result = self._request(m.CONTROL_CALL, name, args)
         if not ok:
@@ -204,9 +198,6 @@ class ExecutorContext:
         oid = context.new_ids(1)
         self.emit((m.PUT, oid, rec, s.contained or None))
         return context.ObjectRef(oid)
-
-    def is_ready(self, ref) -> bool:
-        return bool(self.wait([ref.id], 1, 0))
 
     # --- executing --------------------------------------------------------------
 
@@ -284,8 +275,7 @@ class ExecutorContext:
             self.emit((m.TASK_DONE, tid, recs, contained or None, t0, time.time(), self.pid))
         finally:
             self.current_task_name, self.current_task_id = outer
-            from .. import reusable as _reusables
-            _reusables.after_task()
+            reusable.after_task()
         if len(self.out) >= FLUSH_EVERY or not self.inbox or \
                 time.monotonic() - self.last_flush > FLUSH_INTERVAL:
             self.flush()
@@ -330,7 +320,6 @@ class ExecutorContext:
 
     def create_actor_here(self, spec: list) -> None:
         self.actor_id = spec[m.T_ACTOR]
-        self.actor_name = spec[m.T_NAME]
         self._set_gpus(spec[m.T_RES])
         try:
             cls = self._function(spec)

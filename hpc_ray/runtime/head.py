@@ -17,13 +17,14 @@ import logging
 import threading
 import time
 import warnings
-from typing import Any, Callable
+from typing import Any
 
-from ..exceptions import ActorDiedError, TaskError, WorkerCrashedError
+from ..exceptions import ActorDiedError, WorkerCrashedError
 from ..transport import messages as m
 from ..transport.serialization import ERROR, SHM, dumps
 from . import scheduler
 from .store import Allocator
+from .values import store_full
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +129,6 @@ class Head:
                  host_of: list[str]) -> None:
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)   # driver waits here for objects
-        self.wakeup: Callable[[], None] = lambda: None  # set by the comm thread
         self.world_size = world_size
         self.node_of = node_of
         self.host_of = host_of
@@ -161,6 +161,39 @@ class Head:
         self.avg_task_seconds = 0.001
 
     # --- workers ----------------------------------------------------------------
+
+    def _hold(self, w: WorkerInfo, resources: dict) -> list[int]:
+        """Reserve ``resources`` on ``w``; returns the GPU ids handed out."""
+        scheduler.reserve(w, resources)
+        if not resources.get("GPU"):
+            return []
+        n = int(resources["GPU"] + 0.999)
+        gpu_ids, w.gpu_free = w.gpu_free[:n], w.gpu_free[n:]
+        return gpu_ids
+
+    def _give_back(self, w: WorkerInfo, resources: dict, gpu_ids: list[int]) -> None:
+        scheduler.unreserve(w, resources)
+        w.gpu_free.extend(gpu_ids)
+
+    def _unplace(self, task: TaskEntry, w: WorkerInfo | None) -> None:
+        """A task sent to ``w`` is no longer there: finished, lost or given back."""
+        if w is not None:
+            w.inflight -= 1
+            self._give_back(w, task.resources, task.gpu_ids)
+        task.gpu_ids = []
+
+    def _wire(self, spec: list, w: WorkerInfo, gpu_ids: list[int], resources: dict) -> list:
+        """The spec as sent to ``w``: function shipped once per rank, deps resolved."""
+        wire = list(spec)
+        fn_id = spec[m.T_FN]
+        if fn_id is not None and fn_id not in w.known_fns:
+            w.known_fns.add(fn_id)
+            wire[m.T_BLOB] = self.fn_blobs.get(fn_id)
+        else:
+            wire[m.T_BLOB] = None
+        wire[m.T_DEPS] = self._resolve_deps(spec, w.node)
+        wire[m.T_RES] = (gpu_ids, resources)
+        return wire
 
     def add_worker(self, rank: int, resources: dict, gpu_ids: list[int], pid: int) -> None:
         self.workers[rank] = WorkerInfo(rank, self.node_of[rank], self.host_of[rank],
@@ -254,7 +287,7 @@ class Head:
             return local
         off = self.allocators[node].alloc(rec[3])
         if off is None:
-            return (ERROR, dumps(_store_full_error(rec[3], self.store_size, node)))
+            return (ERROR, dumps(store_full(rec[3], self.store_size, node)))
         local = (SHM, node, off, rec[3], rec[4], rec[5])
         src_node = rec[1]
         return (FETCH_PLAN, self._server_rank(src_node), rec, local)
@@ -334,7 +367,7 @@ class Head:
 
     # --- tasks ----------------------------------------------------------------------
 
-    def submit(self, spec: list, submitter_rank: int = 0) -> None:
+    def submit(self, spec: list) -> None:
         """A task (or actor call) was submitted; its return ids are held by the submitter."""
         if self.broken:
             self._fail_task_now(spec, self._broken_error(spec))
@@ -403,7 +436,8 @@ class Head:
             w = scheduler.pick_worker(workers, task.resources, self._arg_nodes(task))
             if w is None:
                 if not scheduler.feasible_anywhere(workers, task.resources):
-                    self._warn_infeasible(task)
+                    self._warn_unplaceable(f"task {task.spec[m.T_NAME]}", task.resources,
+                                           "that much")
                 still.append(tid)
                 if scheduler.all_saturated(workers):
                     still.extend(ready)
@@ -444,11 +478,7 @@ class Head:
             task = self.tasks.get(tid)
             if task is None or task.state != "RUNNING" or task.rank != rank:
                 continue
-            if w is not None:
-                w.inflight -= 1
-                scheduler.unreserve(w, task.resources)
-                w.gpu_free.extend(task.gpu_ids)
-                task.gpu_ids = []
+            self._unplace(task, w)
             task.attempts -= 1
             task.state = "READY"
             self.ready.appendleft(tid)
@@ -464,17 +494,16 @@ class Head:
                 sizes[e.record[1]] = sizes.get(e.record[1], 0) + e.record[3]
         return sizes or None
 
-    def _warn_infeasible(self, task: TaskEntry) -> None:
-        key = tuple(sorted(task.resources.items()))
+    def _warn_unplaceable(self, what: str, resources: dict, until: str) -> None:
+        """Warn once per kind of request that no worker rank can take."""
+        key = (what.split()[0],) + tuple(sorted(resources.items()))
         if key in self._warned:
             return
         self._warned.add(key)
         have = scheduler.largest_worker(self.workers.values())
-        warnings.warn(
-            f"task {task.spec[m.T_NAME]} needs {task.resources}, but no worker rank has "
-            f"that much (largest: {have}); it stays pending until such a rank exists. "
-            f"Pass resources to init() or start ranks with more CPUs/GPUs.",
-            stacklevel=2)
+        warnings.warn(f"{what} needs {resources}, but no worker rank has {until} "
+                      f"(largest: {have}); it stays pending until it fits. Pass resources "
+                      f"to init() or start ranks with more CPUs/GPUs.", stacklevel=2)
 
     def _resolve_deps(self, spec: list, node: int) -> list:
         deps = spec[m.T_DEPS]
@@ -483,25 +512,12 @@ class Head:
         return [(pos, oid, self.record_for(oid, node)) for pos, oid in deps]
 
     def _dispatch(self, task: TaskEntry, w: WorkerInfo) -> None:
-        spec = task.spec
         task.state = "RUNNING"
         task.rank = w.rank
         task.attempts += 1
-        scheduler.reserve(w, task.resources)
-        if task.resources.get("GPU"):
-            n = int(task.resources["GPU"] + 0.999)
-            task.gpu_ids, w.gpu_free = w.gpu_free[:n], w.gpu_free[n:]
+        task.gpu_ids = self._hold(w, task.resources)
         w.inflight += 1
-        fn_id = spec[m.T_FN]
-        blob = None
-        if fn_id not in w.known_fns:
-            w.known_fns.add(fn_id)
-            blob = self.fn_blobs.get(fn_id)
-        wire = list(spec)
-        wire[m.T_BLOB] = blob
-        wire[m.T_DEPS] = self._resolve_deps(spec, w.node)
-        wire[m.T_RES] = (task.gpu_ids, task.resources)
-        self.send(w.rank, (m.EXECUTE, wire))
+        self.send(w.rank, (m.EXECUTE, self._wire(task.spec, w, task.gpu_ids, task.resources)))
 
     def task_done(self, rank: int, tid: int, results: list, contained: list,
                   t0: float, t1: float, pid: int) -> None:
@@ -536,11 +552,7 @@ class Head:
             return
         w = self.workers.get(rank)
         if w is not None and task.state == "RUNNING":
-            w.inflight -= 1
-            scheduler.unreserve(w, task.resources)
-            if task.gpu_ids:
-                w.gpu_free.extend(task.gpu_ids)
-                task.gpu_ids = []
+            self._unplace(task, w)
             w.prefetch = scheduler.prefetch_depth(self.avg_task_seconds, PREFETCH_SECONDS,
                                                   MAX_PREFETCH)
 
@@ -587,12 +599,7 @@ class Head:
                 continue
             if actor_id is not None or task.spec[m.T_ACTOR] is not None:
                 continue  # handled by actor_died
-            w = self.workers.get(rank)
-            if w is not None:
-                w.inflight -= 1
-                scheduler.unreserve(w, task.resources)
-                w.gpu_free.extend(task.gpu_ids)
-                task.gpu_ids = []
+            self._unplace(task, self.workers.get(rank))
             if task.retries_left > 0:
                 task.retries_left -= 1
                 logger.info("retrying %s after its process died on rank %d",
@@ -700,39 +707,18 @@ class Head:
         w = scheduler.pick_actor_worker(workers, actor.resources)
         if w is None:
             if not scheduler.feasible_anywhere(workers, actor.resources):
-                self._warn_actor(actor)
+                self._warn_unplaceable(f"actor {actor.class_name}", actor.resources,
+                                       "that much free")
             actor.state = "PENDING"
             self.pending_infeasible[actor.actor_id] = time.time()
             return
         self.pending_infeasible.pop(actor.actor_id, None)
-        scheduler.reserve(w, actor.resources)
-        if actor.resources.get("GPU"):
-            n = int(actor.resources["GPU"] + 0.999)
-            actor.gpu_ids, w.gpu_free = w.gpu_free[:n], w.gpu_free[n:]
+        actor.gpu_ids = self._hold(w, actor.resources)
         w.actors += 1
         actor.rank = w.rank
         actor.state = "STARTING"
-        spec = actor.spec
-        blob = None
-        if spec[m.T_FN] not in w.known_fns:
-            w.known_fns.add(spec[m.T_FN])
-            blob = self.fn_blobs.get(spec[m.T_FN])
-        wire = list(spec)
-        wire[m.T_BLOB] = blob
-        wire[m.T_DEPS] = self._resolve_deps(spec, w.node)
-        wire[m.T_RES] = (actor.gpu_ids, actor.resources)
-        self.send(w.rank, (m.CREATE_ACTOR, wire))
-
-    def _warn_actor(self, actor: ActorEntry) -> None:
-        key = ("actor",) + tuple(sorted(actor.resources.items()))
-        if key in self._warned:
-            return
-        self._warned.add(key)
-        have = scheduler.largest_worker(self.workers.values())
-        warnings.warn(
-            f"actor {actor.class_name} needs {actor.resources}, but no worker rank has "
-            f"that much free (largest: {have}); it stays pending until it fits.",
-            stacklevel=2)
+        self.send(w.rank, (m.CREATE_ACTOR,
+                           self._wire(actor.spec, w, actor.gpu_ids, actor.resources)))
 
     def retry_pending_actors(self) -> None:
         for actor_id in list(self.pending_infeasible):
@@ -772,14 +758,8 @@ class Head:
             task.rank = w.rank
             task.attempts += 1
             actor.inflight[task.spec[m.T_ID]] = task
-            wire = list(task.spec)
-            fn_id = wire[m.T_FN]
-            if fn_id is not None and fn_id not in w.known_fns:
-                w.known_fns.add(fn_id)
-                wire[m.T_BLOB] = self.fn_blobs.get(fn_id)
-            wire[m.T_DEPS] = self._resolve_deps(task.spec, w.node)
-            wire[m.T_RES] = (actor.gpu_ids, actor.resources)
-            self.send(w.rank, (m.EXECUTE, wire))
+            self.send(w.rank, (m.EXECUTE,
+                               self._wire(task.spec, w, actor.gpu_ids, actor.resources)))
 
     def actor_died(self, actor_id: int, reason: str, allow_restart: bool) -> None:
         actor = self.actors.get(actor_id)
@@ -787,8 +767,7 @@ class Head:
             return
         w = self.workers.get(actor.rank)
         if w is not None and actor.state in ("ALIVE", "STARTING"):
-            scheduler.unreserve(w, actor.resources)
-            w.gpu_free.extend(actor.gpu_ids)
+            self._give_back(w, actor.resources, actor.gpu_ids)
             actor.gpu_ids = []
             w.actors -= 1
         lost = list(actor.inflight.values())
@@ -846,14 +825,6 @@ class Head:
                 self.send(w.rank, (m.RUN_FUNCTION, blob))
 
 
-def _store_full_error(size: int, capacity: int, node: int):
-    from ..exceptions import ObjectStoreFullError
-    return ObjectStoreFullError(
-        f"no room for an object of {size} bytes in node {node}'s object store "
-        f"({capacity} bytes); free references you no longer need or pass a larger "
-        f"object_store_memory to init()")
-
-
 def _describe_exit(code: int | None) -> str:
     import signal
     if code is None:
@@ -864,8 +835,3 @@ def _describe_exit(code: int | None) -> str:
         except ValueError:
             return f"signal {-code}"
     return f"exit code {code}"
-
-
-def format_task_error(exc: BaseException, tb: str, fn_name: str, rank: int,
-                      host: str) -> TaskError:
-    return TaskError(fn_name, tb, rank, host, exc)

@@ -90,9 +90,6 @@ class LocalContext:
     def wait(self, ids: list[int], num_returns: int, timeout) -> set[int]:
         return set(ids[:num_returns])
 
-    def is_ready(self, ref) -> bool:
-        return True
-
     def control(self, name: str, *args) -> Any:
         if name == "create_actor":
             spec, resources, max_restarts, aname, class_name = args[:5]

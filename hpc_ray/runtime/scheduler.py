@@ -5,9 +5,6 @@ from typing import Iterable
 
 #: What a task holds while it runs when it asks for nothing (Ray's default).
 DEFAULT_TASK_RESOURCES = {"CPU": 1}
-#: What an actor holds for its lifetime when it asks for nothing: no CPU, so
-#: many actors share a fixed pool of ranks (Ray's default as well).
-DEFAULT_ACTOR_RESOURCES: dict = {}
 
 _EPS = 1e-9
 

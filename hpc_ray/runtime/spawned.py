@@ -7,7 +7,7 @@ def main() -> None:
     MPI = launch.mpi()
     parent = MPI.Comm.Get_parent()
     comm = parent.Merge(high=True)
-    if launch.run_worker(comm, spawned=True):
+    if launch.run_worker(comm):
         launch.worker_exit(driver_gone=True)
     try:
         comm.Free()

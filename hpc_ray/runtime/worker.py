@@ -52,7 +52,7 @@ class ExecutorProc:
     """The rank's view of one executor process."""
 
     __slots__ = ("proc", "conn", "serial", "known_fns", "assigned", "blocked", "actor_id",
-                 "calls", "retiring", "ready", "pid", "actor_spec", "fd", "outbuf", "inbuf")
+                 "calls", "retiring", "ready", "pid", "fd", "outbuf", "inbuf")
 
     def __init__(self, proc: subprocess.Popen, conn: Connection, serial: int,
                  actor_id: int | None) -> None:
@@ -68,7 +68,6 @@ class ExecutorProc:
         self.calls: collections.Counter = collections.Counter()
         self.retiring = False
         self.ready = False
-        self.actor_spec = None
         self.fd = conn.fileno()
         os.set_blocking(self.fd, False)
         self.outbuf = bytearray()
@@ -152,7 +151,6 @@ class WorkerLoop:
         self.serials = itertools.count(1)
         self.run_functions: list[bytes] = []
         self.fn_blobs: dict = {}
-        self.fetch_waits: dict[int, list] = {}
         self.stop = False
         self.driver_gone = False
         self.deferred: list = []          # messages that arrived during an in-rank call
@@ -183,21 +181,18 @@ class WorkerLoop:
         return ex
 
     def _ship_fn(self, ex: ExecutorProc, spec: list) -> list:
+        """The spec for ``ex``: with the function's blob the first time it sees it."""
         fn_id = spec[m.T_FN]
-        blob = spec[m.T_BLOB]
-        if blob is not None:
-            self.fn_blobs[fn_id] = blob
-        if fn_id in ex.known_fns or fn_id is None or (spec[m.T_ACTOR] is not None
-                                                      and spec[m.T_BLOB] is None
-                                                      and fn_id not in self.fn_blobs):
-            if blob is not None and fn_id in ex.known_fns:
-                spec = list(spec)
-                spec[m.T_BLOB] = None
+        if spec[m.T_BLOB] is not None:
+            self.fn_blobs[fn_id] = spec[m.T_BLOB]
+        blob = None
+        if fn_id is not None and fn_id not in ex.known_fns and fn_id in self.fn_blobs:
+            ex.known_fns.add(fn_id)
+            blob = self.fn_blobs[fn_id]
+        if blob is spec[m.T_BLOB]:
             return spec
-        ex.known_fns.add(fn_id)
-        if blob is None:
-            spec = list(spec)
-            spec[m.T_BLOB] = self.fn_blobs.get(fn_id)
+        spec = list(spec)
+        spec[m.T_BLOB] = blob
         return spec
 
     # --- messages from the head and other ranks ---------------------------------
@@ -281,7 +276,6 @@ class WorkerLoop:
 
     def _start_actor(self, spec: list) -> None:
         ex = self.spawn(actor_id=spec[m.T_ACTOR])
-        ex.actor_spec = spec
         self.actors[spec[m.T_ACTOR]] = ex
         ex.send([(m.CREATE_ACTOR, self._ship_fn(ex, spec))])
 
@@ -385,27 +379,21 @@ class WorkerLoop:
             pass
         self._reap(ex)
 
-    def _reap(self, ex: ExecutorProc) -> None:
+    def _reap(self, ex: ExecutorProc, timeout: float = 5.0) -> int:
+        """Wait for ``ex`` to exit (killing it after ``timeout``); its exit code."""
         try:
-            ex.proc.wait(5)
+            code = ex.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             ex.proc.kill()
-            ex.proc.wait(5)
+            code = ex.proc.wait(5)
         try:
             ex.conn.close()
         except OSError:
             pass
+        return code
 
     def on_executor_died(self, ex: ExecutorProc) -> None:
-        try:
-            code = ex.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            ex.proc.kill()
-            code = ex.proc.wait(5)
-        try:
-            ex.conn.close()
-        except OSError:
-            pass
+        code = self._reap(ex)
         # The first task it held was running; tasks sent while it was blocked in
         # get() may have been running nested. The rest never started: run them again.
         lost, requeue = [], []
@@ -537,15 +525,7 @@ class WorkerLoop:
                 pass
         deadline = time.monotonic() + 2.0
         for ex in self.all_executors():
-            try:
-                ex.proc.wait(max(0.05, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                ex.proc.kill()
-                ex.proc.wait(5)
-            try:
-                ex.conn.close()
-            except OSError:
-                pass
+            self._reap(ex, max(0.05, deadline - time.monotonic()))
         self.sender.drain(2.0)
 
 

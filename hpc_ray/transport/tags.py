@@ -7,9 +7,6 @@ import enum
 class Tag(enum.IntEnum):
     #: Batches of control messages (lists of tuples), both directions.
     CONTROL = 11
-    #: Raw object bytes between ranks of different nodes (after an ObjectData header).
+    #: Raw object bytes between ranks of different nodes, answering a FETCH.
     OBJECT_DATA = 12
-    #: Collective operations carried out by ranks on behalf of executors.
-    COLLECTIVE = 13
-    #: Start-up configuration broadcast.
-    SETUP = 14
+    # Collectives run on their groups' own communicators and need no tag here.
