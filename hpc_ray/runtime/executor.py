@@ -109,16 +109,26 @@ class ExecutorContext:
         return True
 
     def _request(self, msg_kind: int, *fields, timeout: float | None = None,
-                 on_timeout: tuple | None = None) -> Any:
-        """Send a request to the head and serve other work until its reply comes."""
+                 on_timeout: tuple | None = None, blocking: bool = False) -> Any:
+        """Send a request to the head and wait for its reply.
+
+        ``blocking`` requests (get, wait) may wait for other tasks: the executor
+        tells the scheduler its CPU is free meanwhile and, unless it hosts an
+        actor, runs the tasks it is sent in the meantime (nested), so that a pool
+        of a few workers cannot deadlock on tasks waiting for subtasks. Anything
+        else that arrives waits in the inbox: an actor runs one call at a time, in
+        order, and a collective or an allocation must not have other user code
+        run in the middle of it.
+        """
         req = next(self.req_ids)
         self.emit((msg_kind, req) + fields)
         deadline = None if timeout is None else time.monotonic() + timeout
+        nested = blocking and self.actor_id is None
         blocked = False
         try:
             while req not in self.replies:
-                if self.inbox:
-                    msg = self.inbox.pop(0)
+                msg = self._next_message(nested)
+                if msg is not None:
                     if msg[0] == m.EXECUTE and not blocked:
                         # Running other work here: let the scheduler count our CPU as free.
                         blocked = True
@@ -127,12 +137,13 @@ class ExecutorContext:
                     continue
                 self.flush()
                 if deadline is None:
-                    if not blocked and not self._poll(0.05):
+                    if blocking and not blocked and not self._poll(0.05):
                         blocked = True
                         self.emit((m.BLOCKED, 1))
                         self.flush()
-                    if not self.inbox:
-                        self._recv(None)
+                    if self._next_message_waiting(nested):
+                        continue
+                    self._recv(None)
                 else:
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -146,6 +157,28 @@ class ExecutorContext:
             if blocked:
                 self.emit((m.BLOCKED, -1))
         return self.replies.pop(req)
+
+    def _next_message_waiting(self, nested: bool) -> bool:
+        """Whether the inbox holds a message _request() would handle now."""
+        if nested:
+            return bool(self.inbox)
+        return any(msg[0] == m.REPLY for msg in self.inbox)
+
+    def _next_message(self, nested: bool) -> tuple | None:
+        """The next message to handle while a request waits, or None.
+
+        Nested: anything, in order. Otherwise only replies; the rest stay queued,
+        in order, for the serve loop (or the request this one is nested in).
+        """
+        inbox = self.inbox
+        if not inbox:
+            return None
+        if nested:
+            return inbox.pop(0)
+        for i, msg in enumerate(inbox):
+            if msg[0] == m.REPLY:
+                return inbox.pop(i)
+        return None
 
     # --- API --------------------------------------------------------------------
 
@@ -165,7 +198,7 @@ class ExecutorContext:
     def get(self, refs: list, timeout: float | None) -> list:
         ids = [r.id for r in refs]
         try:
-            recs = self._request(m.GET, ids, timeout=timeout)
+            recs = self._request(m.GET, ids, timeout=timeout, blocking=True)
         except GetTimeoutError:
             raise GetTimeoutError(f"get timed out after {timeout} s waiting for "
                                   f"{len(ids)} object(s)") from None
@@ -173,7 +206,7 @@ class ExecutorContext:
 
     def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
         ready = self._request(m.WAIT, ids, num_returns, timeout=timeout,
-                              on_timeout=(m.WAIT_NOW,))
+                              on_timeout=(m.WAIT_NOW,), blocking=True)
         return set(ready[:num_returns])
 
     def _alloc(self, size: int) -> tuple[int, int]:
