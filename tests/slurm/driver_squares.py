@@ -17,7 +17,9 @@ import time
 
 import hpc_ray as ray
 
-faulthandler.dump_traceback_later(110, exit=True)
+# A hung start-up or task shows up in the job's output, well before the test's
+# 90 s wait for the job gives up (cancelled again before the --sleep phase).
+faulthandler.dump_traceback_later(60, exit=True)
 
 
 def option(name, default=None):
@@ -59,6 +61,7 @@ def main():
         "gpu_tasks": gpus,
     }
     print("RESULT " + json.dumps(result), flush=True)
+    faulthandler.cancel_dump_traceback_later()
     deadline = time.monotonic() + sleep
     while time.monotonic() < deadline:
         print("tick", flush=True)

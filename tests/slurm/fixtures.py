@@ -133,9 +133,34 @@ def wait_job(c: _cluster.Cluster, job_id: str, timeout: float = JOB_TIMEOUT,
         return records if all(r.get("JobState") in FINAL for r in records) else None
 
     def explain():
-        text = output.read_text() if output and output.exists() else "(no output)"
-        return f"job records: {show_job(c, job_id)}\noutput:\n{text}"
+        return _why_job_is_stuck(c, job_id, output)
     return poll_for(done, timeout, f"job {job_id} ending", explain)
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    if not path.exists():
+        return f"({path} does not exist)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) or "(empty)"
+
+
+def _why_job_is_stuck(c: _cluster.Cluster, job_id: str, output: Path | None) -> str:
+    """Everything a person needs to see why a job did not end: its records, its
+    output file, its steps, its processes and the daemons' last log lines."""
+    records = show_job(c, job_id)
+    outputs = {output} if output else {Path(r["StdOut"]) for r in records if r.get("StdOut")}
+    steps = c.run("scontrol", "-o", "show", "step", job_id, check=False)
+    procs = subprocess.run(["ps", "-eo", "pid,ppid,stat,etime,args", "--forest"],
+                           capture_output=True, text=True).stdout
+    procs = "\n".join(l for l in procs.splitlines()
+                      if "slurmstepd" in l or "python" in l or "srun" in l or "mpiexec" in l
+                      or "hydra" in l)
+    parts = [f"job records: {records}"]
+    parts += [f"output {p}:\n{_tail(p, 60)}" for p in outputs]
+    parts.append(f"steps:\n{steps.stdout}{steps.stderr}")
+    parts.append(f"processes:\n{procs}")
+    for log in ("slurmctld.log", "slurmd.log"):
+        parts.append(f"{log}:\n{_tail(c.state / 'log' / log)}")
+    return "\n".join(parts)
 
 
 def result_of(text: str) -> dict:
