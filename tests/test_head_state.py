@@ -236,3 +236,22 @@ def test_task_error_is_instance_of_cause_and_pickles():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert isinstance(ObjectStoreFullError("x"), MemoryError)
+
+
+def test_nothing_is_sent_after_shutdown_is_queued():
+    # A message no rank receives before MPI_Finalize hangs an srun job, so once
+    # SHUTDOWN is queued, finishing tasks must not make the head send more work.
+    head = make_head(workers=1, cpus=1)
+    specs = [spec_for(args=(i,)) for i in range(3)]
+    for spec in specs:
+        head.submit(spec)
+    head.schedule()
+    first = executes(head)
+    assert first, "the first task is dispatched"
+    head.send(1, (m.SHUTDOWN,))
+    head.closing = True
+    head.take_outbox()
+    tid = first[0][1][m.T_ID]
+    head.task_done(1, tid, [(RAW, 0)], None, 0.0, 0.0, 1)
+    head.schedule()
+    assert head.take_outbox() == {}

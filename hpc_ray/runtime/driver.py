@@ -34,6 +34,9 @@ logger = logging.getLogger(__name__)
 #: Rounds of I/O the driver thread runs itself, back to back, while it waits
 #: before it sleeps and leaves the polling to the comm thread.
 DRIVER_SPINS = 200
+#: Seconds shutdown() waits for every worker rank to confirm it has stopped
+#: (a rank first stops its executors, which takes up to 2 s).
+STOP_WAIT = 20.0
 
 
 class HeadLoop(threading.Thread):
@@ -47,6 +50,9 @@ class HeadLoop(threading.Thread):
         self.fetcher = Fetcher(comm, self.sender, arena)
         self.event = threading.Event()
         self.stop_requested = False
+        #: Worker ranks that sent STOPPED, and how long to wait for the others.
+        self.stopped: set[int] = set()
+        self.stop_deadline = 0.0
         self.fetch_requests: list = []
         self.error: str | None = None
         self.backoff = Backoff()
@@ -75,6 +81,7 @@ class HeadLoop(threading.Thread):
             m.PROFILE: lambda src, msg: self.head.timeline_events.extend(msg[1]),
             m.FETCH: lambda src, msg: self.fetcher.serve(src, msg[2], msg[3]),
             m.RETURNED: lambda src, msg: self.head.tasks_returned(src, msg[1]),
+            m.STOPPED: lambda src, msg: self.stopped.add(src),
         }
 
     # --- handlers ---------------------------------------------------------------
@@ -191,7 +198,7 @@ class HeadLoop(threading.Thread):
             if progress.acquire(timeout=0.01):
                 try:
                     active = self.poll_once()
-                    if self.stop_requested and not head.outbox and not self.sender.pending:
+                    if self.stop_requested and self._stopped_cleanly():
                         return
                 finally:
                     progress.release()
@@ -211,6 +218,27 @@ class HeadLoop(threading.Thread):
                     # Spinning, but hand over the GIL: a driver thread woken by
                     # notify_all() would otherwise wait a whole switch interval.
                     time.sleep(0)
+
+    def _stopped_cleanly(self) -> bool:
+        """After SHUTDOWN: every message sent, and every worker rank's last one received.
+
+        MPI_Finalize must not find a message that no one received: under srun
+        (PMI-2) the MPICH wheel's Finalize then hangs in the other ranks (with
+        mpiexec it does not). So rank 0 keeps receiving until each live worker
+        rank has sent STOPPED, its last message, which MPI delivers after all
+        the rank's earlier ones.
+        """
+        head = self.head
+        if head.outbox or self.sender.pending:
+            return False
+        waiting = [r for r, w in head.workers.items() if w.alive and r not in self.stopped]
+        if not waiting:
+            return True
+        if time.monotonic() < self.stop_deadline:
+            return False
+        sys.stderr.write(f"hpc_ray: worker ranks {waiting} did not confirm the shutdown "
+                         f"within {STOP_WAIT:.0f} s; the MPI job may not end cleanly\n")
+        return True
 
     def _fetched(self, oid: int, rec: tuple, done: threading.Event) -> None:
         with self.head.lock:
@@ -462,10 +490,12 @@ class DriverContext:
             drain_refs(head)
             for w in head.workers.values():
                 head.send(w.rank, (m.SHUTDOWN,))
+            head.closing = True  # SHUTDOWN is the last message each rank gets
         loop = self.loop
+        loop.stop_deadline = time.monotonic() + STOP_WAIT
         loop.stop_requested = True
         loop.event.set()
-        loop.join(10)
+        loop.join(STOP_WAIT + 10)
         if loop.is_alive() or loop.error:
             self._shutdown_without_comm_thread()
 

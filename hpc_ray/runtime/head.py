@@ -145,6 +145,9 @@ class Head:
         self.signal_task_of: dict[int, tuple] = {}      # return id -> ("task", task id)
         self.ready: collections.deque[int] = collections.deque()  # tasks with all deps
         self.outbox: dict[int, list] = collections.defaultdict(list)
+        #: Set once SHUTDOWN is queued: from then on nothing more is sent (a message
+        #: no rank receives before MPI_Finalize can hang the job; see HeadLoop).
+        self.closing = False
         self.allocators = {n: Allocator(store_size) for n in set(node_of)}
         self.store_size = store_size
         self.node_leader = {}
@@ -200,7 +203,8 @@ class Head:
                                         resources, gpu_ids, pid)
 
     def send(self, rank: int, msg: tuple) -> None:
-        self.outbox[rank].append(msg)
+        if not self.closing:
+            self.outbox[rank].append(msg)
 
     def take_outbox(self) -> dict[int, list]:
         out, self.outbox = self.outbox, collections.defaultdict(list)

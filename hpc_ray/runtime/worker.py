@@ -526,7 +526,12 @@ class WorkerLoop:
         deadline = time.monotonic() + 2.0
         for ex in self.all_executors():
             self._reap(ex, max(0.05, deadline - time.monotonic()))
-        self.sender.drain(2.0)
+        if not self.driver_gone:
+            # The last message to rank 0, which receives until it has one from
+            # every rank: nothing this rank sent is left unreceived at MPI_Finalize.
+            self.sender.send(0, self.out + [(m.STOPPED,)])
+            self.out = []
+        self.sender.drain(10.0)
 
 
 def context_released() -> bool:

@@ -34,6 +34,7 @@ Worker rank -> head
     CONTROL_CALL   (k, req_id, name, args)     get_actor, kill, cluster state, ...
     PROFILE        (k, events)                 timeline spans recorded on a worker
     RETURNED       (k, task_ids)               answer to STEAL: tasks given back
+    STOPPED        (k,)                        after SHUTDOWN: the rank's last message
 
 Executor -> its worker rank only
     COLLECTIVE_OP  (k, req_id, group, op, args)  a collective the rank runs for it
@@ -84,6 +85,7 @@ class Msg(enum.IntEnum):
     CONTROL_CALL = 25
     PROFILE = 26
     RETURNED = 27
+    STOPPED = 28
     FETCH = 30
     COLLECTIVE_OP = 31
 
@@ -111,4 +113,5 @@ FETCH = Msg.FETCH.value
 GROUP_CREATE = Msg.GROUP_CREATE.value
 STEAL = Msg.STEAL.value
 RETURNED = Msg.RETURNED.value
+STOPPED = Msg.STOPPED.value
 COLLECTIVE_OP = Msg.COLLECTIVE_OP.value

@@ -143,6 +143,23 @@ def _tail(path: Path, lines: int = 25) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) or "(empty)"
 
 
+def _stacks_of(pid: str) -> str:
+    """A stuck process: its Slurm task id and, where gdb is installed (a developer's
+    machine, not CI), its native stacks (mpi4py finalizes MPI after the interpreter
+    is gone, so a Python-level dump can miss a hang there)."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        procid = next((e.decode() for e in env if e.startswith(b"SLURM_PROCID=")), "-")
+    except OSError:
+        procid = "?"
+    text = f"process {pid} ({procid}):"
+    if shutil.which("gdb"):
+        bt = subprocess.run(["gdb", "-batch", "-p", pid, "-ex", "thread apply all bt 25"],
+                            capture_output=True, text=True, timeout=60)
+        text += "\n" + "\n".join(l for l in bt.stdout.splitlines() if l.startswith(("#", "Thread")))
+    return text
+
+
 def _why_job_is_stuck(c: _cluster.Cluster, job_id: str, output: Path | None) -> str:
     """Everything a person needs to see why a job did not end: its records, its
     output file, its steps, its processes and the daemons' last log lines."""
@@ -155,6 +172,10 @@ def _why_job_is_stuck(c: _cluster.Cluster, job_id: str, output: Path | None) -> 
                       if "slurmstepd" in l or "python" in l or "srun" in l or "mpiexec" in l
                       or "hydra" in l)
     parts = [f"job records: {records}"]
+    for line in procs.splitlines():
+        pid = line.split()[0]
+        if "python" in line and "pytest" not in line and pid.isdigit():
+            parts.append(_stacks_of(pid))
     parts += [f"output {p}:\n{_tail(p, 60)}" for p in outputs]
     parts.append(f"steps:\n{steps.stdout}{steps.stderr}")
     parts.append(f"processes:\n{procs}")
