@@ -148,6 +148,23 @@ def test_launch_script_inside_a_job(slurm_cluster, job_dir, script):
     assert_squares_result(result_of(text), job, slurm_cluster, [f"via-{script}"])
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("launcher", ["srun", "mpiexec"])
+def test_job_ends_when_the_driver_exits_with_tasks_still_running(slurm_cluster, job_dir,
+                                                                 launcher):
+    # Workers still report results while the driver shuts down. A report rank 0
+    # never receives used to hang MPI_Finalize under srun (every time here), so
+    # the job ran until its time limit.
+    script = job_dir / "one_node.sbatch"
+    script.write_text(fit_template((TEMPLATES / "one_node.sbatch").read_text(), launcher))
+    job = sbatch(slurm_cluster, "--overcommit", str(script), str(DRIVER), "busy",
+                 "--unfinished", "3000", cwd=job_dir)
+    (record,) = wait_job(slurm_cluster, job, timeout=60)
+    text = output_of(job_dir, f"*-{job}.out")
+    assert (record["JobState"], record["ExitCode"]) == ("COMPLETED", "0:0"), text
+    assert_squares_result(result_of(text), job, slurm_cluster, ["busy"])
+
+
 # --- hpc-ray submit ----------------------------------------------------------------
 
 

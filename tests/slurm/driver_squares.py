@@ -4,10 +4,12 @@ Prints one line ``RESULT {json}`` with what a user would check: the squares comp
 by remote tasks, the world size, the session's job id, the nodes, the resources and
 the GPUs that tasks asking for one were given.
 
-    driver_squares.py [ARGS...] [--exit CODE] [--sleep SECONDS]
+    driver_squares.py [ARGS...] [--exit CODE] [--sleep SECONDS] [--unfinished N]
 
 ARGS are echoed back; --exit ends the driver with CODE after printing; --sleep keeps
-it running (printing a tick a second) so that a test can look at a running job.
+it running (printing a tick a second) so that a test can look at a running job;
+--unfinished leaves N tiny tasks running when the driver exits (workers are
+still reporting results while the job shuts down).
 """
 import faulthandler
 import json
@@ -44,6 +46,7 @@ def gpu_task():
 def main():
     exit_code = int(option("--exit", 0))
     sleep = float(option("--sleep", 0))
+    unfinished = int(option("--unfinished", 0))
     info = ray.init()
     resources = ray.cluster_resources()
     gpus = []
@@ -61,6 +64,9 @@ def main():
         "gpu_tasks": gpus,
     }
     print("RESULT " + json.dumps(result), flush=True)
+    left_running = [square.remote(i) for i in range(unfinished)]
+    if left_running:
+        ray.get(left_running[:unfinished // 2])
     faulthandler.cancel_dump_traceback_later()
     deadline = time.monotonic() + sleep
     while time.monotonic() < deadline:
