@@ -144,25 +144,29 @@ def _tail(path: Path, lines: int = 25) -> str:
 
 
 def _stacks_of(pid: str) -> str:
-    """A stuck process: its Slurm task id and, where gdb is installed (a developer's
-    machine, not CI), its native stacks (mpi4py finalizes MPI after the interpreter
-    is gone, so a Python-level dump can miss a hang there)."""
+    """A stuck process: its Slurm task id and, where gdb is installed, its native
+    stacks (mpi4py finalizes MPI after the interpreter is gone, so a Python-level
+    dump misses a hang in MPI_Finalize)."""
     try:
         env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         procid = next((e.decode() for e in env if e.startswith(b"SLURM_PROCID=")), "-")
     except OSError:
         procid = "?"
-    text = f"process {pid} ({procid}):"
+    text = f"process {pid} (SLURM_PROCID {procid}):"
     if shutil.which("gdb"):
-        bt = subprocess.run(["gdb", "-batch", "-p", pid, "-ex", "thread apply all bt 25"],
-                            capture_output=True, text=True, timeout=60)
-        text += "\n" + "\n".join(l for l in bt.stdout.splitlines() if l.startswith(("#", "Thread")))
+        try:
+            bt = subprocess.run(["gdb", "-batch", "-p", pid, "-ex", "thread apply all bt 25"],
+                                capture_output=True, text=True, timeout=60).stdout
+        except subprocess.TimeoutExpired:
+            bt = "(gdb timed out)"
+        text += "\n" + "\n".join(l for l in bt.splitlines() if l.startswith(("#", "Thread", "(")))
     return text
 
 
 def _why_job_is_stuck(c: _cluster.Cluster, job_id: str, output: Path | None) -> str:
-    """Everything a person needs to see why a job did not end: its records, its
-    output file, its steps, its processes and the daemons' last log lines."""
+    """Everything a person needs to see why a job did not end: its records, the
+    stacks of its Python processes, its output file, its steps, its processes and
+    the daemons' last log lines."""
     records = show_job(c, job_id)
     outputs = {output} if output else {Path(r["StdOut"]) for r in records if r.get("StdOut")}
     steps = c.run("scontrol", "-o", "show", "step", job_id, check=False)
