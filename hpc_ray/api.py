@@ -303,18 +303,14 @@ def get_resource_ids() -> dict:
     """The resources the current task or actor holds: ``{name: [(id, fraction), ...]}``."""
     if not context.is_set():
         return {}
-    ctx = context.current()
     out: dict = {}
-    for name, amount in (getattr(ctx, "resources", None) or {}).items():
-        if not amount:
-            continue
-        if name == "GPU":
-            out[name] = [(g, 1.0) for g in get_gpu_ids()]
-            continue
-        whole, part = int(amount), amount - int(amount)
-        out[name] = [(i, 1.0) for i in range(whole)] + ([(whole, part)] if part else [])
-    if get_gpu_ids() and "GPU" not in out:
-        out["GPU"] = [(g, 1.0) for g in get_gpu_ids()]
+    for name, amount in (getattr(context.current(), "resources", None) or {}).items():
+        if amount and name != "GPU":
+            whole, part = int(amount), amount - int(amount)
+            out[name] = [(i, 1.0) for i in range(whole)] + ([(whole, part)] if part else [])
+    gpus = get_gpu_ids()
+    if gpus:
+        out["GPU"] = [(g, 1.0) for g in gpus]
     return out
 
 

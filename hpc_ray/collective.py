@@ -17,6 +17,7 @@ result back (two copies each way).
 """
 from __future__ import annotations
 
+import os
 import zlib
 from typing import TYPE_CHECKING, Any
 
@@ -324,7 +325,6 @@ def _polite(loop) -> bool:
             node_of = loop.cfg.get("node_of") or []
             on_node = sum(1 for n in node_of if n == loop.node) or 1
             try:
-                import os
                 cores = len(os.sched_getaffinity(0))
             except (AttributeError, OSError):
                 cores = 1
@@ -338,7 +338,6 @@ def _call(comm, name: str, polite: bool, *args, **kw) -> None:
     if not polite:
         getattr(comm, name)(*args, **kw)
         return
-    import os
     req = getattr(comm, "I" + name[0].lower() + name[1:])(*args, **kw)
     while not req.Test():
         os.sched_yield()

@@ -69,14 +69,11 @@ class TaskError(RayError):
     def as_instanceof_cause(self) -> "TaskError":
         """Return a copy that is also an instance of the original exception class."""
         cls = type(self.cause) if self.cause is not None else None
-        if cls is None or isinstance(self, cls) or not _can_subclass(cls):
+        if cls is None or isinstance(self, cls):
             return self
-        err = _instantiate(_derived_class(cls))
-        if err is None:
-            return self  # an exception type that cannot be made this way: plain TaskError
-        TaskError.__init__(err, self.function_name, self.traceback_str,
-                           self.rank, self.host, self.cause)
-        return err
+        err = _also_instance_of(cls, (self.function_name, self.traceback_str, self.rank,
+                                      self.host, self.cause))
+        return self if err is None else err
 
 
 #: Ray's name for :class:`TaskError` (the same class, so either catches it).
@@ -94,15 +91,20 @@ def _can_subclass(cls: type) -> bool:
         return False
 
 
+def _also_instance_of(cls: type | None, fields: tuple) -> TaskError | None:
+    """A TaskError with ``fields`` that is also an instance of ``cls``; None where
+    ``cls`` cannot be mixed in or its instances cannot be made this way."""
+    if cls is None or not _can_subclass(cls):
+        return None
+    err = _instantiate(_derived_class(cls))
+    if err is not None:
+        TaskError.__init__(err, *fields)
+    return err
+
+
 def _rebuild_task_error(cause_cls, fields):
-    err = TaskError(*fields)
-    if cause_cls is None or not _can_subclass(cause_cls):
-        return err
-    out = _instantiate(_derived_class(cause_cls))
-    if out is None:
-        return err
-    TaskError.__init__(out, *fields)
-    return out
+    err = _also_instance_of(cause_cls, fields)
+    return TaskError(*fields) if err is None else err
 
 
 def _instantiate(derived: type):

@@ -19,9 +19,7 @@ import os
 import socket
 import sys
 
-
 logger = logging.getLogger(__name__)
-
 
 
 def default_store_size() -> int:

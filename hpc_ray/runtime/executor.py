@@ -127,8 +127,9 @@ class ExecutorContext:
         blocked = False
         try:
             while req not in self.replies:
-                msg = self._next_message(nested)
-                if msg is not None:
+                i = self._handleable(nested)
+                if i is not None:
+                    msg = self.inbox.pop(i)
                     if msg[0] == m.EXECUTE and not blocked:
                         # Running other work here: let the scheduler count our CPU as free.
                         blocked = True
@@ -141,8 +142,8 @@ class ExecutorContext:
                         blocked = True
                         self.emit((m.BLOCKED, 1))
                         self.flush()
-                    if self._next_message_waiting(nested):
-                        continue
+                    if self._handleable(nested) is not None:
+                        continue  # _poll() may have filled the inbox (in-rank actors)
                     self._recv(None)
                 else:
                     left = deadline - time.monotonic()
@@ -158,14 +159,8 @@ class ExecutorContext:
                 self.emit((m.BLOCKED, -1))
         return self.replies.pop(req)
 
-    def _next_message_waiting(self, nested: bool) -> bool:
-        """Whether the inbox holds a message _request() would handle now."""
-        if nested:
-            return bool(self.inbox)
-        return any(msg[0] == m.REPLY for msg in self.inbox)
-
-    def _next_message(self, nested: bool) -> tuple | None:
-        """The next message to handle while a request waits, or None.
+    def _handleable(self, nested: bool) -> int | None:
+        """Where in the inbox the next message a waiting request handles is, or None.
 
         Nested: anything, in order. Otherwise only replies; the rest stay queued,
         in order, for the serve loop (or the request this one is nested in).
@@ -174,11 +169,8 @@ class ExecutorContext:
         if not inbox:
             return None
         if nested:
-            return inbox.pop(0)
-        for i, msg in enumerate(inbox):
-            if msg[0] == m.REPLY:
-                return inbox.pop(i)
-        return None
+            return 0
+        return next((i for i, msg in enumerate(inbox) if msg[0] == m.REPLY), None)
 
     # --- API --------------------------------------------------------------------
 

@@ -426,9 +426,10 @@ class Head:
     def schedule(self) -> None:
         """Place ready tasks on workers (called after every batch of events)."""
         workers = [w for w in self.workers.values() if w.alive]
-        if not self.ready or not workers:
-            if workers:
-                self._rebalance(workers)
+        if not workers:
+            return
+        if not self.ready:
+            self._rebalance(workers)
             return
         still = collections.deque()
         ready = self.ready
@@ -461,8 +462,6 @@ class Head:
         """
         spare = [w for w in workers
                  if w.inflight < w.total.get("CPU", 0) + w.blocked]
-        if not spare:
-            return
         for idle in spare:
             room = int(idle.total.get("CPU", 0) + idle.blocked - idle.inflight)
             donors = [w for w in workers if not w.steal_pending and w is not idle

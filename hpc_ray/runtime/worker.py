@@ -398,20 +398,21 @@ class WorkerLoop:
         # get() may have been running nested. The rest never started: run them again.
         lost, requeue = [], []
         for i, (tid, (nested, spec)) in enumerate(ex.assigned.items()):
-            (lost if i == 0 or nested else requeue).append(tid)
-        specs = {tid: spec for tid, (_, spec) in ex.assigned.items()}
+            if i == 0 or nested:
+                lost.append(tid)
+            else:
+                requeue.append(spec)
         if ex.blocked:
             self.out.append((m.BLOCKED, -ex.blocked))
         if ex.actor_id is not None and self.actors.get(ex.actor_id) is ex:
             del self.actors[ex.actor_id]
-            self.out.append((m.WORKER_CRASHED, lost + requeue, code, ex.pid, ex.actor_id))
+            self.out.append((m.WORKER_CRASHED, lost + [spec[m.T_ID] for spec in requeue],
+                             code, ex.pid, ex.actor_id))
             return
         if ex.actor_id is not None:
             return
         self.out.append((m.WORKER_CRASHED, lost, code, ex.pid, None))
-        for tid in reversed(requeue):
-            if tid in specs:
-                self.queue.appendleft(specs[tid])
+        self.queue.extendleft(reversed(requeue))
         if ex in self.executors:
             self.executors.remove(ex)
             self.executors.append(self.spawn())
