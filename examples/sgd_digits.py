@@ -57,14 +57,20 @@ def train_torch(args, path: str, replicas: int) -> float:
         stats = trainer.train()
         val = trainer.validate()
         accuracy = val["validation_accuracy"]
-        print(f"epoch {epoch:2d}  train loss {stats['train_loss']:.4f}  "
-              f"validation loss {val['validation_loss']:.4f}  "
-              f"accuracy {accuracy:.3f}  ({stats['samples_per_s']:.0f} samples/s)",
-              flush=True)
+        print_epoch(epoch, stats["train_loss"], val["validation_loss"], accuracy,
+                    stats["samples_per_s"])
     if args.checkpoint:
         print(f"checkpoint: {trainer.save(args.checkpoint)}")
     trainer.shutdown()
     return accuracy
+
+
+def print_epoch(epoch: int, train_loss: float, validation_loss: float, accuracy: float,
+                samples_per_s: float) -> None:
+    """The one progress line per epoch (the tests read it)."""
+    print(f"epoch {epoch:2d}  train loss {train_loss:.4f}  "
+          f"validation loss {validation_loss:.4f}  accuracy {accuracy:.3f}  "
+          f"({samples_per_s:.0f} samples/s)", flush=True)
 
 
 class DigitsModel(MLPModel):
@@ -95,10 +101,8 @@ def train_numpy(args, path: str, replicas: int) -> float:
         elapsed = time.perf_counter() - start
         val = sgd.foreach_model(lambda m: m.validate())[0]
         accuracy = val["accuracy"]
-        print(f"epoch {epoch:2d}  train loss {np.mean(losses):.4f}  "
-              f"validation loss {val['loss']:.4f}  accuracy {accuracy:.3f}  "
-              f"({steps_per_epoch * args.batch_size * replicas / elapsed:.0f} samples/s)",
-              flush=True)
+        print_epoch(epoch, np.mean(losses), val["loss"], accuracy,
+                    steps_per_epoch * args.batch_size * replicas / elapsed)
     if args.checkpoint:
         print(f"checkpoint: {sgd.save(args.checkpoint)}")
     sgd.shutdown()

@@ -235,6 +235,16 @@ class MPIResult:
                 f"--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}")
 
 
+def assert_digits_example_ran(result: MPIResult, header: str, epochs: int) -> float:
+    """Check examples/sgd_digits.py's output: its header, one line per epoch, and a
+    final accuracy over 0.9; return that accuracy."""
+    assert header in result.stdout, result.output()
+    assert len(re.findall(r"^epoch +\d+ ", result.stdout, re.M)) == epochs
+    accuracy = float(re.search(r"final validation accuracy (\S+)", result.stdout).group(1))
+    assert accuracy > 0.9, result.output()
+    return accuracy
+
+
 def _script_path(script: str | os.PathLike) -> str:
     path = Path(script)
     if not path.is_absolute() and not path.exists():

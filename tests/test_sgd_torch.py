@@ -4,12 +4,10 @@ slices, checkpoint round trip (tests/mpi_scripts/sgd_trainer.py); the digits
 example embedded; optimizer state through an HDF5 checkpoint (pure)."""
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, assert_digits_example_ran
 
 torch = pytest.importorskip("torch")
 
@@ -52,8 +50,5 @@ def test_pytorch_trainer(run, mode, n):
 def test_digits_example_embedded(run):
     result = run(REPO_ROOT / "examples" / "sgd_digits.py", 3, "--replicas", "2",
                  "--epochs", "5", mode="embedded", timeout=150)
-    assert "torch: 2 replicas" in result.stdout, result.output()
-    assert len(re.findall(r"^epoch +\d+ ", result.stdout, re.M)) == 5
-    accuracy = float(re.search(r"final validation accuracy (\S+)", result.stdout).group(1))
-    assert accuracy > 0.9, result.output()
+    accuracy = assert_digits_example_ran(result, "torch: 2 replicas", 5)
     assert np.isfinite(accuracy)

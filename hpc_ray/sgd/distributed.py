@@ -197,11 +197,7 @@ class ParameterServerShard:
         return True
 
     def aggregate(self, *shards: np.ndarray) -> np.ndarray:
-        out = np.array(shards[0], copy=True)
-        for s in shards[1:]:
-            out += s
-        out /= len(shards)
-        return out
+        return _average(shards)
 
 
 # --- driver side ------------------------------------------------------------------------
@@ -294,12 +290,7 @@ class DistributedSGD:
 
     def _step_simple(self) -> dict:
         results = api.get([w.compute_gradients.remote() for w in self.workers])
-        average = [np.array(b, copy=True) for b in results[0][0]]
-        for buffers, _ in results[1:]:
-            for total, b in zip(average, buffers):
-                total += b
-        for total in average:
-            total /= len(results)
+        average = [_average(parts) for parts in zip(*(buffers for buffers, _ in results))]
         ref = api.put(average)
         api.get([w.apply_fused.remote(ref) for w in self.workers])
         return _merge_stats([s for _, s in results])
@@ -353,3 +344,12 @@ class DistributedSGD:
         for actor in self.workers + self.servers:
             kill(actor)
         self.workers, self.servers, self.group = [], [], None
+
+
+def _average(arrays) -> np.ndarray:
+    """The element-wise mean of equally shaped arrays, in a new array."""
+    out = np.array(arrays[0], copy=True)
+    for a in arrays[1:]:
+        out += a
+    out /= len(arrays)
+    return out

@@ -126,9 +126,8 @@ class PyTorchRunner:
         self.rank, self.world_size, self.group = 0, 1, None
         self.epoch = 0
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.plan = FusionPlan([tuple(p.shape) for p in self.params],
-                               [_np_dtype(p) for p in self.params],
-                               threshold_bytes=fusion_bytes)
+        self.plan = FusionPlan.for_arrays([p.detach().numpy() for p in self.params],
+                                          threshold_bytes=fusion_bytes)
         # Each .grad becomes a view of its slot in a fused buffer.
         self._grad_ptrs = []
         for p, view in zip(self.params, self.plan.split()):
@@ -278,11 +277,6 @@ class PyTorchRunner:
         if self.group is not None:
             collective.destroy_collective_group(self.group)
             self.group = None
-
-
-def _np_dtype(p: "torch.Tensor") -> np.dtype:
-    import torch
-    return torch.empty(0, dtype=p.dtype).numpy().dtype
 
 
 # --- the driver's object ---------------------------------------------------------------
