@@ -1,0 +1,105 @@
+"""The status table printed while an experiment runs, throttled for batch logs.
+
+On a terminal the table is printed at most every ``HPC_RAY_TUNE_STATUS_INTERVAL``
+seconds (default 1 s); when stdout is a file (a batch job's log) at most every
+30 s by default, so a day-long sweep does not fill the log.  The final table is
+always printed.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from .. import _config
+from . import result as R
+from .trial import Trial
+
+__all__ = ["ProgressReporter"]
+
+#: Trials listed per state before "... N more not shown".
+MAX_TRIALS_SHOWN = 20
+_ORDER = (Trial.RUNNING, Trial.PAUSED, Trial.PENDING, Trial.TERMINATED, Trial.ERROR)
+
+
+def _interval() -> float:
+    default = 1.0 if sys.stdout.isatty() else 30.0
+    return max(0.0, _config.os_environ_get("TUNE_STATUS_INTERVAL", default, float))
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def trial_line(trial: Trial) -> str:
+    r = trial.last_result
+    parts = [f"{trial}: {trial.status}"]
+    if r.get(R.PID) is not None and trial.status == Trial.RUNNING:
+        parts[0] += f" [pid={r[R.PID]}]"
+    if R.TRAINING_ITERATION in r:
+        parts.append(f"{r[R.TRAINING_ITERATION]} iter")
+    if R.TIME_TOTAL_S in r:
+        parts.append(f"{r[R.TIME_TOTAL_S]:.3g} s")
+    shown = {R.TRAINING_ITERATION, R.TIME_TOTAL_S, R.DONE, R.PID, R.HOSTNAME, R.NODE_IP,
+             R.TIME_THIS_ITER_S, R.EXPERIMENT_ID, R.TRIAL_ID, "date", "timestamp",
+             "time_since_restore", "iterations_since_restore", "experiment_tag"}
+    metrics = [f"{k}={_fmt(v)}" for k, v in r.items()
+               if k not in shown and isinstance(v, (int, float)) and not isinstance(v, bool)]
+    parts += metrics[:4]
+    if trial.status == Trial.ERROR and trial.error_file:
+        parts.append(f"error: {trial.error_file}")
+    return ", ".join(parts)
+
+
+class ProgressReporter:
+    """Prints ``== Status ==`` tables to stdout (verbose >= 1)."""
+
+    def __init__(self, verbose: int, experiment_dir: str, scheduler, totals: dict) -> None:
+        self._verbose = verbose
+        self._dir = experiment_dir
+        self._scheduler = scheduler
+        self._totals = totals
+        self._interval = _interval()
+        self._last = 0.0
+        self._last_counts: dict | None = None
+
+    def report(self, trials: list[Trial], force: bool = False) -> None:
+        if self._verbose < 1:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < self._interval:
+            return
+        self._last = now
+        sys.stdout.write(self.table(trials) + "\n")
+        sys.stdout.flush()
+
+    def table(self, trials: list[Trial]) -> str:
+        counts: dict[str, int] = {}
+        for t in trials:
+            counts[t.status] = counts.get(t.status, 0) + 1
+        cpu = gpu = 0.0
+        for t in trials:
+            if t.status == Trial.RUNNING:
+                cpu += t.resources.get("cpu", 1) + t.resources.get("extra_cpu", 0)
+                gpu += t.resources.get("gpu", 0) + t.resources.get("extra_gpu", 0)
+        lines = ["== Status =="]
+        debug = self._scheduler.debug_string()
+        if debug:
+            lines.append(debug)
+        lines.append(f"Resources requested: {cpu:g}/{self._totals.get('CPU', 0):g} CPUs, "
+                     f"{gpu:g}/{self._totals.get('GPU', 0):g} GPUs")
+        lines.append(f"Result logdir: {self._dir}")
+        lines.append(f"Number of trials: {len(trials)} "
+                     f"({', '.join(f'{n} {s}' for s, n in counts.items())})")
+        for status in _ORDER:
+            group = [t for t in trials if t.status == status]
+            if not group:
+                continue
+            lines.append(f"{status} trials:")
+            for t in group[:MAX_TRIALS_SHOWN]:
+                lines.append(f" - {trial_line(t)}")
+            if len(group) > MAX_TRIALS_SHOWN:
+                lines.append(f"  ... {len(group) - MAX_TRIALS_SHOWN} more not shown")
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,22 @@
+"""Names of the auto-filled result fields (Ray 0.7's ``ray.tune.result``)."""
+DONE = "done"
+HOSTNAME = "hostname"
+NODE_IP = "node_ip"
+PID = "pid"
+EPISODE_REWARD_MEAN = "episode_reward_mean"
+MEAN_LOSS = "mean_loss"
+MEAN_ACCURACY = "mean_accuracy"
+EPISODES_THIS_ITER = "episodes_this_iter"
+EPISODES_TOTAL = "episodes_total"
+TIMESTEPS_THIS_ITER = "timesteps_this_iter"
+TIMESTEPS_TOTAL = "timesteps_total"
+TIME_THIS_ITER_S = "time_this_iter_s"
+TIME_TOTAL_S = "time_total_s"
+TRAINING_ITERATION = "training_iteration"
+TRIAL_ID = "trial_id"
+EXPERIMENT_ID = "experiment_id"
+#: Marks the closing result of a function trainable: it repeats the last one.
+RESULT_DUPLICATE = "__duplicate__"
+#: Shown in the status table when a trial reports them.
+DEFAULT_RESULT_KEYS = (TRAINING_ITERATION, TIME_TOTAL_S, TIMESTEPS_TOTAL, MEAN_ACCURACY,
+                       MEAN_LOSS, EPISODE_REWARD_MEAN)

@@ -1,0 +1,185 @@
+"""``Trial``: one configuration's run, as the driver sees it (state only, no I/O).
+
+States: PENDING ─start─▶ RUNNING ─▶ TERMINATED (done, stopped)
+                           │  ▲ └──▶ ERROR (failed more than max_failures times)
+                     pause ▼  │ unpause / restart from its checkpoint
+                          PAUSED
+"""
+from __future__ import annotations
+
+import base64
+import uuid
+from typing import Any
+
+import cloudpickle
+
+from . import result as R
+
+__all__ = ["Trial", "Checkpoint"]
+
+
+class Checkpoint:
+    """A trial's checkpoint on the driver's disk."""
+
+    def __init__(self, path: str | None = None, iteration: int = 0) -> None:
+        #: Directory of the checkpoint (None: no checkpoint yet).
+        self.path = path
+        #: ``training_iteration`` the checkpoint was taken at.
+        self.iteration = iteration
+
+    @property
+    def value(self) -> str | None:
+        return self.path
+
+    def __repr__(self) -> str:
+        return f"Checkpoint({self.path!r}, iteration={self.iteration})"
+
+
+class Trial:
+    """A trial: its config, resources, state, latest result and checkpoint."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    TERMINATED = "TERMINATED"
+    ERROR = "ERROR"
+
+    def __init__(self, trainable_name: str, config: dict | None = None,
+                 trial_id: str | None = None, experiment_tag: str = "",
+                 resources: dict | None = None, stopping_criterion: dict | None = None,
+                 checkpoint_freq: int = 0, checkpoint_at_end: bool = False,
+                 keep_checkpoints_num: int | None = None, max_failures: int = 3,
+                 local_dir: str = "", trial_name_creator=None) -> None:
+        self.trainable_name = trainable_name
+        self.config = dict(config or {})
+        self.trial_id = trial_id or Trial.new_id()
+        self.experiment_tag = experiment_tag
+        self.resources = dict(resources or {"cpu": 1, "gpu": 0})
+        self.stopping_criterion = dict(stopping_criterion or {})
+        self.checkpoint_freq = checkpoint_freq
+        self.checkpoint_at_end = checkpoint_at_end
+        self.keep_checkpoints_num = keep_checkpoints_num
+        self.max_failures = max_failures
+        self.local_dir = local_dir
+        self.trial_name_creator = trial_name_creator
+        self.status = Trial.PENDING
+        self.logdir: str | None = None
+        self.last_result: dict = {}
+        self.metric_history: dict[str, list] = {}
+        self.checkpoint = Checkpoint()
+        #: Every checkpoint still on disk, oldest first.
+        self.checkpoints: list[Checkpoint] = []
+        self.num_failures = 0
+        self.error_file: str | None = None
+        self.error_msg: str | None = None
+        #: Runner-private: the actor, in-flight call, pending config change.
+        self.runner = None
+        self._inflight = None
+        self._restore_from: str | None = None
+        self._pending_setup: bool = False
+
+    @staticmethod
+    def new_id() -> str:
+        return uuid.uuid4().hex[:8]
+
+    # --- what the schedulers and the status table read --------------------------
+
+    def __str__(self) -> str:
+        if self.trial_name_creator is not None:
+            return str(self.trial_name_creator(self))
+        tag = f"_{self.experiment_tag}" if self.experiment_tag else ""
+        return f"{self.trainable_name}_{self.trial_id}{tag}"
+
+    __repr__ = __str__
+
+    @property
+    def trial_name(self) -> str:
+        return str(self)
+
+    def is_finished(self) -> bool:
+        return self.status in (Trial.TERMINATED, Trial.ERROR)
+
+    def has_checkpoint(self) -> bool:
+        return self.checkpoint.path is not None
+
+    def should_recover(self) -> bool:
+        return self.max_failures < 0 or self.num_failures <= self.max_failures
+
+    def should_stop(self, result: dict) -> bool:
+        """True when ``result`` meets a stopping criterion (or says it is done)."""
+        if result.get(R.DONE):
+            return True
+        if callable(self.stopping_criterion):
+            return bool(self.stopping_criterion(self.trial_id, result))
+        for key, bound in self.stopping_criterion.items():
+            if key not in result:
+                continue
+            if result[key] >= bound:
+                return True
+        return False
+
+    def should_checkpoint(self, iteration: int) -> bool:
+        return self.checkpoint_freq > 0 and iteration % self.checkpoint_freq == 0
+
+    def update_last_result(self, result: dict) -> None:
+        self.last_result = result
+        for key, value in result.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.metric_history.setdefault(key, []).append(value)
+
+    # --- the experiment state file ------------------------------------------------
+
+    def to_state(self) -> dict:
+        return {
+            "trial_id": self.trial_id, "trainable_name": self.trainable_name,
+            "experiment_tag": self.experiment_tag, "status": self.status,
+            "config": _encode(self.config), "resources": self.resources,
+            "stopping_criterion": _encode(self.stopping_criterion),
+            "checkpoint_freq": self.checkpoint_freq,
+            "checkpoint_at_end": self.checkpoint_at_end,
+            "keep_checkpoints_num": self.keep_checkpoints_num,
+            "max_failures": self.max_failures, "local_dir": self.local_dir,
+            "logdir": self.logdir, "num_failures": self.num_failures,
+            "checkpoint": [self.checkpoint.path, self.checkpoint.iteration],
+            "checkpoints": [[c.path, c.iteration] for c in self.checkpoints],
+            "error_file": self.error_file, "error_msg": self.error_msg,
+            "last_result": _jsonable(self.last_result),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict) -> "Trial":
+        trial = cls(state["trainable_name"], _decode(state["config"]), state["trial_id"],
+                    state["experiment_tag"], state["resources"],
+                    _decode(state["stopping_criterion"]), state["checkpoint_freq"],
+                    state["checkpoint_at_end"], state["keep_checkpoints_num"],
+                    state["max_failures"], state["local_dir"])
+        trial.status = state["status"]
+        trial.logdir = state["logdir"]
+        trial.num_failures = state["num_failures"]
+        trial.checkpoint = Checkpoint(*state["checkpoint"])
+        trial.checkpoints = [Checkpoint(*c) for c in state["checkpoints"]]
+        trial.error_file = state["error_file"]
+        trial.error_msg = state["error_msg"]
+        trial.last_result = state["last_result"] or {}
+        return trial
+
+
+def _encode(value: Any) -> str:
+    return base64.b64encode(cloudpickle.dumps(value)).decode("ascii")
+
+
+def _decode(text: str) -> Any:
+    return cloudpickle.loads(base64.b64decode(text))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    try:
+        return value.item()  # numpy scalars
+    except Exception:  # noqa: BLE001
+        return repr(value)

@@ -1,0 +1,518 @@
+"""The runner loop: moves trials between states; the trials run as hpc_ray actors.
+
+::
+
+    driver (rank 0)                                   worker ranks
+    ─────────────────────────────────────────         ─────────────────────
+    search_alg.next_trials() ─▶ PENDING trials
+    scheduler.choose_trial_to_run() ─▶ start: an actor (new, or an idle one
+        when reuse_actors) gets setup() + train() ──▶ TrialActor.train()
+    ray.wait(in-flight train refs) ◀─── (result, checkpoint bytes) ─┘
+        log the result, store the checkpoint, then by stop criteria and
+        scheduler.on_trial_result: next train() | PAUSE (save, release) |
+        STOP (release) | an error: restart from the last checkpoint while
+        num_failures <= max_failures, else ERROR
+    every trial state change ─▶ one line appended to experiment_state.journal
+        (a snapshot, experiment_state.json, replaces it atomically now and then)
+
+Trials hold resources (``resources_per_trial``) from start to pause or end; the
+runner starts a trial only when the cluster's totals (``ray.cluster_resources``)
+minus what its running trials hold can take it.  Checkpoints travel as bytes
+and live on the driver's disk, so a node without a shared file system is fine.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+import traceback
+from typing import Iterable
+
+from .. import api as _ray
+from ..actors import kill as _kill
+from ..exceptions import RayError
+from . import result as R
+from .error import TuneError
+from .logger import TrialLogger, truncate_results
+from .progress import ProgressReporter
+from .schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
+from .trainable import pack_dir, unpack_dir
+from .trial import Checkpoint, Trial
+from .trial_actor import TrialActor
+
+__all__ = ["TrialRunner", "STATE_FILE", "JOURNAL_FILE", "load_experiment_state"]
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "experiment_state.json"
+JOURNAL_FILE = "experiment_state.journal"
+#: Journal lines per trial before a fresh snapshot replaces the journal: a
+#: snapshot costs O(trials), a line O(1); compacting every few changes per
+#: trial keeps both the files and the write cost linear in the work done.
+_COMPACT_PER_TRIAL = 4
+#: Seconds a driver waits for trials' in-flight iterations on preemption.
+_PREEMPT_WAIT_S = 60.0
+
+
+def _shape(resources: dict) -> tuple:
+    return tuple(sorted((k, float(v)) for k, v in resources.items()))
+
+
+def _resource_key(trial: Trial) -> tuple:
+    return (trial.trainable_name,) + _shape(trial.resources)
+
+
+def _actor_options(resources: dict) -> dict:
+    custom = {k: v for k, v in resources.items()
+              if k not in ("cpu", "gpu", "extra_cpu", "extra_gpu") and v}
+    options = {"num_cpus": resources.get("cpu", 1), "num_gpus": resources.get("gpu", 0)}
+    if custom:
+        options["resources"] = custom
+    return options
+
+
+def _demand(resources: dict) -> dict:
+    """What a trial holds, in the cluster's resource names."""
+    need = {"CPU": resources.get("cpu", 1) + resources.get("extra_cpu", 0),
+            "GPU": resources.get("gpu", 0) + resources.get("extra_gpu", 0)}
+    for key, value in resources.items():
+        if key not in ("cpu", "gpu", "extra_cpu", "extra_gpu"):
+            need[key] = value
+    return need
+
+
+class TrialRunner:
+    """Runs the trials of one experiment to completion (or preemption)."""
+
+    def __init__(self, trainables: dict[str, tuple[bytes, bool]], search_alg,
+                 scheduler: TrialScheduler | None, experiment_dir: str,
+                 reuse_actors: bool = True, verbose: int = 2,
+                 metadata: dict | None = None) -> None:
+        #: trainable name -> (pickled trainable, is a function).  Function
+        #: trainables cannot be checkpointed (as in Ray 0.7).
+        self._trainables = trainables
+        self._search_alg = search_alg
+        self._scheduler = scheduler or FIFOScheduler()
+        self._dir = experiment_dir
+        self._reuse = reuse_actors
+        self._trials: list[Trial] = []
+        self._by_id: dict[str, Trial] = {}
+        self._inflight: dict = {}           # train ref -> trial
+        self._actors: dict[str, object] = {}  # trial_id -> actor handle
+        self._loggers: dict[str, TrialLogger] = {}
+        self._idle: list[tuple[tuple, object]] = []
+        self._actor_class = _ray.remote(TrialActor)
+        self._total = {k: float(v) for k, v in _ray.cluster_resources().items()}
+        self._journal_lines = 0
+        self._metadata = dict(metadata or {})
+        self._preempted = False
+        self._progress = ProgressReporter(verbose, experiment_dir, self._scheduler,
+                                          self._total)
+        os.makedirs(experiment_dir, exist_ok=True)
+
+    def _is_function(self, trial: Trial) -> bool:
+        return self._trainables[trial.trainable_name][1]
+
+    # --- the interface schedulers and search algorithms use -----------------------
+
+    def get_trials(self) -> list[Trial]:
+        return self._trials
+
+    def has_resources(self, resources: dict) -> bool:
+        shape = _shape(resources)
+        if any(k[1:] == shape for k, _ in self._idle):
+            return True  # an idle actor of that shape is handed over (or replaced)
+        used: dict[str, float] = {}
+        for trial in self._trials:
+            if trial.status == Trial.RUNNING:
+                for k, v in _demand(trial.resources).items():
+                    used[k] = used.get(k, 0.0) + v
+        for k, _ in self._idle:
+            for name, v in _demand(dict(k[1:])).items():
+                used[name] = used.get(name, 0.0) + v
+        for name, v in _demand(resources).items():
+            if v and used.get(name, 0.0) + v > self._total.get(name, 0.0) + 1e-9:
+                return False
+        return True
+
+    def add_trial(self, trial: Trial) -> None:
+        self._trials.append(trial)
+        self._by_id[trial.trial_id] = trial
+        if trial.logdir is None:
+            trial.logdir = os.path.join(self._dir, _dirname(trial))
+        os.makedirs(trial.logdir, exist_ok=True)
+        for name, v in _demand(trial.resources).items():
+            if v and v > self._total.get(name, 0.0) + 1e-9:
+                raise TuneError(
+                    f"trial {trial} needs {name}={v:g} but the whole job has "
+                    f"{self._total.get(name, 0):g} ({self._total}); lower "
+                    f"resources_per_trial or start more ranks")
+        self._scheduler.on_trial_add(self, trial)
+        self._record(trial)
+
+    def stop_trial(self, trial: Trial) -> None:
+        """Stop a trial for good (schedulers call this for paused ones)."""
+        if trial.status == Trial.RUNNING:
+            self._release(trial, reusable=True)
+        self._close_logger(trial)
+        trial.status = Trial.TERMINATED
+        self._record(trial)
+
+    def unpause_trial(self, trial: Trial) -> None:
+        if trial.status == Trial.PAUSED:
+            trial.status = Trial.PENDING
+            self._record(trial)
+
+    def save_trial(self, trial: Trial) -> str | None:
+        """Checkpoint a running trial now (its in-flight call, if any, first)."""
+        actor = self._actors.get(trial.trial_id)
+        if actor is None:
+            return trial.checkpoint.path
+        iteration, data = _ray.get(actor.save.remote())
+        self._store_checkpoint(trial, data, iteration)
+        return trial.checkpoint.path
+
+    def exploit_trial(self, trial: Trial, new_config: dict, checkpoint_path: str | None) -> None:
+        """Give ``trial`` a new config and another trial's checkpoint (PBT)."""
+        trial.config = new_config
+        trial._restore_from = checkpoint_path
+        trial._pending_setup = True
+        with open(os.path.join(trial.logdir, "params.json"), "w") as f:
+            json.dump(_jsonable_config(new_config), f, indent=2, sort_keys=True, default=repr)
+        self._record(trial)
+
+    # --- the loop ---------------------------------------------------------------
+
+    def is_finished(self) -> bool:
+        return (not self._inflight and self._search_alg.is_finished()
+                and all(t.is_finished() for t in self._trials))
+
+    def run(self) -> None:
+        self._snapshot()
+        try:
+            while not self.is_finished():
+                if self._preempted:
+                    self._checkpoint_all()
+                    break
+                self._step()
+        finally:
+            self._shutdown_actors()
+            self._snapshot()
+            for trial in self._trials:
+                self._close_logger(trial)
+            self._progress.report(self._trials, force=True)
+
+    def request_preemption(self) -> None:
+        """From a signal handler: checkpoint every running trial and stop the loop."""
+        self._preempted = True
+
+    def _step(self) -> None:
+        for trial in self._search_alg.next_trials():
+            self.add_trial(trial)
+        self._start_what_fits()
+        if not self._inflight:
+            if self._search_alg.is_finished() and any(
+                    t.status in (Trial.PENDING, Trial.PAUSED) for t in self._trials):
+                stuck = [t for t in self._trials if t.status in (Trial.PENDING, Trial.PAUSED)]
+                raise TuneError(f"{len(stuck)} trial(s) cannot start: the scheduler chose "
+                                f"none of {stuck[:3]} (resources: {self._total})")
+            if not self._search_alg.is_finished():
+                time.sleep(0.01)  # a searcher waiting for results it does not have
+            return
+        ready, _ = _ray.wait(list(self._inflight), num_returns=1, timeout=1.0)
+        if ready:
+            more, _ = _ray.wait(list(self._inflight), num_returns=len(self._inflight), timeout=0)
+            for ref in dict.fromkeys(list(ready) + list(more)):
+                trial = self._inflight.pop(ref, None)
+                if trial is not None:
+                    self._process(trial, ref)
+        self._progress.report(self._trials)
+
+    def _start_what_fits(self) -> None:
+        while True:
+            trial = self._scheduler.choose_trial_to_run(self)
+            if trial is None:
+                break
+            self._start(trial)
+        for _key, actor in self._idle:
+            self._terminate(actor)
+        self._idle.clear()
+
+    def _start(self, trial: Trial) -> None:
+        checkpoint = None
+        if trial.has_checkpoint():
+            checkpoint = _read_checkpoint(trial.checkpoint.path)
+        if os.path.exists(os.path.join(trial.logdir, "result.json")):
+            # A restart (failure, pause, resume): results after the checkpoint are
+            # run again, so drop them from the files first.
+            last = truncate_results(trial.logdir, trial.checkpoint.iteration)
+            trial.last_result = last
+        key = _resource_key(trial)
+        actor = None
+        for i, (k, idle) in enumerate(self._idle):
+            if k[1:] == key[1:]:
+                del self._idle[i]
+                if k == key:
+                    actor = idle
+                else:  # same resources, another trainable: make room
+                    self._terminate(idle)
+                break
+        reuse = actor is not None
+        if actor is None:
+            blob = self._trainables[trial.trainable_name][0]
+            actor = self._actor_class.options(**_actor_options(trial.resources)).remote(blob)
+        self._actors[trial.trial_id] = actor
+        actor.setup.remote(trial.config, trial.logdir, checkpoint, reuse,
+                           trial.checkpoint_freq, trial.checkpoint_at_end,
+                           trial.stopping_criterion)
+        trial._pending_setup = False
+        trial._restore_from = None
+        self._loggers[trial.trial_id] = TrialLogger(trial)
+        trial.status = Trial.RUNNING
+        self._issue_train(trial)
+        self._record(trial)
+
+    def _issue_train(self, trial: Trial) -> None:
+        actor = self._actors[trial.trial_id]
+        if trial._pending_setup:
+            checkpoint = _read_checkpoint(trial._restore_from) if trial._restore_from else None
+            actor.setup.remote(trial.config, trial.logdir, checkpoint, True,
+                               trial.checkpoint_freq, trial.checkpoint_at_end,
+                               trial.stopping_criterion)
+            trial._pending_setup = False
+            trial._restore_from = None
+        ref = actor.train.remote()
+        trial._inflight = ref
+        self._inflight[ref] = trial
+
+    def _process(self, trial: Trial, ref) -> None:
+        trial._inflight = None
+        try:
+            result, checkpoint = _ray.get(ref)
+        except RayError as err:
+            self._on_error(trial, err)
+            return
+        duplicate = bool(result.pop(R.RESULT_DUPLICATE, False))
+        result.setdefault(R.TRIAL_ID, trial.trial_id)
+        result.setdefault("experiment_tag", trial.experiment_tag)
+        if trial.last_result.get(R.TRAINING_ITERATION) is not None and duplicate:
+            result[R.TRAINING_ITERATION] = trial.last_result[R.TRAINING_ITERATION]
+        if not duplicate:
+            self._loggers[trial.trial_id].on_result(result)
+        trial.update_last_result(result)
+        if checkpoint is not None:
+            self._store_checkpoint(trial, checkpoint, result[R.TRAINING_ITERATION])
+        self._search_alg.on_trial_result(trial.trial_id, result)
+        if trial.should_stop(result):
+            if trial.checkpoint_at_end and checkpoint is None and not self._is_function(trial):
+                self.save_trial(trial)
+            self._scheduler.on_trial_complete(self, trial, result)
+            self._search_alg.on_trial_complete(trial.trial_id, result=result)
+            self._finish(trial, Trial.TERMINATED)
+            return
+        decision = self._scheduler.on_trial_result(self, trial, result)
+        if decision == TrialScheduler.CONTINUE:
+            self._issue_train(trial)
+        elif decision == TrialScheduler.PAUSE:
+            self.save_trial(trial)
+            self._release(trial, reusable=True)
+            self._close_logger(trial)
+            if trial.status == Trial.RUNNING:  # a scheduler may have unpaused it already
+                trial.status = Trial.PAUSED
+            self._record(trial)
+        elif decision == TrialScheduler.STOP:
+            if trial.checkpoint_at_end and checkpoint is None and not self._is_function(trial):
+                self.save_trial(trial)
+            self._search_alg.on_trial_complete(trial.trial_id, result=result)
+            self._finish(trial, Trial.TERMINATED)
+        else:
+            raise TuneError(f"unknown scheduler decision {decision!r} "
+                            f"(known: CONTINUE, PAUSE, STOP)")
+
+    def _finish(self, trial: Trial, status: str) -> None:
+        self._release(trial, reusable=status == Trial.TERMINATED)
+        self._close_logger(trial)
+        trial.status = status
+        self._record(trial)
+
+    def _on_error(self, trial: Trial, err: BaseException) -> None:
+        trial.num_failures += 1
+        text = f"{type(err).__name__}: {err}"
+        trial.error_msg = text.splitlines()[0] if text else repr(err)
+        trial.error_file = os.path.join(trial.logdir, "error.txt")
+        with open(trial.error_file, "a") as f:
+            f.write(f"Failure # {trial.num_failures} "
+                    f"(occurred at {time.strftime('%Y-%m-%d_%H-%M-%S')})\n{text}\n\n")
+        self._release(trial, reusable=False)
+        self._close_logger(trial)
+        if trial.should_recover():
+            logger.info("trial %s failed (%d of %s allowed); restarting from %s", trial,
+                        trial.num_failures, trial.max_failures,
+                        trial.checkpoint.path or "scratch")
+            trial.status = Trial.PENDING
+            trial._pending_setup = False
+            self._record(trial)
+            return
+        trial.status = Trial.ERROR
+        self._record(trial)
+        self._scheduler.on_trial_error(self, trial)
+        self._search_alg.on_trial_complete(trial.trial_id, error=True)
+
+    # --- actors and checkpoints -----------------------------------------------------
+
+    def _release(self, trial: Trial, reusable: bool) -> None:
+        actor = self._actors.pop(trial.trial_id, None)
+        ref = trial._inflight
+        if ref is not None:
+            self._inflight.pop(ref, None)
+            trial._inflight = None
+            reusable = False  # it is busy with an iteration nobody wants
+        if actor is None:
+            return
+        if reusable and self._reuse:
+            self._idle.append((_resource_key(trial), actor))
+        elif reusable:
+            self._terminate(actor)
+        else:
+            try:
+                _kill(actor)
+            except RayError:
+                pass
+
+    def _terminate(self, actor) -> None:
+        try:
+            actor.stop.remote()
+            actor.__ray_terminate__.remote()
+        except RayError:
+            pass
+
+    def _shutdown_actors(self) -> None:
+        for trial in self._trials:
+            if trial.trial_id in self._actors:
+                self._release(trial, reusable=False)
+        for _key, actor in self._idle:
+            self._terminate(actor)
+        self._idle.clear()
+
+    def _store_checkpoint(self, trial: Trial, data: bytes, iteration: int) -> None:
+        path = os.path.join(trial.logdir, f"checkpoint_{iteration}")
+        tmp = path + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        unpack_dir(data, tmp)
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(tmp, path)  # a checkpoint is complete or absent, never half there
+        trial.checkpoints = [c for c in trial.checkpoints if c.path != path]
+        trial.checkpoint = Checkpoint(path, iteration)
+        trial.checkpoints.append(trial.checkpoint)
+        keep = trial.keep_checkpoints_num
+        if keep:
+            while len(trial.checkpoints) > keep:
+                old = trial.checkpoints.pop(0)
+                shutil.rmtree(old.path, ignore_errors=True)
+        self._record(trial)
+
+    def _checkpoint_all(self) -> None:
+        """Preemption: let in-flight iterations finish, checkpoint, record."""
+        deadline = time.monotonic() + _PREEMPT_WAIT_S
+        while self._inflight and time.monotonic() < deadline:
+            ready, _ = _ray.wait(list(self._inflight), num_returns=len(self._inflight),
+                                 timeout=max(0.0, deadline - time.monotonic()))
+            for ref in ready:
+                trial = self._inflight.pop(ref)
+                trial._inflight = None
+                try:
+                    result, checkpoint = _ray.get(ref)
+                except RayError as err:
+                    self._on_error(trial, err)
+                    continue
+                result.pop(R.RESULT_DUPLICATE, None)
+                self._loggers[trial.trial_id].on_result(result)
+                trial.update_last_result(result)
+                if checkpoint is not None:
+                    self._store_checkpoint(trial, checkpoint, result[R.TRAINING_ITERATION])
+            break
+        for trial in self._trials:
+            if trial.status == Trial.RUNNING and trial._inflight is None:
+                try:
+                    if not self._is_function(trial):
+                        self.save_trial(trial)
+                except Exception:  # noqa: BLE001 - keep the older checkpoint
+                    logger.exception("could not checkpoint %s on preemption", trial)
+
+    # --- the experiment state file ----------------------------------------------------
+
+    def _record(self, trial: Trial) -> None:
+        """Append ``trial``'s state to the journal (one write: a kill keeps it or not)."""
+        line = json.dumps(trial.to_state()) + "\n"
+        with open(os.path.join(self._dir, JOURNAL_FILE), "a") as f:
+            f.write(line)
+        self._journal_lines += 1
+        if self._journal_lines > _COMPACT_PER_TRIAL * len(self._trials) + 100:
+            self._snapshot()
+
+    def _snapshot(self) -> None:
+        state = {"version": 1, "timestamp": time.time(), "metadata": self._metadata,
+                 "trials": [t.to_state() for t in self._trials]}
+        path = os.path.join(self._dir, STATE_FILE)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        # The journal's lines are in the snapshot now.
+        open(os.path.join(self._dir, JOURNAL_FILE), "w").close()
+        self._journal_lines = 0
+
+    def restore_trials(self, trials: Iterable[Trial]) -> None:
+        """Resume: finished trials stay; the others restart from their checkpoints."""
+        for trial in trials:
+            if not trial.is_finished():
+                trial.status = Trial.PENDING
+            self._trials.append(trial)
+            self._by_id[trial.trial_id] = trial
+            if not trial.is_finished():
+                self._scheduler.on_trial_add(self, trial)
+
+    def _close_logger(self, trial: Trial) -> None:
+        log = self._loggers.pop(trial.trial_id, None)
+        if log is not None:
+            log.close()
+
+
+def load_experiment_state(experiment_dir: str) -> tuple[dict, list[Trial]] | None:
+    """The trials of an experiment directory: its snapshot, then its journal."""
+    path = os.path.join(experiment_dir, STATE_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        state = json.load(f)
+    trials: dict[str, dict] = {t["trial_id"]: t for t in state["trials"]}
+    journal = os.path.join(experiment_dir, JOURNAL_FILE)
+    if os.path.exists(journal):
+        with open(journal) as f:
+            for line in f:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue  # the last line, torn by a kill
+                trials[entry["trial_id"]] = entry
+    return state.get("metadata", {}), [Trial.from_state(t) for t in trials.values()]
+
+
+def _read_checkpoint(path: str) -> bytes:
+    return pack_dir(path)
+
+
+def _dirname(trial: Trial) -> str:
+    tag = trial.experiment_tag.replace("/", "_")[:80]
+    return f"{trial.trainable_name}_{trial.trial_id}_{tag}" if tag else \
+        f"{trial.trainable_name}_{trial.trial_id}"
+
+
+def _jsonable_config(config: dict):
+    from .trial import _jsonable
+    return _jsonable(config)
