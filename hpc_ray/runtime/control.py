@@ -5,11 +5,28 @@ comm thread for a CONTROL_CALL message sent by an executor.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from ..transport import messages as m
 from ..transport.serialization import ERROR, SHM
-from .head import Head
+from .head import ActorState, Head
+
+
+class TaskTable(dict):
+    """What ``tasks()`` returns: task id -> record, plus ``truncated``, the number of
+    finished tasks the head no longer remembers (its history has a memory budget)."""
+
+    truncated = 0
+
+    def __reduce__(self):
+        return (_task_table, (dict(self), self.truncated))
+
+
+def _task_table(items: dict, truncated: int) -> TaskTable:
+    table = TaskTable(items)
+    table.truncated = truncated
+    return table
 
 
 def call(head: Head, name: str, args: tuple) -> Any:
@@ -21,9 +38,8 @@ def call(head: Head, name: str, args: tuple) -> Any:
 
 def _create_actor(head: Head, spec, resources, max_restarts, name, class_name,
                   max_task_retries, meta=None) -> None:
-    head.create_actor(spec, resources, max_restarts, name, class_name, max_task_retries)
-    if meta is not None:
-        head.actor_meta[spec[m.T_ACTOR]] = meta
+    head.create_actor(spec, resources, max_restarts, name, class_name, max_task_retries,
+                      meta)
 
 
 def _get_actor(head: Head, name: str):
@@ -32,7 +48,7 @@ def _get_actor(head: Head, name: str):
         known = sorted(head.named_actors)
         raise ValueError(f"no actor named {name!r} (named actors: {known})")
     actor = head.actors[actor_id]
-    return actor_id, actor.class_name, head.actor_meta.get(actor_id)
+    return actor_id, actor.class_name, actor.meta
 
 
 def _kill(head: Head, actor_id: int, no_restart: bool = True) -> None:
@@ -85,22 +101,34 @@ def _nodes(head: Head) -> list[dict]:
 
 
 def _tasks(head: Head) -> dict:
-    out = {}
-    for t in list(head.finished_tasks) + list(head.tasks.values()):
+    out = TaskTable()
+    for tid, name, state, rank, attempts, returns, t_submit, t_start, t_end, _ in \
+            head.history.tasks:
+        out[f"{tid:032x}"] = _task_record(tid, name, state, rank, attempts, returns,
+                                          t_submit, t_start, t_end)
+    for t in head.tasks.values():
         tid = t.spec[m.T_ID]
-        out[f"{tid:032x}"] = {
-            "TaskID": f"{tid:032x}", "FunctionName": t.spec[m.T_NAME], "State": t.state,
-            "Rank": t.rank, "Attempts": t.attempts,
-            "ReturnIDs": [f"{o:032x}" for o in t.spec[m.T_RETURNS]],
-            "SubmitTime": t.t_submit, "StartTime": t.t_start or None,
-            "EndTime": t.t_end or None,
-        }
+        out[f"{tid:032x}"] = _task_record(tid, t.spec[m.T_NAME], t.state.value, t.rank,
+                                          t.attempts, t.spec[m.T_RETURNS], t.t_submit,
+                                          t.t_start, t.t_end)
+    out.truncated = head.history.tasks.dropped
+    if out.truncated:
+        warnings.warn(f"tasks(): the {out.truncated} oldest finished tasks are no longer "
+                      f"kept (the head's history budget, HPC_RAY_HEAD_HISTORY_BYTES)",
+                      stacklevel=3)
     return out
+
+
+def _task_record(tid, name, state, rank, attempts, returns, t_submit, t_start, t_end):
+    return {"TaskID": f"{tid:032x}", "FunctionName": name, "State": state,
+            "Rank": rank, "Attempts": attempts,
+            "ReturnIDs": [f"{o:032x}" for o in returns],
+            "SubmitTime": t_submit, "StartTime": t_start or None, "EndTime": t_end or None}
 
 
 def _objects(head: Head) -> dict:
     out = {}
-    for oid, e in head.objects.items():
+    for oid, e in head.objects.entries.items():
         rec = e.record
         if rec is None:
             state, where, size = "PENDING", None, None
@@ -119,7 +147,15 @@ def _objects(head: Head) -> dict:
 
 
 def _timeline(head: Head) -> list:
-    return list(head.timeline_events)
+    events = head.history.events
+    out = list(events)
+    if events.dropped:
+        # Said inside the trace itself, as an instant event at the start.
+        first = min((ev[2] for ev in out if isinstance(ev, tuple)), default=0.0)
+        out.insert(0, {"name": f"timeline truncated: {events.dropped} older events dropped",
+                       "cat": "hpc_ray", "ph": "i", "s": "g", "pid": "head", "tid": 0,
+                       "ts": first * 1e6, "args": {"dropped_events": events.dropped}})
+    return out
 
 
 def _run_function(head: Head, blob: bytes) -> None:
@@ -134,25 +170,30 @@ def _signal_send(head: Head, actor_id, task_id, blob: bytes) -> None:
     head.add_signal(actor_id, task_id, blob)
 
 
+def _signal_source(head: Head, key) -> tuple:
+    kind, ident = key
+    if kind == "object":
+        return ("task", head.history.signals.task_of.get(ident))
+    return ("actor", ident)
+
+
 def _signal_poll(head: Head, keyed: list) -> list:
-    out = []
-    for key, cursor in keyed:
-        kind, ident = key
-        if kind == "object":
-            ident = head.signal_task_of.get(ident, ("task", None))[1]
-            sigs = head.signals.get(("task", ident), [])
-        else:
-            sigs = head.signals.get(("actor", ident), [])
-        out.append((key, sigs[cursor:]))
-    return out
+    signals = head.history.signals
+    return [(key, signals.get(_signal_source(head, key))[cursor:]) for key, cursor in keyed]
+
+
+def _signal_forget(head: Head, keys: list) -> None:
+    for key in keys:
+        head.history.signals.forget(_signal_source(head, key))
 
 
 def _collective_create(head: Head, name: str, actor_ids: list[int]) -> None:
     ranks = []
     for actor_id in actor_ids:
         actor = head.actors.get(actor_id)
-        if actor is None or actor.state in ("DEAD", "PENDING") or actor.rank < 0:
-            state = "unknown" if actor is None else actor.state
+        if actor is None or actor.state in (ActorState.DEAD, ActorState.PENDING) \
+                or actor.rank < 0:
+            state = "unknown" if actor is None else actor.state.value
             raise ValueError(f"actor {actor_id:016x} cannot join group {name!r}: it is "
                              f"{state}, not placed on a rank")
         ranks.append(actor.rank)
@@ -167,6 +208,7 @@ _CALLS = {
     "collective_create": _collective_create,
     "signal_send": _signal_send,
     "signal_poll": _signal_poll,
+    "signal_forget": _signal_forget,
     "create_actor": _create_actor,
     "get_actor": _get_actor,
     "kill": _kill,

@@ -27,7 +27,8 @@ from ..transport import messages as m
 from ..transport.comm import Backoff, Fetcher, Sender, recv_control, tighten_timer_slack
 from ..transport.serialization import RAW
 from . import context, values
-from .head import FETCH_PLAN, Head
+from ..transport.messages import FETCH_PLAN
+from .head import Head
 
 logger = logging.getLogger(__name__)
 
@@ -78,10 +79,11 @@ class HeadLoop(threading.Thread):
             m.ACTOR_READY: lambda src, msg: self.head.actor_ready(msg[1], msg[2]),
             m.ACTOR_DIED: lambda src, msg: self.head.actor_died(msg[1], msg[2], msg[3]),
             m.CONTROL_CALL: self._on_control,
-            m.PROFILE: lambda src, msg: self.head.timeline_events.extend(msg[1]),
+            m.PROFILE: lambda src, msg: self.head.add_events(msg[1]),
+            m.FREE_BLOCKS: lambda src, msg: self.head.free_blocks(src, msg[1]),
             m.FETCH: lambda src, msg: self.fetcher.serve(src, msg[2], msg[3]),
             m.RETURNED: lambda src, msg: self.head.tasks_returned(src, msg[1]),
-            m.STOPPED: lambda src, msg: self.stopped.add(src),
+            m.STOPPED: self._on_stopped,
         }
 
     # --- handlers ---------------------------------------------------------------
@@ -96,6 +98,10 @@ class HeadLoop(threading.Thread):
         size = msg[2]
         off = self.head.alloc(node, size)
         self.head.send(src, (m.REPLY, msg[1], (node, off, self.head.store_size)))
+
+    def _on_stopped(self, src: int, msg: tuple) -> None:
+        self.stopped.add(src)
+        self.head.worker_stopped(src)
 
     def _on_blocked(self, src: int, msg: tuple) -> None:
         w = self.head.workers.get(src)
@@ -231,7 +237,7 @@ class HeadLoop(threading.Thread):
         head = self.head
         if head.outbox or self.sender.pending:
             return False
-        waiting = [r for r, w in head.workers.items() if w.alive and r not in self.stopped]
+        waiting = [r for r in head.workers if r not in self.stopped]
         if not waiting:
             return True
         if time.monotonic() < self.stop_deadline:
@@ -398,7 +404,7 @@ class DriverContext:
         recs = self._wait_for(all_ready, deadline)
         if recs is None:
             with head.lock:
-                missing = [i for i in ids if objects.get(i) is None or objects[i].record is None]
+                missing = [i for i in ids if not objects.ready(i)]
             raise GetTimeoutError(
                 f"get timed out after {timeout} s: {len(missing)} of {len(ids)} objects "
                 f"not ready (first: {context.ObjectRef(missing[0]).hex() if missing else '-'})")
@@ -463,7 +469,7 @@ class DriverContext:
 
     def record_profile(self, event: dict) -> None:
         with self.head.lock:
-            self.head.timeline_events.append(event)
+            self.head.history.event(event)
 
     def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
         """The ids ready (at most ``num_returns``, earliest in input order first)."""
@@ -478,8 +484,7 @@ class DriverContext:
         result = self._wait_for(ready_now, deadline)
         if result is None:
             with self.head.lock:
-                return {i for i in ids if objects.get(i) is not None
-                        and objects[i].record is not None}
+                return {i for i in ids if objects.ready(i)}
         return result
 
     # --- shutdown ---------------------------------------------------------------

@@ -34,7 +34,7 @@ from . import context, taskspec, values
 from .store import Arena
 
 #: Executor -> rank only: the process finished start-up.
-EXEC_READY = 40
+EXEC_READY = m.EXEC_READY
 #: Flush buffered messages to the rank after this many (or at any blocking point).
 FLUSH_EVERY = 64
 #: While executing a batch, send results at least this often (seconds).

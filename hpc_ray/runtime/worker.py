@@ -30,9 +30,9 @@ from mpi4py import MPI
 
 from ..transport import messages as m
 from ..transport.comm import Backoff, Fetcher, Sender, recv_control, tighten_timer_slack
-from ..transport.serialization import loads
-from .executor import EXEC_READY
-from .head import FETCH_PLAN
+from ..transport.serialization import SHM, loads
+
+
 
 logger = logging.getLogger(__name__)
 
@@ -46,13 +46,15 @@ EXECUTOR_BATCH = 64
 
 #: Requests whose replies the rank must look at before passing them on.
 _GET = 1
+_ALLOC = 2
 
 
 class ExecutorProc:
     """The rank's view of one executor process."""
 
     __slots__ = ("proc", "conn", "serial", "known_fns", "assigned", "blocked", "actor_id",
-                 "calls", "retiring", "ready", "pid", "fd", "outbuf", "inbuf")
+                 "calls", "retiring", "ready", "pid", "fd", "outbuf", "inbuf", "holds",
+                 "unsealed")
 
     def __init__(self, proc: subprocess.Popen, conn: Connection, serial: int,
                  actor_id: int | None) -> None:
@@ -72,6 +74,11 @@ class ExecutorProc:
         os.set_blocking(self.fd, False)
         self.outbuf = bytearray()
         self.inbuf = bytearray()
+        #: Object ids this process holds at the head (HOLD, PUT and SUBMIT take one,
+        #: RELEASE gives one back), and store blocks it was given by ALLOC and has
+        #: not sealed in a PUT or a result yet: given back if it dies.
+        self.holds: dict[int, int] = {}
+        self.unsealed: dict[int, int] = {}
 
     # The rank's end of the socket is non-blocking and buffered both ways: a rank
     # that blocked writing to a busy executor, while that executor blocked writing
@@ -240,7 +247,7 @@ class WorkerLoop:
     def _after_fetches(self, spec: list, then) -> None:
         """Copy remote arguments into this node's store first, then go on."""
         deps = spec[m.T_DEPS]
-        plans = [i for i, d in enumerate(deps) if d[2][0] == FETCH_PLAN] if deps else ()
+        plans = [i for i, d in enumerate(deps) if d[2][0] == m.FETCH_PLAN] if deps else ()
         if not plans:
             then(spec)
             return
@@ -305,9 +312,13 @@ class WorkerLoop:
             return
         ex, req, kind = entry
         payload = msg[2]
-        if kind == _GET and any(r[0] == FETCH_PLAN for r in payload):
+        if kind == _ALLOC:
+            size = self.requests_ids.pop(msg[1], 0)
+            if payload[1] is not None:
+                ex.unsealed[payload[1]] = size
+        elif kind == _GET and any(r[0] == m.FETCH_PLAN for r in payload):
             payload = list(payload)
-            todo = [i for i, r in enumerate(payload) if r[0] == FETCH_PLAN]
+            todo = [i for i, r in enumerate(payload) if r[0] == m.FETCH_PLAN]
             state = [len(todo)]
 
             def done(i, oid, rec):
@@ -335,13 +346,42 @@ class WorkerLoop:
             kind = msg[0]
             if kind == m.TASK_DONE or kind == m.TASK_FAILED:
                 ex.assigned.pop(msg[1], None)
+                if kind == m.TASK_DONE and ex.unsealed:
+                    self._sealed(ex, msg[2])
                 out.append(msg)
                 if ex.retiring and not ex.assigned:
                     self._retire(ex)
+            elif kind == m.HOLD:
+                holds = ex.holds
+                for oid in msg[1]:
+                    holds[oid] = holds.get(oid, 0) + 1
+                out.append(msg)
+            elif kind == m.RELEASE:
+                holds = ex.holds
+                for oid in msg[1]:
+                    n = holds.get(oid, 0) - 1
+                    if n > 0:
+                        holds[oid] = n
+                    else:
+                        holds.pop(oid, None)
+                out.append(msg)
+            elif kind == m.PUT:
+                ex.holds[msg[1]] = ex.holds.get(msg[1], 0) + 1
+                if ex.unsealed:
+                    self._sealed(ex, (msg[2],))
+                out.append(msg)
+            elif kind == m.SUBMIT:
+                holds = ex.holds
+                for oid in msg[1][m.T_RETURNS]:
+                    holds[oid] = holds.get(oid, 0) + 1
+                out.append(msg)
             elif kind in (m.GET, m.WAIT, m.ALLOC, m.CONTROL_CALL):
                 rreq = next(self.req_ids)
-                self.requests[rreq] = (ex, msg[1], _GET if kind == m.GET else 0)
+                self.requests[rreq] = (ex, msg[1], _GET if kind == m.GET else
+                                       _ALLOC if kind == m.ALLOC else 0)
                 if kind == m.GET:
+                    self.requests_ids[rreq] = msg[2]
+                elif kind == m.ALLOC:
                     self.requests_ids[rreq] = msg[2]
                 out.append((kind, rreq) + msg[2:])
             elif kind == m.WAIT_NOW:
@@ -355,7 +395,7 @@ class WorkerLoop:
             elif kind == m.BLOCKED:
                 ex.blocked += msg[1]
                 out.append(msg)
-            elif kind == EXEC_READY:
+            elif kind == m.EXEC_READY:
                 ex.ready = True
             elif kind == m.ACTOR_DIED:
                 out.append(msg)
@@ -365,11 +405,44 @@ class WorkerLoop:
             else:
                 out.append(msg)
 
+    def _sealed(self, ex: ExecutorProc, records) -> None:
+        for rec in records:
+            if rec[0] == SHM and rec[1] == self.node:
+                ex.unsealed.pop(rec[2], None)
+
+    def _reclaim(self, ex: ExecutorProc) -> None:
+        """``ex`` is gone: give back every hold it had and every block it never sealed.
+
+        Called once every message it sent has been read (EOF on its socket, or
+        what was left read after it exited), so the counts are exact.
+        """
+        if ex.holds:
+            ids = [oid for oid, n in ex.holds.items() for _ in range(n)]
+            ex.holds = {}
+            self.out.append((m.RELEASE, ids))
+        if ex.unsealed:
+            blocks = list(ex.unsealed.items())
+            ex.unsealed = {}
+            self.out.append((m.FREE_BLOCKS, blocks))
+
+    def _drain(self, ex: ExecutorProc) -> None:
+        """Read and handle what an exited executor sent before it went."""
+        while True:
+            frames = ex.read_frames()
+            if not frames:
+                return
+            for data in frames:
+                self.on_executor(ex, loads(data))
+
     def _retire(self, ex: ExecutorProc) -> None:
         """max_calls reached: replace the executor with a fresh process."""
         ex.send([(m.SHUTDOWN,)])
         self.executors.remove(ex)
-        self._reap(ex)
+        self._reap(ex, close=False)
+        ex.retiring = False  # its last messages must not retire it again
+        self._drain(ex)
+        self._close(ex)
+        self._reclaim(ex)
         self.executors.append(self.spawn())
 
     def _kill(self, ex: ExecutorProc) -> None:
@@ -377,23 +450,31 @@ class WorkerLoop:
             ex.proc.kill()
         except OSError:
             pass
-        self._reap(ex)
+        self._reap(ex, close=False)
+        self._drain(ex)
+        self._close(ex)
+        self._reclaim(ex)
 
-    def _reap(self, ex: ExecutorProc, timeout: float = 5.0) -> int:
+    def _reap(self, ex: ExecutorProc, timeout: float = 5.0, close: bool = True) -> int:
         """Wait for ``ex`` to exit (killing it after ``timeout``); its exit code."""
         try:
             code = ex.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             ex.proc.kill()
             code = ex.proc.wait(5)
+        if close:
+            self._close(ex)
+        return code
+
+    def _close(self, ex: ExecutorProc) -> None:
         try:
             ex.conn.close()
         except OSError:
             pass
-        return code
 
     def on_executor_died(self, ex: ExecutorProc) -> None:
         code = self._reap(ex)
+        self._reclaim(ex)
         # The first task it held was running; tasks sent while it was blocked in
         # get() may have been running nested. The rest never started: run them again.
         lost, requeue = [], []

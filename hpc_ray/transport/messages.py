@@ -86,6 +86,7 @@ class Msg(enum.IntEnum):
     PROFILE = 26
     RETURNED = 27
     STOPPED = 28
+    FREE_BLOCKS = 29
     FETCH = 30
     COLLECTIVE_OP = 31
 
@@ -94,6 +95,13 @@ class Msg(enum.IntEnum):
 T_ID, T_FN, T_BLOB, T_NAME, T_PAYLOAD, T_DEPS, T_RETURNS, T_RES, T_RETRIES, \
     T_MAX_CALLS, T_ACTOR, T_OWNER, T_CONTAINED = range(13)
 
+
+#: A record kind only the head hands out: "copy this object from another node
+#: into the room already reserved on yours": (FETCH_PLAN, src_rank, src_record, local_record).
+FETCH_PLAN = 4
+
+#: Executor -> its rank, once, when it is ready for work: (EXEC_READY, pid).
+EXEC_READY = 40
 
 #: max_calls of an actor creation spec: the actor lives in its rank's process.
 IN_RANK = -7
@@ -114,4 +122,5 @@ GROUP_CREATE = Msg.GROUP_CREATE.value
 STEAL = Msg.STEAL.value
 RETURNED = Msg.RETURNED.value
 STOPPED = Msg.STOPPED.value
+FREE_BLOCKS = Msg.FREE_BLOCKS.value
 COLLECTIVE_OP = Msg.COLLECTIVE_OP.value

@@ -1,0 +1,452 @@
+"""The head as a state machine, driven directly (no MPI) by random event sequences.
+
+Hypothesis plays a driver and a cluster of worker ranks against ``Head``:
+submissions with argument refs (some of them failed), puts, releases, task
+results, failures, executor crashes with retries, work given back, actors that
+are created, called, killed and restarted, and store blocks. After every step
+it checks the invariants the rest of the runtime relies on:
+
+- every object is held exactly as often as its holders say (the driver's refs,
+  live tasks' arguments, live actors' creation arguments, containing objects),
+  and an object whose value is known is freed exactly when nothing holds it;
+- a task is in one state, and it is where that state says (ready queue, a
+  worker's in-flight count, an actor's queue or in-flight calls);
+- the resources held on each rank equal what its running tasks and live actors use;
+- the store's used bytes equal the blocks of live objects and of unsealed allocations.
+
+Failing examples found while writing this are kept below as plain regression
+tests (``test_regression_*``).
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import pickle
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, settings, strategies as st  # noqa: E402
+from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition,  # noqa: E402
+                                 rule)
+
+from hpc_ray.exceptions import ActorDiedError, TaskError  # noqa: E402
+from hpc_ray.runtime.head import ActorState, Head, TaskState  # noqa: E402
+from hpc_ray.runtime.store import BLOCK  # noqa: E402
+from hpc_ray.transport import messages as m  # noqa: E402
+from hpc_ray.transport.serialization import ERROR, RAW, SHM, loads  # noqa: E402
+
+STORE = 1 << 20
+WORKERS = (1, 2, 3)
+_ids = itertools.count(1)
+
+
+def new_id() -> int:
+    return next(_ids)
+
+
+def spec(deps=(), returns=1, retries=0, actor=None, contained=(), resources=None,
+         fn="f") -> list:
+    s = [None] * 13
+    s[m.T_ID] = new_id()
+    s[m.T_FN] = fn
+    s[m.T_BLOB] = b"blob"
+    s[m.T_NAME] = fn
+    s[m.T_PAYLOAD] = (RAW, ())
+    s[m.T_DEPS] = [(i, oid) for i, oid in enumerate(deps)]
+    s[m.T_RETURNS] = [new_id() for _ in range(returns)]
+    s[m.T_RES] = resources
+    s[m.T_RETRIES] = retries
+    s[m.T_MAX_CALLS] = 0
+    s[m.T_ACTOR] = actor
+    s[m.T_OWNER] = 0
+    s[m.T_CONTAINED] = list(contained) or None
+    return s
+
+
+def error_record(msg="boom") -> tuple:
+    return (ERROR, pickle.dumps(TaskError("f", msg, 1, "host", ValueError(msg))))
+
+
+def make_head(gpus: int = 0) -> Head:
+    head = Head(len(WORKERS) + 1, [0] * (len(WORKERS) + 1), STORE,
+                ["host"] * (len(WORKERS) + 1))
+    for r in WORKERS:
+        head.add_worker(r, {"CPU": 1, "GPU": gpus}, list(range(gpus)), 1000 + r)
+    return head
+
+
+def rounded(size: int) -> int:
+    return max(BLOCK, (size + BLOCK - 1) // BLOCK * BLOCK)
+
+
+def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: dict) -> None:
+    objects = head.objects
+    # --- holders ---
+    expected = collections.Counter(driver_holds)
+    for task in head.tasks.values():
+        assert task.state not in (TaskState.FINISHED, TaskState.FAILED), \
+            f"ended task {task.spec[m.T_ID]} still in the live table"
+        for _, oid in task.spec[m.T_DEPS] or ():
+            expected[oid] += 1
+        for oid in task.spec[m.T_CONTAINED] or ():
+            expected[oid] += 1
+    for actor in head.actors.values():
+        assert actor.state is not ActorState.DEAD
+        for _, oid in actor.spec[m.T_DEPS] or ():
+            expected[oid] += 1
+    for oid, e in objects.entries.items():
+        for c in e.contained or ():
+            expected[c] += 1
+    for oid, e in objects.entries.items():
+        assert e.refs == expected[oid], \
+            f"object {oid}: head counts {e.refs} holders, there are {expected[oid]}"
+        if e.record is not None and not e.waiters:
+            assert e.refs > 0, f"object {oid} is ready and unheld but not freed"
+    for oid, n in expected.items():
+        if n > 0:
+            assert oid in objects, f"object {oid} freed while {n} holder(s) remain"
+    # --- where each task is ---
+    ready = collections.Counter()
+    for q in head.ready.fifos.values():
+        for t in q:
+            if t.state is TaskState.READY:
+                ready[t.spec[m.T_ID]] += 1
+    in_actor_queues = {t.spec[m.T_ID] for a in head.actors.values() for t in a.queue
+                       if t.state is TaskState.PENDING}
+    in_actor_flight = {tid for a in head.actors.values() for tid in a.inflight}
+    inflight = collections.Counter()
+    for task in head.tasks.values():
+        tid = task.spec[m.T_ID]
+        if task.state is TaskState.READY:
+            assert ready[tid] == 1, f"READY task {tid} is queued {ready[tid]} times"
+        else:
+            assert ready[tid] == 0, f"{task.state} task {tid} is also in the ready queue"
+        is_call = task.spec[m.T_ACTOR] is not None
+        if task.state is TaskState.RUNNING:
+            assert task.placed
+            if is_call:
+                assert tid in in_actor_flight
+            else:
+                inflight[task.rank] += 1
+        if is_call and task.state is TaskState.PENDING:
+            assert tid in in_actor_queues
+    for r, w in head.workers.items():
+        assert w.inflight == inflight[r], f"rank {r}: inflight {w.inflight} != {inflight[r]}"
+    # --- resources ---
+    for r, w in head.workers.items():
+        used = collections.Counter()
+        gpus = []
+        for task in head.tasks.values():
+            if task.placed and task.spec[m.T_ACTOR] is None and task.rank == r:
+                used.update({k: v for k, v in task.resources.items() if v})
+                gpus += task.gpu_ids
+        for actor in head.actors.values():
+            if actor.state in (ActorState.STARTING, ActorState.ALIVE) and actor.rank == r:
+                used.update({k: v for k, v in actor.resources.items() if v})
+                gpus += actor.gpu_ids
+        for k, total in w.total.items():
+            assert abs(total - w.avail.get(k, 0) - used.get(k, 0)) < 1e-9, \
+                f"rank {r} {k}: total {total}, avail {w.avail.get(k)}, in use {used.get(k)}"
+        assert sorted(gpus + w.gpu_free) == list(range(int(w.total.get("GPU", 0))))
+    # --- store bytes ---
+    live = sum(rounded(e.record[3]) for e in objects.entries.values()
+               if e.record is not None and e.record[0] == SHM)
+    assert objects.allocators[0].used == live + sum(rounded(s) for s in unsealed.values())
+
+
+class HeadMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = make_head(gpus=2)
+        self.driver_holds: collections.Counter = collections.Counter()
+        self.unsealed: dict[int, int] = {}   # offset -> size, allocated and not sealed
+        self.actor_ids: list[int] = []
+
+    def _held(self) -> list[int]:
+        return sorted(self.driver_holds)
+
+    def _running(self, actor_calls: bool) -> list:
+        return sorted((t for t in self.head.tasks.values() if t.state is TaskState.RUNNING
+                       and (t.spec[m.T_ACTOR] is not None) == actor_calls),
+                      key=lambda t: t.spec[m.T_ID])
+
+    # --- driver ---
+
+    @rule(data=st.data(), inline=st.booleans(), contain=st.booleans())
+    def put(self, data, inline, contain):
+        oid = new_id()
+        contained = []
+        if contain and self.driver_holds:
+            contained = [data.draw(st.sampled_from(self._held()))]
+        if inline:
+            rec = (RAW, 1)
+        else:
+            size = data.draw(st.integers(1, 5000))
+            off = self.head.alloc(0, size)
+            if off is None:
+                return
+            rec = (SHM, 0, off, size, 0, [])
+        self.head.hold([oid])
+        self.head.put_object(oid, rec, contained or None)
+        self.driver_holds[oid] += 1
+
+    @rule(data=st.data(), ndeps=st.integers(0, 3), retries=st.integers(0, 2),
+          returns=st.integers(1, 2), gpu=st.booleans(), contain=st.booleans())
+    def submit(self, data, ndeps, retries, returns, gpu, contain):
+        held = self._held()
+        deps = [data.draw(st.sampled_from(held)) for _ in range(ndeps)] if held else []
+        contained = [data.draw(st.sampled_from(held))] if held and contain else []
+        s = spec(deps, returns, retries, contained=contained,
+                 resources={"CPU": 1, "GPU": 1} if gpu else None)
+        self.head.submit(s)
+        self.driver_holds.update(s[m.T_RETURNS])
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.driver_holds)
+    def release(self, data):
+        oid = data.draw(st.sampled_from(self._held()))
+        self.driver_holds[oid] -= 1
+        if not self.driver_holds[oid]:
+            del self.driver_holds[oid]
+        self.head.release([oid])
+
+    @rule()
+    def schedule(self):
+        self.head.schedule()
+        self.head.take_outbox()
+
+    # --- workers ---
+
+    @rule(data=st.data(), shm=st.booleans())
+    def finish(self, data, shm):
+        running = self._running(False) + self._running(True)
+        if not running:
+            return
+        task = data.draw(st.sampled_from(running))
+        results = []
+        for _ in task.spec[m.T_RETURNS]:
+            off = self.head.alloc(0, 100) if shm else None
+            results.append((SHM, 0, off, 100, 0, []) if off is not None else (RAW, 7))
+        self.head.task_done(task.rank, task.spec[m.T_ID], results, None, 1.0, 2.0, 5)
+
+    @rule(data=st.data())
+    def fail(self, data):
+        running = self._running(False) + self._running(True)
+        if running:
+            task = data.draw(st.sampled_from(running))
+            self.head.task_failed(task.rank, task.spec[m.T_ID], error_record(), 1.0, 2.0, 5)
+
+    @rule(data=st.data())
+    def crash(self, data):
+        running = self._running(False)
+        if running:
+            task = data.draw(st.sampled_from(running))
+            self.head.worker_crashed(task.rank, [task.spec[m.T_ID]], -11, 5, None)
+
+    @rule(data=st.data())
+    def give_back(self, data):
+        running = self._running(False)
+        if running:
+            task = data.draw(st.sampled_from(running))
+            self.head.tasks_returned(task.rank, [task.spec[m.T_ID]])
+
+    @rule(size=st.integers(1, 3000), seal=st.booleans())
+    def alloc_then_die_or_seal(self, size, seal):
+        # A process allocates a block; either it seals it in a put, or it dies
+        # first and its rank hands the block back (FREE_BLOCKS).
+        off = self.head.alloc(0, size)
+        if off is None:
+            return
+        if seal:
+            oid = new_id()
+            self.head.hold([oid])
+            self.head.put_object(oid, (SHM, 0, off, size, 0, []), None)
+            self.driver_holds[oid] += 1
+        else:
+            self.head.free_blocks(1, [(off, size)])
+
+    # --- actors ---
+
+    @rule(data=st.data(), restarts=st.integers(0, 2), gpu=st.booleans(),
+          task_retries=st.integers(0, 1))
+    def create_actor(self, data, restarts, gpu, task_retries):
+        held = self._held()
+        deps = [data.draw(st.sampled_from(held))] if held and data.draw(st.booleans()) else []
+        actor_id = new_id()
+        s = spec(deps, actor=actor_id, fn="A")
+        self.head.create_actor(s, {"GPU": 1} if gpu else {}, restarts, None, "A",
+                               task_retries)
+        self.actor_ids.append(actor_id)
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.actor_ids)
+    def actor_ready(self, data):
+        actor_id = data.draw(st.sampled_from(self.actor_ids))
+        self.head.actor_ready(actor_id, 77)
+        self.head.take_outbox()
+
+    @rule(data=st.data(), ndeps=st.integers(0, 2))
+    @precondition(lambda self: self.actor_ids)
+    def call(self, data, ndeps):
+        actor_id = data.draw(st.sampled_from(self.actor_ids))
+        held = self._held()
+        deps = [data.draw(st.sampled_from(held)) for _ in range(ndeps)] if held else []
+        s = spec(deps, actor=actor_id, fn="A.m", retries=data.draw(st.integers(0, 1)))
+        self.head.submit(s)
+        self.driver_holds.update(s[m.T_RETURNS])
+
+    @rule(data=st.data(), restart=st.booleans())
+    @precondition(lambda self: self.actor_ids)
+    def actor_process_died(self, data, restart):
+        actor_id = data.draw(st.sampled_from(self.actor_ids))
+        self.head.actor_died(actor_id, "its process died", allow_restart=restart)
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.actor_ids)
+    def kill(self, data):
+        actor_id = data.draw(st.sampled_from(self.actor_ids))
+        self.head.kill_actor(actor_id)
+        self.head.take_outbox()
+
+    @invariant()
+    def consistent(self):
+        check_invariants(self.head, self.driver_holds, self.unsealed)
+
+
+HeadMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40,
+                                         deadline=None,
+                                         suppress_health_check=list(HealthCheck))
+test_head_state_machine = HeadMachine.TestCase
+
+
+# --- regressions: the failures this suite (and the issue) found, as plain tests ---------
+
+def test_regression_failed_dependency_does_not_free_a_held_argument():
+    # add.remote(failed_ref, held_ref): the head used to stop counting at the first
+    # failed argument, then release both, freeing held_ref under the driver.
+    head = make_head()
+    off = head.alloc(0, 1000)
+    head.hold([1])
+    head.put_object(1, error_record(), None)
+    head.hold([2])
+    head.put_object(2, (SHM, 0, off, 1000, 0, []), None)
+    s = spec([1, 2])
+    head.submit(s)
+    assert isinstance(loads(head.objects[s[m.T_RETURNS][0]].record[1]), TaskError)
+    assert head.objects[2].refs == 1 and head.objects[2].record[2] == off
+    assert head.allocators[0].used == rounded(1000)    # the block is still taken
+    check_invariants(head, collections.Counter({1: 1, 2: 1, s[m.T_RETURNS][0]: 1}), {})
+
+
+def test_regression_actor_death_fails_queued_calls_once():
+    head = make_head()
+    head.hold([1])
+    head.put_object(1, error_record(), None)
+    head.hold([2])
+    head.put_object(2, (RAW, 2), None)
+    create = spec(actor=900, fn="A")
+    head.create_actor(create, {}, 0, None, "A")
+    calls = [spec([1, 2], actor=900, fn="A.m") for _ in range(3)]
+    for c in calls:
+        head.submit(c)                 # each fails at once on its failed argument
+    head.actor_died(900, "segfault", allow_restart=False)
+    holders = collections.Counter({1: 1, 2: 1})
+    for c in calls:
+        holders[c[m.T_RETURNS][0]] += 1
+    check_invariants(head, holders, {})
+    assert head.objects[2].refs == 1
+
+
+def test_regression_a_long_chain_of_contained_refs_is_released_without_recursion():
+    head = make_head()
+    prev = None
+    for oid in range(1, 100_001):
+        head.hold([oid])
+        head.put_object(oid, (RAW, oid), [prev] if prev else None)
+        if prev:
+            head.release([prev])
+        prev = oid
+    head.release([prev])
+    assert len(head.objects) == 0
+
+
+def test_regression_dead_actors_leave_no_live_entry():
+    head = make_head()
+    for i in range(1000):
+        actor_id = 10_000 + i
+        head.create_actor(spec(actor=actor_id, fn="A"), {}, 0, f"a{i}", "A")
+        head.actor_ready(actor_id, 1)
+        head.kill_actor(actor_id)
+    assert head.actors == {} and head.named_actors == {}
+    late = spec(actor=10_000, fn="A.m")
+    head.submit(late)
+    err = loads(head.objects[late[m.T_RETURNS][0]].record[1])
+    assert isinstance(err, ActorDiedError) and "killed" in str(err)
+
+
+def test_regression_actor_restart_requeues_lost_calls_in_order():
+    head = make_head()
+    head.create_actor(spec(actor=7, fn="A"), {}, 1, None, "A", 1)
+    head.actor_ready(7, 1)
+    calls = [spec(actor=7, fn="A.m") for _ in range(3)]
+    for c in calls:
+        head.submit(c)
+    head.take_outbox()
+    head.actor_died(7, "crash", allow_restart=True)
+    head.actor_ready(7, 2)
+    sent = [msg[1][m.T_ID] for msgs in head.take_outbox().values() for msg in msgs
+            if msg[0] == m.EXECUTE]
+    assert sent == [c[m.T_ID] for c in calls]
+
+
+def test_regression_a_crash_report_for_an_actor_without_a_process_is_ignored():
+    # Hypothesis: create an actor whose argument is not ready (PENDING), then a
+    # crash report for it arrived; the head tried PENDING -> RESTARTING.
+    head = make_head()
+    head.submit(spec())
+    pending_arg = max(head.objects.entries)
+    head.create_actor(spec([pending_arg], actor=31, fn="A"), {}, 1, None, "A")
+    head.actor_died(31, "its process died", allow_restart=True)
+    assert head.actors[31].state is ActorState.PENDING
+
+
+def test_scheduling_pass_costs_what_it_places():
+    # 20,000 queued tasks, 3 one-CPU workers already full: a pass looks at one task
+    # per resource shape, not at the whole backlog.
+    head = make_head()
+    for _ in range(20_000):
+        head.submit(spec())
+    head.schedule()
+    head.take_outbox()
+    calls = []
+    import hpc_ray.runtime.scheduler as scheduler
+    real = scheduler.pick_worker
+
+    def counting(*a):
+        calls.append(1)
+        return real(*a)
+
+    scheduler.pick_worker = counting
+    try:
+        for _ in range(100):
+            head.schedule()
+    finally:
+        scheduler.pick_worker = real
+    assert len(calls) == 100
+    assert head.ready.count == 20_000 - sum(w.inflight for w in head.workers.values())
+
+
+def test_history_is_bounded_by_its_budget():
+    head = Head(2, [0, 0], STORE, ["h", "h"], history_bytes=1 << 20)
+    head.add_worker(1, {"CPU": 1}, [], 1)
+    for _ in range(20_000):
+        s = spec()
+        head.submit(s)
+        head.schedule()
+        head.take_outbox()
+        head.task_done(1, s[m.T_ID], [(RAW, 1)], None, 1.0, 2.0, 3)
+        head.release(s[m.T_RETURNS])
+    assert head.history.tasks.bytes <= (1 << 20) // 2
+    assert head.history.tasks.dropped > 0
+    assert len(head.tasks) == 0 and len(head.objects) == 0
