@@ -77,6 +77,7 @@ class Trial:
         self._inflight = None
         self._restore_from: str | None = None
         self._pending_setup: bool = False
+        self._needs_truncate: bool = False
 
     @staticmethod
     def new_id() -> str:

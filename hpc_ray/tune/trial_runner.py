@@ -244,11 +244,11 @@ class TrialRunner:
         checkpoint = None
         if trial.has_checkpoint():
             checkpoint = _read_checkpoint(trial.checkpoint.path)
-        if os.path.exists(os.path.join(trial.logdir, "result.json")):
-            # A restart (failure, pause, resume): results after the checkpoint are
-            # run again, so drop them from the files first.
-            last = truncate_results(trial.logdir, trial.checkpoint.iteration)
-            trial.last_result = last
+        if trial._needs_truncate:
+            # A restart (failure, resume): results after the checkpoint are run
+            # again, so drop them from the files first.
+            trial._needs_truncate = False
+            trial.last_result = truncate_results(trial.logdir, trial.checkpoint.iteration)
         key = _resource_key(trial)
         actor = None
         for i, (k, idle) in enumerate(self._idle):
@@ -316,7 +316,15 @@ class TrialRunner:
         if decision == TrialScheduler.CONTINUE:
             self._issue_train(trial)
         elif decision == TrialScheduler.PAUSE:
-            self.save_trial(trial)
+            if trial._pending_setup:
+                # PBT exploited and paused it: it resumes from the donor's checkpoint.
+                if trial._restore_from:
+                    self._store_checkpoint(trial, _read_checkpoint(trial._restore_from),
+                                           _checkpoint_iteration(trial._restore_from))
+                trial._pending_setup = False
+                trial._restore_from = None
+            else:
+                self.save_trial(trial)
             self._release(trial, reusable=True)
             self._close_logger(trial)
             if trial.status == Trial.RUNNING:  # a scheduler may have unpaused it already
@@ -353,6 +361,7 @@ class TrialRunner:
                         trial.checkpoint.path or "scratch")
             trial.status = Trial.PENDING
             trial._pending_setup = False
+            trial._needs_truncate = True
             self._record(trial)
             return
         trial.status = Trial.ERROR
@@ -472,6 +481,7 @@ class TrialRunner:
         for trial in trials:
             if not trial.is_finished():
                 trial.status = Trial.PENDING
+                trial._needs_truncate = True
             self._trials.append(trial)
             self._by_id[trial.trial_id] = trial
             if not trial.is_finished():
@@ -505,6 +515,13 @@ def load_experiment_state(experiment_dir: str) -> tuple[dict, list[Trial]] | Non
 
 def _read_checkpoint(path: str) -> bytes:
     return pack_dir(path)
+
+
+def _checkpoint_iteration(path: str) -> int:
+    try:
+        return int(os.path.basename(path.rstrip(os.sep)).rsplit("_", 1)[1])
+    except (IndexError, ValueError):
+        return 0
 
 
 def _dirname(trial: Trial) -> str:

@@ -119,6 +119,9 @@ class PopulationBasedTraining(FIFOScheduler):
             donors = [t for t in upper if self._state[t].last_checkpoint]
             if donors:
                 self._exploit(trial_runner, trial, random.choice(donors))
+        # A population larger than the cluster takes turns: yield to a waiting trial.
+        if any(t.status in (Trial.PENDING, Trial.PAUSED) for t in trial_runner.get_trials()):
+            return TrialScheduler.PAUSE
         return TrialScheduler.CONTINUE
 
     def _quantiles(self) -> tuple[list[Trial], list[Trial]]:
