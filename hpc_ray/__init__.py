@@ -9,11 +9,12 @@
 
     ray.get([f.remote(i) for i in range(4)])   # [0, 1, 4, 9]
 """
-from . import collective, exceptions, experimental, worker
+from . import actor, collective, exceptions, experimental, worker
 from .actors import ActorClass, ActorHandle, get_actor, kill, method
-from .api import (as_completed, available_resources, cluster_resources, get,
-                  get_gpu_ids, get_resource_ids, init, is_initialized, nodes, objects,
-                  profile, progress, put, remote, run_function_on_all_workers, shutdown,
+from .api import (as_completed, available_resources, cluster_resources, errors, get,
+                  get_gpu_ids, get_resource_ids, get_webui_url, init, is_initialized, nodes,
+                  object_transfer_timeline, objects, profile, progress, put,
+                  register_custom_serializer, remote, run_function_on_all_workers, shutdown,
                   tasks, timeline, wait)
 from .preempt import on_preempt
 from .reusable import Reusable, reusables
@@ -25,7 +26,8 @@ ObjectID = ObjectRef
 __version__ = "0.1.0"
 
 __all__ = [
-    "ActorClass", "ActorHandle", "collective", "experimental", "worker", "ObjectID", "ObjectRef", "Reusable", "as_completed",
+    "ActorClass", "ActorHandle", "actor", "errors", "get_webui_url",
+    "object_transfer_timeline", "register_custom_serializer", "collective", "experimental", "worker", "ObjectID", "ObjectRef", "Reusable", "as_completed",
     "as_future", "available_resources", "cluster_resources", "exceptions", "get",
     "get_actor", "get_gpu_ids", "get_resource_ids", "init", "is_initialized", "kill",
     "method", "nodes", "objects", "on_preempt", "profile", "progress", "put", "remote", "reusables",

@@ -4,7 +4,8 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from .remote_function import (_new_id, check_options, num_returns_from, resources_from)
+from .remote_function import (_new_id, arg_check, check_options, num_returns_from,
+                              remote_call_options, resources_from)
 from .runtime import context
 from .runtime.taskspec import build_spec
 from .transport import messages as m
@@ -39,15 +40,52 @@ def _method_meta(cls: type) -> dict[str, int]:
     return meta
 
 
+def _method_checks(cls: type, meta: dict[str, int]) -> dict:
+    """Argument checks of each method (``self`` dropped, as a call through a handle)."""
+    checks = {}
+    for name in meta:
+        raw = inspect.getattr_static(cls, name, None)
+        if isinstance(raw, staticmethod):
+            check = arg_check(raw.__func__, f"{cls.__name__}.{name}")
+        elif isinstance(raw, classmethod):
+            check = arg_check(getattr(cls, name), f"{cls.__name__}.{name}")
+        elif inspect.isfunction(raw):
+            check = arg_check(raw, f"{cls.__name__}.{name}", drop_first=True)
+        else:
+            check = None
+        if check is not None:
+            checks[name] = check
+    return checks
+
+
+def _init_check(cls: type):
+    """The check of ``C.remote(...)``'s arguments against ``C.__init__``."""
+    if cls.__new__ is not object.__new__:
+        return None  # a custom __new__ may take anything
+    if cls.__init__ is object.__init__:
+        return arg_check(lambda: None, cls.__name__)
+    return arg_check(cls.__init__, cls.__name__, drop_first=True)
+
+
+#: Names of ``ActorClass`` itself, never forwarded to the user's class.
+_OWN_NAMES = frozenset(("remote", "options", "_remote", "_cls", "_options", "_class_id",
+                        "_meta", "_blob", "_checks", "_init_check"))
+
+
 class ActorClass:
     """What ``@remote`` makes of a class: ``C.remote(*args)`` creates an actor."""
 
     def __init__(self, cls: type, options: dict, class_id: int | None = None) -> None:
         check_options(options, ACTOR_OPTIONS, f"actor class {cls.__name__}")
+        if inspect.isabstract(cls):
+            raise TypeError(f"actor class {cls.__name__} is abstract: implement "
+                            f"{sorted(cls.__abstractmethods__)}")
         self._cls = cls
         self._options = options
         self._class_id = class_id if class_id is not None else _new_id()
         self._meta = _method_meta(cls)
+        self._checks = _method_checks(cls, self._meta)
+        self._init_check = _init_check(cls)
         self._blob: bytes | None = None
         self.__name__ = cls.__name__
         self.__doc__ = cls.__doc__
@@ -58,12 +96,35 @@ class ActorClass:
         raise TypeError(f"actor class {self.__name__} cannot be instantiated directly; "
                         f"use {self.__name__}.remote(...)")
 
+    def __getattr__(self, name: str) -> Any:
+        # Class attributes and static/class methods, reachable as in Ray 0.7
+        # (``Counter.LIMIT``, ``Counter.helper()``); instance methods need an actor.
+        if name.startswith("__") or name in _OWN_NAMES:
+            raise AttributeError(name)
+        raw = inspect.getattr_static(self._cls, name)  # AttributeError if absent
+        if inspect.isfunction(raw):
+            raise AttributeError(f"{name!r} is a method of actor class {self.__name__}: "
+                                 f"call it on an actor, {self.__name__}.remote().{name}"
+                                 f".remote(...)")
+        return getattr(self._cls, name)
+
     def options(self, **options) -> "ActorClass":
         merged = dict(self._options)
         merged.update(options)
-        return ActorClass(self._cls, merged, self._class_id)
+        copy = ActorClass(self._cls, merged, self._class_id)
+        copy._blob = self._blob
+        return copy
+
+    def _remote(self, args: tuple | list | None = None, kwargs: dict | None = None,
+                **options) -> "ActorHandle":
+        """Ray 0.7's creation with options: ``C._remote(args=[1], num_cpus=1)``."""
+        opts = remote_call_options(f"actor class {self.__name__}", ACTOR_OPTIONS, **options)
+        cls = self.options(**opts) if opts else self
+        return cls.remote(*(args or ()), **(kwargs or {}))
 
     def remote(self, *args, **kwargs) -> "ActorHandle":
+        if self._init_check is not None:
+            self._init_check(args, kwargs)
         ctx = context.current()
         opts = self._options
         name = opts.get("name")
@@ -99,26 +160,40 @@ class ActorClass:
                           resources, 0, placement, actor_id, 0, ctx.put_serialized, keep)
         ctx.control("create_actor", spec, resources, restarts, name, self.__name__,
                     task_retries, self._meta)
-        return ActorHandle(actor_id, self.__name__, self._meta)
+        return ActorHandle(actor_id, self.__name__, self._meta, self._checks)
 
     def __reduce__(self):
         return (ActorClass, (self._cls, self._options, self._class_id))
 
 
 class ActorMethod:
-    __slots__ = ("_handle", "_name", "_num_returns")
+    __slots__ = ("_handle", "_name", "_num_returns", "_check")
 
-    def __init__(self, handle: "ActorHandle", name: str, num_returns: int) -> None:
+    def __init__(self, handle: "ActorHandle", name: str, num_returns: int,
+                 check=None) -> None:
         self._handle = handle
         self._name = name
         self._num_returns = num_returns
+        self._check = check
 
     def remote(self, *args, **kwargs):
+        check = self._check
+        if check is not None and (kwargs or not check.lo <= len(args) <= check.hi):
+            check(args, kwargs)
         return self._handle._call(self._name, args, kwargs, self._num_returns)
 
     def options(self, **options) -> "ActorMethod":
         check_options(options, METHOD_OPTIONS, f"method {self._name}")
-        return ActorMethod(self._handle, self._name, num_returns_from(options))
+        return ActorMethod(self._handle, self._name, num_returns_from(options), self._check)
+
+    def _remote(self, args: tuple | list | None = None, kwargs: dict | None = None,
+                num_return_vals: int | None = None, num_returns: int | None = None,
+                **options):
+        """Ray 0.7's call with options: ``a.f._remote(args=[1], num_return_vals=2)``."""
+        opts = remote_call_options(f"method {self._name}", METHOD_OPTIONS,
+                                   num_return_vals, num_returns, **options)
+        method = self.options(**opts) if opts else self
+        return method.remote(*(args or ()), **(kwargs or {}))
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"actor method {self._name} cannot be called directly; "
@@ -128,17 +203,21 @@ class ActorMethod:
 class ActorHandle:
     """A reference to an actor; pass it to tasks and other actors freely."""
 
-    def __init__(self, actor_id: int, class_name: str, meta: dict[str, int]) -> None:
+    def __init__(self, actor_id: int, class_name: str, meta: dict[str, int],
+                 checks: dict | None = None) -> None:
         self._actor_id = actor_id
         self._class_name = class_name
         self._meta = meta or {}
+        #: Argument checks per method; only where the class is at hand (the
+        #: creating process), not in handles that were passed along.
+        self._checks = checks or {}
 
     def __getattr__(self, name: str) -> ActorMethod:
         if name.startswith("_") and name not in self._meta and name != "__ray_terminate__":
             raise AttributeError(name)
         if name not in self._meta and name != "__ray_terminate__":
             raise AttributeError(f"actor {self._class_name} has no method {name!r}")
-        method = ActorMethod(self, name, self._meta.get(name, 1))
+        method = ActorMethod(self, name, self._meta.get(name, 1), self._checks.get(name))
         # Cached on the instance: the next `handle.name` is a plain attribute lookup.
         self.__dict__[name] = method
         return method

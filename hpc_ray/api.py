@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import copyreg
 import inspect
 import json
 import os
@@ -32,6 +33,8 @@ _IGNORED_INIT_ARGS = (
 
 _session = None
 _lock = threading.RLock()
+#: Functions given to run_function_on_all_workers() before init(): run at start-up.
+_pending_functions: list = []
 #: Set when an mpiexec job's workers were shut down: they cannot come back.
 _mpi_workers_gone = False
 
@@ -49,7 +52,9 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
     Args:
         num_cpus: embedded mode: the number of worker processes (default: the
             machine's cores); under mpiexec: CPUs per worker rank (default 1, or
-            ``SLURM_CPUS_PER_TASK``).
+            ``SLURM_CPUS_PER_TASK``). ``0`` makes a cluster without CPUs, as in
+            Ray: only ``num_cpus=0`` tasks and actors run (embedded: on one
+            worker process that holds no CPU); ``local_mode`` ignores it.
         num_gpus: GPUs per worker rank (embedded: in all, split over the workers).
         resources: custom resources of each worker rank, e.g. ``{"ssd": 1}``.
         object_store_memory: bytes of shared memory per node for large objects.
@@ -71,8 +76,9 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
     for key in resources or {}:
         if key in ("CPU", "GPU"):
             raise ValueError(f"use num_cpus/num_gpus instead of resources={{{key!r}: ...}}")
-    if num_cpus is not None and (not isinstance(num_cpus, int) or num_cpus < 1):
-        raise ValueError(f"num_cpus must be an int >= 1, got {num_cpus!r}")
+    if num_cpus is not None and (not isinstance(num_cpus, int) or isinstance(num_cpus, bool)
+                                 or num_cpus < 0):
+        raise ValueError(f"num_cpus must be an int >= 0, got {num_cpus!r}")
     with _lock:
         if _session is not None:
             if ignore_reinit_error:
@@ -86,6 +92,7 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
             context.set_current(ctx)
             _session = ("local", ctx)
             atexit.register(shutdown)
+            _run_pending_functions()
             return _session_info()
         MPI = launch.mpi()
         world = MPI.COMM_WORLD
@@ -107,7 +114,13 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
             preempt.install_preempt_handler()
         except (ImportError, AttributeError, ValueError):
             pass  # not in the main thread, or no preempt support
+        _run_pending_functions()
         return _session_info()
+
+
+def _run_pending_functions() -> None:
+    while _pending_functions:
+        run_function_on_all_workers(_pending_functions.pop(0))
 
 
 def _session_info() -> dict:
@@ -158,8 +171,11 @@ def remote(*args, **kwargs):
 
     if len(args) == 1 and not kwargs and (callable(args[0]) or inspect.isclass(args[0])):
         return make(args[0], {})
-    if args:
-        raise TypeError("@remote takes keyword options only, e.g. @remote(num_cpus=2)")
+    if args or not kwargs:
+        # Ray 0.7 rejects @remote() too: options, or no parentheses at all.
+        raise TypeError("@remote must be used either without parentheses (@remote) or "
+                        "with keyword options, e.g. @remote(num_returns=2, num_cpus=1, "
+                        "num_gpus=1, resources={'Custom': 1}, max_calls=1)")
     return lambda obj: make(obj, kwargs)
 
 
@@ -315,7 +331,14 @@ def get_resource_ids() -> dict:
 
 
 def run_function_on_all_workers(function) -> None:
-    """Run ``function(worker_info)`` on every worker process (and here) before later tasks."""
+    """Run ``function(worker_info)`` on every worker process (and here) before later tasks.
+
+    Called before ``init()``, the function is kept and run when ``init()`` starts
+    the job (as in Ray 0.7).
+    """
+    if not context.is_set():
+        _pending_functions.append(function)
+        return
     blob = dumps(function)
     ctx = context.current()
     ctx.control("run_function", blob)
@@ -350,6 +373,116 @@ def timeline(filename: str | None = None) -> list[dict] | None:
     return None
 
 
+def object_transfer_timeline(filename: str | None = None) -> list[dict] | None:
+    """Chrome trace events of object transfers between nodes (Ray 0.7's API).
+
+    hpc_ray does not record transfers (they are MPI point-to-point messages
+    between ranks), so the list is empty; with ``filename`` an empty trace is
+    written, which chrome://tracing loads.
+    """
+    context.current()  # raises before init(), as the other calls do
+    if filename is None:
+        return []
+    with open(filename, "w") as f:
+        json.dump([], f)
+    return None
+
+
+def get_webui_url() -> None:
+    """Ray 0.7's web UI address. hpc_ray has no web UI and opens no port: None.
+
+    Use ``timeline()``, ``tasks()``, ``objects()``, ``nodes()`` and
+    ``available_resources()`` to look at a running job instead.
+    """
+    return None
+
+
+def errors(all_jobs: bool = False) -> list[dict]:
+    """The job's errors so far, one dict per failed task (Ray 0.7's ``ray.errors()``).
+
+    Each has ``type`` ("task"), ``message``, ``task_id``, ``function`` and
+    ``timestamp``; the error itself is raised by ``get`` on the task's refs.
+    """
+    out = []
+    for tid, t in tasks().items():
+        if t.get("State") == "FAILED":
+            out.append({"type": "task", "task_id": tid, "function": t["FunctionName"],
+                        "message": f"task {t['FunctionName']} failed (rank {t['Rank']}); "
+                                   f"get() of its result raises the error",
+                        "timestamp": t.get("EndTime")})
+    return out
+
+
+# --- custom serializers ---------------------------------------------------------------
+
+class _Reducer:
+    """``copyreg`` reducer of a class registered with ``register_custom_serializer``."""
+
+    def __init__(self, cls: type, serializer, deserializer, use_dict: bool) -> None:
+        self.cls = cls
+        self.serializer = serializer
+        self.deserializer = deserializer
+        self.use_dict = use_dict
+
+    def __call__(self, obj):
+        if self.use_dict:
+            return (_from_dict, (self.cls, dict(obj.__dict__)))
+        return (self.deserializer, (self.serializer(obj),))
+
+
+def _from_dict(cls: type, state: dict):
+    obj = cls.__new__(cls)
+    obj.__dict__.update(state)
+    return obj
+
+
+class _RegisterSerializer:
+    """Run on every worker: install (or, with use_pickle, remove) the reducer."""
+
+    def __init__(self, cls: type, reducer: _Reducer | None) -> None:
+        self.cls = cls
+        self.reducer = reducer
+
+    def __call__(self, worker_info=None) -> None:
+        if self.reducer is None:
+            copyreg.dispatch_table.pop(self.cls, None)
+        else:
+            copyreg.pickle(self.cls, self.reducer)
+
+
+def register_custom_serializer(cls: type, use_pickle: bool = False, use_dict: bool = False,
+                               serializer=None, deserializer=None, local: bool = False,
+                               job_id=None, class_id=None) -> None:
+    """Serialize instances of ``cls`` with ``serializer``/``deserializer`` everywhere.
+
+    ``serializer(obj)`` returns a picklable value, ``deserializer(value)`` the
+    object. ``use_pickle=True`` keeps plain pickling; ``use_dict=True`` ships
+    ``obj.__dict__``. Registered here and, unless ``local``, on every worker
+    process; before ``init()`` it is kept and registered at start-up.
+
+    Raises:
+        TypeError: ``cls`` is not a class.
+        ValueError: the options contradict each other (as in Ray 0.7).
+    """
+    if not isinstance(cls, type):
+        raise TypeError(f"register_custom_serializer() takes a class, got {cls!r:.80}")
+    custom = serializer is not None or deserializer is not None
+    if use_pickle and (use_dict or custom):
+        raise ValueError("use_pickle=True excludes use_dict and serializer/deserializer")
+    if use_dict and custom:
+        raise ValueError("use_dict=True excludes serializer/deserializer")
+    if custom and (serializer is None or deserializer is None):
+        raise ValueError("give both serializer and deserializer")
+    if not (use_pickle or use_dict or custom):
+        raise ValueError("give serializer= and deserializer=, or use_pickle=True, "
+                         "or use_dict=True")
+    register = _RegisterSerializer(
+        cls, None if use_pickle else _Reducer(cls, serializer, deserializer, use_dict))
+    register()
+    if not local:
+        run_function_on_all_workers(register)
+
+
 @contextlib.contextmanager
 def profile(event_type: str, extra_data: dict | None = None):
     """Record a span that shows up in ``timeline()``: ``with profile("load"): ...``."""
@@ -364,7 +497,7 @@ def profile(event_type: str, extra_data: dict | None = None):
         if ctx is not None:
             rank = getattr(ctx, "rank", 0)
             extra = dict(extra_data or {})
-            event = {"cat": "profile", "name": extra.pop("name", event_type), "ph": "X",
+            event = {"cat": event_type, "name": extra.pop("name", event_type), "ph": "X",
                      "pid": f"rank {rank}", "tid": os.getpid(), "ts": t0 * 1e6,
                      "dur": (t1 - t0) * 1e6,
                      "args": dict(extra, event_type=event_type, rank=rank)}

@@ -60,9 +60,65 @@ def mpi():
     return MPI
 
 
+def _launcher_dirs() -> list[str]:
+    """Where an ``mpiexec`` matching this Python may be: beside the interpreter, in
+    its environment's bin, where the ``mpich`` wheel put its scripts."""
+    dirs = [os.path.dirname(sys.executable), os.path.join(sys.prefix, "bin")]
+    try:
+        from importlib.metadata import PackageNotFoundError, files
+        try:
+            for f in files("mpich") or ():
+                if f.name == "mpiexec":
+                    dirs.append(os.path.dirname(os.path.abspath(f.locate())))
+        except PackageNotFoundError:
+            pass
+    except ImportError:  # pragma: no cover - Python < 3.8
+        pass
+    return list(dict.fromkeys(dirs))
+
+
+def find_launcher() -> str | None:
+    """The ``mpiexec`` to use: on ``PATH``, else the one beside this interpreter."""
+    import shutil
+    on_path = shutil.which("mpiexec")
+    if on_path:
+        return on_path
+    for d in _launcher_dirs():
+        candidate = os.path.join(d, "mpiexec")
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def _ensure_launcher_on_path(MPI, n: int) -> None:
+    """MPICH's singleton spawn execs ``mpiexec`` from ``PATH``; without one it
+    aborts yet never exits (and leaves its /dev/shm segment). A driver started
+    as ``/path/to/venv/bin/python driver.py`` has no venv bin on ``PATH``: put
+    the launcher found beside the interpreter there, or fail now, saying what
+    to do."""
+    import shutil
+    if shutil.which("mpiexec"):
+        return
+    found = find_launcher()
+    if found is not None:
+        # The spawned mpiexec inherits this PATH and finds hydra_pmi_proxy beside it.
+        os.environ["PATH"] = os.path.dirname(found) + os.pathsep + os.environ.get("PATH", "")
+        return
+    if "MPICH" not in MPI.Get_library_version():
+        return  # other MPIs spawn without a launcher on PATH (or fail with an error)
+    from .exceptions import RayError
+    raise RayError(
+        f"cannot start worker processes: MPICH needs its 'mpiexec' on PATH to spawn "
+        f"them, and none is on PATH or beside this Python ({sys.executable}). Activate "
+        f"the environment that has the 'mpich' package (source <venv>/bin/activate), add "
+        f"its bin directory to PATH, or start the job with `mpiexec -n {n + 1} "
+        f"{sys.executable} -m hpc_ray your_script.py`.")
+
+
 def spawn_workers(n: int):
     """Embedded mode: start ``n`` worker ranks and merge them with this process."""
     MPI = mpi()
+    _ensure_launcher_on_path(MPI, n)
     try:
         inter = MPI.COMM_SELF.Spawn(sys.executable, args=["-m", "hpc_ray.runtime.spawned"],
                                     maxprocs=n)
@@ -136,7 +192,9 @@ def unlink_mapped_shm() -> None:
 
 def worker_resources(cfg: dict, rank: int, size: int) -> tuple[dict, list[int]]:
     res = dict(cfg.get("resources") or {})
-    cpus = cfg.get("cpus_per_rank") or slurm_cpus_per_task() or 1
+    cpus = cfg.get("cpus_per_rank")
+    if cpus is None:
+        cpus = slurm_cpus_per_task() or 1
     res["CPU"] = cpus
     gpus_total = cfg.get("num_gpus")
     if cfg.get("embedded") and gpus_total:

@@ -1,8 +1,9 @@
 """``@remote`` functions: options, submission, and shipping to workers once."""
 from __future__ import annotations
 
+import inspect
 import os
-from typing import Callable
+from typing import Any, Callable
 
 from .runtime import context
 from .runtime.taskspec import build_spec
@@ -58,6 +59,64 @@ def num_returns_from(options: dict) -> int:
     return n
 
 
+# --- argument checks at .remote() ---------------------------------------------------
+
+class ArgCheck:
+    """Checks a call's arguments against a signature, as calling the function would.
+
+    The common call (positional arguments only, a count within range) costs two
+    comparisons; anything else binds against the signature, once.
+    """
+
+    __slots__ = ("name", "signature", "lo", "hi")
+
+    def __init__(self, name: str, signature: inspect.Signature) -> None:
+        self.name = name
+        self.signature = signature
+        params = list(signature.parameters.values())
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY,
+                                                       p.POSITIONAL_OR_KEYWORD)]
+        self.lo = sum(1 for p in positional if p.default is p.empty)
+        self.hi = (1 << 30) if any(p.kind == p.VAR_POSITIONAL for p in params) \
+            else len(positional)
+        if any(p.kind == p.KEYWORD_ONLY and p.default is p.empty for p in params):
+            self.lo = self.hi + 1  # a required keyword: a call without kwargs fails
+
+    def __call__(self, args: tuple, kwargs: dict) -> None:
+        if kwargs or not self.lo <= len(args) <= self.hi:
+            try:
+                self.signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"{self.name}() {exc}") from None
+
+
+def arg_check(fn: Any, name: str, drop_first: bool = False) -> ArgCheck | None:
+    """An ``ArgCheck`` for ``fn``, or None when its signature cannot be read."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    if drop_first:
+        params = list(sig.parameters.values())
+        if not params or params[0].kind not in (params[0].POSITIONAL_ONLY,
+                                                params[0].POSITIONAL_OR_KEYWORD):
+            return None  # (*args) methods: nothing to check
+        sig = sig.replace(parameters=params[1:])
+    return ArgCheck(name, sig)
+
+
+def remote_call_options(what: str, valid: tuple, num_return_vals=None, num_returns=None,
+                        **options) -> dict:
+    """The options ``_remote(...)`` was given (None means: not given)."""
+    opts = {k: v for k, v in options.items() if v is not None}
+    if num_returns is not None:
+        opts["num_returns"] = num_returns
+    elif num_return_vals is not None:
+        opts["num_returns"] = num_return_vals
+    check_options(opts, valid, what)
+    return opts
+
+
 class RemoteFunction:
     """A function whose calls run as tasks: ``f.remote(*args)`` returns refs."""
 
@@ -79,6 +138,7 @@ class RemoteFunction:
         self._max_calls = max_calls
         self._blob: bytes | None = None
         self._shipped_by: object = None
+        self._check = arg_check(function, self._name)
         self.__doc__ = function.__doc__
         self.__name__ = function.__name__
         self.__wrapped__ = function
@@ -104,6 +164,9 @@ class RemoteFunction:
         return self._blob
 
     def remote(self, *args, **kwargs):
+        check = self._check
+        if check is not None and (kwargs or not check.lo <= len(args) <= check.hi):
+            check(args, kwargs)
         ctx = context.current()
         keep: list = []
         spec = build_spec(self._fn_id, self._blob_for(ctx), self._name, args, kwargs,
@@ -118,7 +181,18 @@ class RemoteFunction:
         merged = dict(self._options)
         merged.update(options)
         merged.pop("name", None)
-        return RemoteFunction(self._function, merged, self._fn_id)
+        copy = RemoteFunction(self._function, merged, self._fn_id)
+        copy._blob = self._blob
+        return copy
+
+    def _remote(self, args: tuple | list | None = None, kwargs: dict | None = None,
+                num_return_vals: int | None = None, num_returns: int | None = None,
+                **options):
+        """Ray 0.7's call with options: ``f._remote(args=[1], num_cpus=2)``."""
+        opts = remote_call_options(f"remote function {self._name}", FUNCTION_OPTIONS,
+                                   num_return_vals, num_returns, **options)
+        fn = self.options(**opts) if opts else self
+        return fn.remote(*(args or ()), **(kwargs or {}))
 
     def __reduce__(self):
         return (_rebuild, (self._function, self._options, self._fn_id))

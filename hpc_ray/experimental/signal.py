@@ -14,7 +14,7 @@ from ..runtime import context
 from ..runtime.context import ObjectRef
 from ..transport.serialization import dumps, loads
 
-__all__ = ["Signal", "ErrorSignal", "send", "receive", "reset"]
+__all__ = ["Signal", "ErrorSignal", "send", "receive", "forget", "reset"]
 
 #: How often receive() asks the head again while waiting (seconds).
 POLL_INTERVAL = 0.01
@@ -68,6 +68,14 @@ def receive(sources: list, timeout: float | None = None) -> list:
         if out or (deadline is not None and time.monotonic() >= deadline):
             return out
         time.sleep(POLL_INTERVAL)
+
+
+def forget(sources: list) -> None:
+    """Skip the signals ``sources`` sent so far: the next ``receive`` returns only newer ones."""
+    keys = [_source_key(s) for s in sources]
+    got = context.current().control("signal_poll", [(k, _cursors.get(k, 0)) for k in keys])
+    for key, blobs in got:
+        _cursors[key] = _cursors.get(key, 0) + len(blobs)
 
 
 def reset() -> None:

@@ -81,7 +81,9 @@ class ObjectRef:
 
     __slots__ = ("id", "__weakref__")
 
-    def __init__(self, object_id: int, _owned: bool = True) -> None:
+    def __init__(self, object_id: int | bytes, _owned: bool = True) -> None:
+        if type(object_id) is not int:
+            object_id = _id_from_binary(object_id)
         self.id = object_id
         c = _local.get(object_id, 0)
         _local[object_id] = c + 1
@@ -108,7 +110,29 @@ class ObjectRef:
         return f"{self.id:032x}"
 
     def binary(self) -> bytes:
-        return self.id.to_bytes(16, "big")
+        """20 bytes (Ray 0.7's size), or the 28 bytes the ref was made from."""
+        oid = self.id
+        if oid >> _MARK_28:
+            return (oid ^ (1 << _MARK_28)).to_bytes(28, "big")
+        return oid.to_bytes(20, "big")
+
+    @classmethod
+    def nil(cls) -> "ObjectRef":
+        """The nil id (all bits set), as in Ray."""
+        return cls(b"\xff" * 20)
+
+    def is_nil(self) -> bool:
+        return self.binary() == b"\xff" * len(self.binary())
+
+    @classmethod
+    def from_random(cls) -> "ObjectRef":
+        """A random id no object has (a ``get`` of it waits forever, as in Ray)."""
+        import os
+        return cls(os.urandom(20))
+
+    @classmethod
+    def from_binary(cls, binary: bytes) -> "ObjectRef":
+        return cls(binary)
 
     def __hash__(self) -> int:
         return hash(self.id)
@@ -127,6 +151,19 @@ class ObjectRef:
         """A ``concurrent.futures.Future`` that completes with this object's value."""
         from .. import asyncio_compat
         return asyncio_compat.concurrent_future(self)
+
+
+#: Refs built from 28 bytes (modern Ray's size) carry this bit above the value, so
+#: that ``binary()`` gives the 28 bytes back; the runtime's ids stay below 2**128.
+_MARK_28 = 224
+
+
+def _id_from_binary(binary) -> int:
+    if not isinstance(binary, (bytes, bytearray)) or len(binary) not in (20, 28):
+        raise TypeError(f"an ObjectRef is made from 20 or 28 bytes (Ray 0.7 / modern ids), "
+                        f"got {binary!r:.60}")
+    value = int.from_bytes(binary, "big")
+    return value | (1 << _MARK_28) if len(binary) == 28 else value
 
 
 def _rebuild_ref(object_id: int) -> ObjectRef:

@@ -6,6 +6,7 @@ comm thread for a CONTROL_CALL message sent by an executor.
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import Any
 
 from ..transport import messages as m
@@ -204,7 +205,39 @@ def _collective_create(head: Head, name: str, actor_ids: list[int]) -> None:
         head.send(r, (m.GROUP_CREATE, name, ranks))
 
 
+def _register_actor(head: Head, name: str, actor_id: int) -> None:
+    """``hpc_ray.experimental.register_actor``: name an existing actor."""
+    if name in head.named_actors:
+        raise ValueError(f"an actor named {name!r} already exists")
+    if actor_id not in head.actors:
+        raise ValueError(f"no actor {actor_id:016x} to name {name!r}")
+    head.named_actors[name] = actor_id
+
+
+#: Head -> actor id -> [(checkpoint id bytes, timestamp)], oldest first
+#: (hpc_ray.actor.Checkpointable); dropped with the head.
+_CHECKPOINTS: "weakref.WeakKeyDictionary[Head, dict]" = weakref.WeakKeyDictionary()
+
+
+def _actor_checkpoints(head: Head, actor_id: int) -> list:
+    """The actor's recorded checkpoints, newest first."""
+    return list(reversed(_CHECKPOINTS.get(head, {}).get(actor_id, [])))
+
+
+def _actor_checkpoint_saved(head: Head, actor_id: int, checkpoint_id: bytes,
+                            timestamp: float, keep: int) -> list:
+    """Record a checkpoint; returns the ids of those beyond the newest ``keep``."""
+    kept = _CHECKPOINTS.setdefault(head, {}).setdefault(actor_id, [])
+    kept.append((checkpoint_id, timestamp))
+    expired = kept[:-keep] if keep > 0 else []
+    del kept[:len(expired)]
+    return [b for b, _ in expired]
+
+
 _CALLS = {
+    "register_actor": _register_actor,
+    "actor_checkpoints": _actor_checkpoints,
+    "actor_checkpoint_saved": _actor_checkpoint_saved,
     "collective_create": _collective_create,
     "signal_send": _signal_send,
     "signal_poll": _signal_poll,

@@ -15,6 +15,7 @@ never deadlock a fixed pool of ranks.
 """
 from __future__ import annotations
 
+import inspect
 import itertools
 import json
 import os
@@ -27,7 +28,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from .. import reusable
-from ..exceptions import ActorDiedError, GetTimeoutError, RayError, TaskError
+from ..exceptions import (ActorDiedError, GetTimeoutError, RayError, TaskError,
+                          WorkerCrashedError)
 from ..transport import messages as m
 from ..transport.serialization import RAW, SHM, loads
 from . import context, taskspec, values
@@ -70,6 +72,10 @@ class ExecutorContext:
         self.last_flush = time.monotonic()
         self.profile_events: list = []
         self.exiting = False
+        #: (actor class, method name) -> the class attribute a call goes to.
+        self.methods: dict = {}
+        #: hpc_ray.actor's checkpoint hooks of a Checkpointable actor, else None.
+        self.checkpoints = None
 
     # --- pipe -------------------------------------------------------------------
 
@@ -292,10 +298,11 @@ class ExecutorContext:
                 result = fn(*args, **kwargs)
             recs, contained = self._results(spec, result)
         except BaseException as exc:  # user code: everything is reported, nothing escapes
-            if isinstance(exc, (SystemExit, KeyboardInterrupt)) and spec[m.T_ACTOR] is None:
-                exc = RuntimeError(f"{type(exc).__name__} raised inside task {name}")
-            self.emit((m.TASK_FAILED, tid, self._error_record(exc, name), t0, time.time(),
+            self.emit((m.TASK_FAILED, tid, self._failure_record(exc, spec), t0, time.time(),
                        self.pid))
+            if isinstance(exc, SystemExit) and spec[m.T_ACTOR] is not None:
+                self.exiting = True
+                self.emit((m.ACTOR_DIED, self.actor_id, f"exit() called in {name}", False))
         else:
             self.emit((m.TASK_DONE, tid, recs, contained or None, t0, time.time(), self.pid))
         finally:
@@ -310,6 +317,21 @@ class ExecutorContext:
 
     def actor_terminated(self) -> None:
         os._exit(0)
+
+    def _failure_record(self, exc: BaseException, spec: list) -> tuple:
+        name = spec[m.T_NAME]
+        if isinstance(exc, SystemExit):
+            # exit() ends a worker in Ray 0.7: a task's caller sees RayWorkerError,
+            # an actor's RayActorError, and the actor is gone (not restarted).
+            where = f"rank {self.rank} ({self.host}), pid {self.pid}"
+            if spec[m.T_ACTOR] is not None:
+                return values.error_record(ActorDiedError(
+                    f"actor method {name} called exit() on {where}: the actor has exited"))
+            return values.error_record(WorkerCrashedError(
+                f"task {name} called exit() on {where}: its worker exited"))
+        if isinstance(exc, KeyboardInterrupt) and spec[m.T_ACTOR] is None:
+            exc = RuntimeError(f"KeyboardInterrupt raised inside task {name}")
+        return self._error_record(exc, name)
 
     def _error_record(self, exc: BaseException, name: str) -> tuple:
         if isinstance(exc, (TaskError, ActorDiedError)) and getattr(exc, "_from_get", False):
@@ -351,8 +373,11 @@ class ExecutorContext:
             args, kwargs = taskspec.load_args(spec[m.T_PAYLOAD], spec[m.T_DEPS],
                                               self._read_dep)
             self.actor = cls(*args, **kwargs)
+            from ..actor import checkpoints_for
+            self.checkpoints = checkpoints_for(self.actor, self.actor_id, self)
         except BaseException as exc:
             tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            self._error_signal(exc, spec[m.T_NAME], tb)
             self.emit((m.ACTOR_DIED, self.actor_id,
                        f"its constructor raised on rank {self.rank}:\n{tb}", False))
             self.flush()
@@ -360,6 +385,16 @@ class ExecutorContext:
             return
         self.emit((m.ACTOR_READY, self.actor_id, self.pid))
         self.flush()
+
+    def _error_signal(self, exc: BaseException, name: str, tb: str) -> None:
+        """An actor whose constructor raised sends its ErrorSignal (Ray 0.7 signals)."""
+        try:
+            from ..experimental.signal import ErrorSignal
+            from ..transport.serialization import dumps
+            err = TaskError(f"{name}.__init__", tb, self.rank, self.host, exc)
+            self.control("signal_send", self.actor_id, None, dumps(ErrorSignal(err)))
+        except Exception:  # best effort: the ACTOR_DIED that follows is what counts
+            pass
 
     def actor_failed(self) -> None:
         os._exit(0)  # this process existed only for the actor
@@ -371,7 +406,22 @@ class ExecutorContext:
             self.exiting = True
             self.emit((m.ACTOR_DIED, self.actor_id, "terminated by __ray_terminate__", False))
             return None
-        return getattr(self.actor, method)(*args, **kwargs)
+        result = self._method(method)(*args, **kwargs)
+        if self.checkpoints is not None:
+            self.checkpoints.after_call()
+        return result
+
+    def _method(self, name: str):
+        """The class's method, as Ray calls it: an instance attribute of the same
+        name does not hide it."""
+        actor = self.actor
+        key = (type(actor), name)
+        raw = self.methods.get(key)
+        if raw is None:
+            raw = self.methods[key] = inspect.getattr_static(type(actor), name, False)
+        if raw is False or not hasattr(raw, "__get__"):
+            return getattr(actor, name)
+        return raw.__get__(actor, type(actor))
 
     # --- main loop --------------------------------------------------------------
 

@@ -1,15 +1,17 @@
 """``init(local_mode=True)``: every task runs at once, serially, in the driver."""
 from __future__ import annotations
 
+import copy
+import inspect
 import os
 import socket
 import time
 import traceback
 from typing import Any
 
-from ..exceptions import ActorDiedError, TaskError
+from ..exceptions import ActorDiedError, TaskError, WorkerCrashedError
 from ..transport import messages as m
-from ..transport.serialization import loads
+from ..transport.serialization import INLINE, loads
 from . import context, taskspec
 
 
@@ -45,20 +47,42 @@ class LocalContext:
             raise value
         return value
 
+    def _args(self, spec: list) -> tuple[list, dict]:
+        """Writable copies of the call's arguments, as Ray 0.7's local mode passes them
+        (a task may change its numpy arguments in place without touching the caller's)."""
+        payload = spec[m.T_PAYLOAD]
+        if payload[0] == INLINE:  # out-of-band buffers as bytearrays: writable arrays
+            payload = (INLINE, payload[1], [bytearray(b) for b in payload[2]])
+        deps = [(pos, oid, None) for pos, oid in spec[m.T_DEPS]]
+        return taskspec.load_args(payload, deps, self._read_copy)
+
+    def _read_copy(self, oid: int, rec) -> Any:
+        value = self._read(oid, rec)
+        try:
+            return copy.deepcopy(value)
+        except Exception:  # locks, sockets...: pass the object itself
+            return value
+
+    def _method(self, actor: Any, name: str):
+        """The class's method: an instance attribute of the same name does not hide it."""
+        raw = inspect.getattr_static(type(actor), name, False)
+        if raw is False or not hasattr(raw, "__get__"):
+            return getattr(actor, name)
+        return raw.__get__(actor, type(actor))
+
     def submit(self, spec: list) -> None:
         fn_id = spec[m.T_FN]
         if spec[m.T_BLOB] is not None and fn_id not in self.fns:
             self.fns[fn_id] = loads(spec[m.T_BLOB])
-        deps = [(pos, oid, None) for pos, oid in spec[m.T_DEPS]]
         t0 = time.time()
+        actor_id = spec[m.T_ACTOR]
         try:
-            args, kwargs = taskspec.load_args(spec[m.T_PAYLOAD], deps, self._read)
-            actor_id = spec[m.T_ACTOR]
+            args, kwargs = self._args(spec)
             if actor_id is not None:
                 actor = self.actors.get(actor_id)
                 if actor is None:
                     raise ActorDiedError(f"actor for {spec[m.T_NAME]} is dead")
-                result = getattr(actor, fn_id)(*args, **kwargs)
+                result = self._method(actor, fn_id)(*args, **kwargs)
             else:
                 result = self.fns[fn_id](*args, **kwargs)
             n = len(spec[m.T_RETURNS])
@@ -69,7 +93,13 @@ class LocalContext:
             for oid, v in zip(spec[m.T_RETURNS], vals):
                 self.values[oid] = (True, v)
         except BaseException as exc:
-            if isinstance(exc, (TaskError, ActorDiedError)):
+            if isinstance(exc, SystemExit) and actor_id is not None:
+                self.actors.pop(actor_id, None)
+                err = ActorDiedError(f"actor method {spec[m.T_NAME]} called exit(): "
+                                     f"the actor has exited")
+            elif isinstance(exc, SystemExit):
+                err = WorkerCrashedError(f"task {spec[m.T_NAME]} called exit()")
+            elif isinstance(exc, (TaskError, ActorDiedError)):
                 err = exc
             else:
                 tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -104,6 +134,16 @@ class LocalContext:
             if args[0] not in self.actor_names:
                 raise ValueError(f"no actor named {args[0]!r}")
             return self.actor_names[args[0]]
+        if name == "register_actor":
+            aname, actor_id = args
+            if aname in self.actor_names:
+                raise ValueError(f"an actor named {aname!r} already exists")
+            from ..actors import _method_meta
+            cls = type(self.actors[actor_id])
+            self.actor_names[aname] = (actor_id, cls.__name__, _method_meta(cls))
+            return None
+        if name == "actor_checkpoints":
+            return []
         if name == "kill":
             self.actors.pop(args[0], None)
             return None

@@ -43,12 +43,14 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
         embedded = False
         cpus_per_rank = num_cpus
     else:
-        n = int(num_cpus) if num_cpus else (os.cpu_count() or 1)
-        if n < 1:
-            raise ValueError(f"num_cpus must be >= 1, got {num_cpus!r}")
-        inter, comm = launch.spawn_workers(n)
+        n = int(num_cpus) if num_cpus is not None else (os.cpu_count() or 1)
+        if n < 0:
+            raise ValueError(f"num_cpus must be >= 0, got {num_cpus!r}")
+        # num_cpus=0 (Ray's driver-only cluster): one worker that holds no CPU
+        # runs the num_cpus=0 tasks and actors; nothing else can be placed.
+        inter, comm = launch.spawn_workers(max(n, 1))
         embedded = True
-        cpus_per_rank = 1
+        cpus_per_rank = 1 if n else 0
     store_size = object_store_memory or _config.os_environ_get(
         "OBJECT_STORE_MEMORY", None, _config.parse_bytes) or launch.default_store_size()
     rpn = ranks_per_node or _config.os_environ_get("RANKS_PER_NODE", None, int)
