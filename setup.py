@@ -29,6 +29,9 @@ setup(
         # Pinned: an open range pulls a multi-GB CUDA build.
         "torch": ["torch==2.13.0"],
         "rl": ["gymnasium", "cpprb"],
+        # The seed documents' example programs (examples/*.py): gym environments
+        # and the bundled digits data.
+        "examples": ["gymnasium", "scikit-learn", "scipy"],
         "slurm": ["pyslurm"],
     },
     entry_points={"console_scripts": ["hpc-ray = hpc_ray.cli:main"]},
