@@ -20,6 +20,9 @@ import re
 import pytest
 
 from conftest import REPO_ROOT, run_mpi
+from slurm.fixtures import hpc_ray_cli, job_dir, job_env, slurm_cluster
+
+__all__ = ["job_dir", "slurm_cluster"]  # fixtures, imported to be found by pytest
 
 pytestmark = pytest.mark.mpi
 
@@ -167,3 +170,20 @@ def test_gym_examples_say_what_to_install(tmp_path):
                      timeout=60, expect_rc=2,
                      env={"PYTHONPATH": f"{tmp_path}:{REPO_ROOT}"})
     assert "pip install gymnasium" in result.stderr, result.output()
+
+
+@pytest.mark.timeout(150)
+def test_seed_example_submitted_to_slurm(slurm_cluster, job_dir):
+    """``hpc-ray submit --wait`` runs an example as a batch job and streams what it prints."""
+    proc = hpc_ray_cli("submit", str(EXAMPLES / "streaming_mapreduce.py"), "-n", "3",
+                       "-S", "--overcommit", "--wait", "--", "--quick",
+                       env=job_env(slurm_cluster), cwd=job_dir, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job = re.search(r"^Submitted batch job (\d+)$", proc.stdout, re.M)
+    assert job, proc.stdout + proc.stderr
+    m = re.search(r"^streaming mapreduce: 5 articles x 3 mappers, (\d+) words counted, "
+                  r"matches the serial count: True$", proc.stdout, re.M)
+    assert m and int(m.group(1)) > 0, proc.stdout + proc.stderr
+    # The job's output file holds the same result.
+    (out,) = job_dir.glob(f"*-{job.group(1)}.out")
+    assert m.group(0) in out.read_text()
