@@ -1,0 +1,96 @@
+"""Issue 11, the rest of Ray 0.7's public API (tests/mpi_scripts/api_compat*.py):
+_remote, argument checks at .remote(), hpc_ray.actor and Checkpointable, ObjectID,
+custom serializers, errors()/get_webui_url()/object_transfer_timeline(),
+hpc_ray.experimental, run_function_on_all_workers before init(), actor classes,
+exit() in tasks and actors, init(num_cpus=0), local mode, profile categories, and a
+driver started without mpiexec on PATH."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+import hpc_ray as ray
+from conftest import get_mpiexec
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.mark.parametrize("mode,n", [("embedded", 3), ("mpiexec", 3)])
+def test_api_compat(run, mode, n):
+    values = run("api_compat.py", n, mode=mode, timeout=90).assert_ok("api_compat")
+    assert values["checkpoint_value_after_restart"] == 3
+
+
+@pytest.mark.parametrize("mode,n", [("embedded", 1), ("mpiexec", 3)])
+def test_num_cpus_zero(run, mode, n):
+    values = run("api_compat_zero.py", n, mode=mode, timeout=60).assert_ok("api_compat_zero")
+    assert values["cluster_cpus"] == 0
+
+
+def test_local_mode_num_cpus_zero(run):
+    run("api_compat_local.py", 1, mode="plain", timeout=60).assert_ok("api_compat_local")
+
+
+def _path_without_mpiexec() -> str:
+    return os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
+                           if d and not os.path.exists(os.path.join(d, "mpiexec")))
+
+
+@pytest.mark.parametrize("case", ["found", "missing"])
+def test_first_contact_without_mpiexec_on_path(run, case):
+    mpi = get_mpiexec()
+    if mpi is None or mpi.flavor != "mpich":
+        pytest.skip("the spawn-time launcher lookup is MPICH's (singleton init)")
+    if case == "found" and not (Path(sys.executable).parent / "mpiexec").exists():
+        pytest.skip("no mpiexec beside this interpreter")
+    result = run("api_compat_first_contact.py", 2, case, mode="plain", timeout=60,
+                 env={"PATH": _path_without_mpiexec()})
+    values = result.assert_ok("api_compat_first_contact")
+    if case == "missing":
+        assert "mpiexec" in values["message"] and "PATH" in values["message"], values
+        assert "PMII_singinit" not in result.stderr, result.output()
+
+
+# --- in-process checks (no runtime needed) ----------------------------------------
+
+def test_remote_with_empty_parentheses_is_rejected():
+    with pytest.raises(TypeError, match="parentheses"):
+        ray.remote()
+
+
+def test_object_ids_from_bytes():
+    raw20, raw28 = bytes(range(20)), bytes(range(28))
+    assert ray.ObjectID(raw20).binary() == raw20
+    assert ray.ObjectRef(raw28).binary() == raw28
+    assert ray.ObjectID(raw20) == ray.ObjectID(raw20)
+    assert ray.ObjectID.nil().is_nil() and ray.ObjectRef(b"\xff" * 28).is_nil()
+    assert not ray.ObjectID.from_random().is_nil()
+    with pytest.raises(TypeError):
+        ray.ObjectID(b"12345")
+
+
+def test_argument_checks_need_no_runtime():
+    @ray.remote
+    def f(a, *, key):
+        return a
+
+    @ray.remote
+    class C:
+        def m(self, x, y=1):
+            return x
+
+    with pytest.raises(TypeError, match="f\\(\\)"):
+        f.remote(1)  # the required keyword is missing
+    with pytest.raises(TypeError):
+        C.remote(1)  # no __init__: no arguments
+    with pytest.raises(ray.exceptions.RayError):
+        f.remote(1, key=2)  # arguments fine: now it needs init()
+
+
+def test_webui_and_unsupported_set_resource():
+    assert ray.get_webui_url() is None
+    with pytest.raises(NotImplementedError, match="init\\(resources="):
+        ray.experimental.set_resource("Custom", 1)
