@@ -241,3 +241,36 @@ def test_optuna_search_error_without_optuna(monkeypatch):
     from hpc_ray.tune.suggest.optuna import OptunaSearch
     with pytest.raises(ImportError, match=r"pip install 'hpc_ray\[tune-optuna\]'"):
         OptunaSearch({"x": ("uniform", 0, 1)}, metric="m", mode="max")
+
+
+@pytest.mark.mpi
+@pytest.mark.faults
+def test_tune_checkpoints_on_slurm_warning_and_resumes(run, tmp_path, mpiexec):
+    """Slurm's USR1 warning, as slurm/requeue.sbatch forwards it to the driver:
+    every running trial is checkpointed, tune.run returns, the job exits 0; the
+    requeued job (resume=True) continues each trial where it stopped."""
+    import signal as _signal
+    pidfile = tmp_path / "driver.pid"
+    script = str(SCRIPTS_DIR / "tune_resume.py")
+    env = launch_env(3, "module", 60, {"HPC_RAY_TEST_TMPDIR": str(tmp_path),
+                                       "HPC_RAY_DRIVER_PIDFILE": str(pidfile)})
+    marker = env[LAUNCH_MARKER] = uuid.uuid4().hex
+    proc = subprocess.Popen(build_command(script, 3, ["preempt"], "module"), env=env,
+                            cwd=str(SCRIPTS_DIR), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    ledger = tmp_path / "ledger"
+    try:
+        assert poll_for(lambda: ledger.exists() and len(ledger.read_text().splitlines()) >= 20
+                        and pidfile.exists(), 60)
+        os.kill(int(pidfile.read_text()), _signal.SIGUSR1)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            _kill_launch(proc.pid, marker)
+            proc.communicate()
+    assert proc.returncode == 0, out + err
+    assert "OK tune_resume" in out, out + err
+    assert "Preempted: every running trial checkpointed" in out
+    result = run("tune_resume.py", 3, "resume", mode="mpiexec", timeout=90)
+    summary = result.assert_ok("tune_resume")["summary"]
+    assert any(0 < s["first"] < 8 and s["second"] for s in summary.values()), summary

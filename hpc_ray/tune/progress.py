@@ -75,6 +75,11 @@ class ProgressReporter:
         sys.stdout.write(self.table(trials) + "\n")
         sys.stdout.flush()
 
+    def note(self, text: str) -> None:
+        if self._verbose >= 1:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+
     def table(self, trials: list[Trial]) -> str:
         counts: dict[str, int] = {}
         for t in trials:

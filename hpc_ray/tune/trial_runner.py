@@ -52,8 +52,11 @@ JOURNAL_FILE = "experiment_state.journal"
 #: snapshot costs O(trials), a line O(1); compacting every few changes per
 #: trial keeps both the files and the write cost linear in the work done.
 _COMPACT_PER_TRIAL = 4
-#: Seconds a driver waits for trials' in-flight iterations on preemption.
+#: Seconds a driver waits for trials' in-flight iterations on Slurm's warning
+#: (the templates send it 300 s before the end) and on SIGTERM (KillWait, 30 s
+#: by default, is all that is left then).
 _PREEMPT_WAIT_S = 60.0
+_TERM_WAIT_S = 10.0
 
 
 def _shape(resources: dict) -> tuple:
@@ -108,6 +111,7 @@ class TrialRunner:
         self._journal_lines = 0
         self._metadata = dict(metadata or {})
         self._preempted = False
+        self._draining = False
         self._progress = ProgressReporter(verbose, experiment_dir, self._scheduler,
                                           self._total)
         os.makedirs(experiment_dir, exist_ok=True)
@@ -194,9 +198,15 @@ class TrialRunner:
         try:
             while not self.is_finished():
                 if self._preempted:
-                    self._checkpoint_all()
+                    self._checkpoint_all(_PREEMPT_WAIT_S)
                     break
                 self._step()
+        except SystemExit:
+            # SIGTERM after the hooks ran (hpc_ray.preempt): Slurm's KillWait is
+            # short, so wait less for the in-flight iterations.
+            if self._preempted:
+                self._checkpoint_all(_TERM_WAIT_S)
+            raise
         finally:
             self._shutdown_actors()
             self._snapshot()
@@ -275,6 +285,8 @@ class TrialRunner:
         self._record(trial)
 
     def _issue_train(self, trial: Trial) -> None:
+        if self._draining:
+            return
         actor = self._actors[trial.trial_id]
         if trial._pending_setup:
             checkpoint = _read_checkpoint(trial._restore_from) if trial._restore_from else None
@@ -417,32 +429,26 @@ class TrialRunner:
         trial.checkpoint = Checkpoint(path, iteration)
         trial.checkpoints.append(trial.checkpoint)
         keep = trial.keep_checkpoints_num
+        dropped = []
         if keep:
             while len(trial.checkpoints) > keep:
-                old = trial.checkpoints.pop(0)
-                shutil.rmtree(old.path, ignore_errors=True)
+                dropped.append(trial.checkpoints.pop(0))
         self._record(trial)
+        for old in dropped:  # only once the state file no longer names them
+            shutil.rmtree(old.path, ignore_errors=True)
 
-    def _checkpoint_all(self) -> None:
-        """Preemption: let in-flight iterations finish, checkpoint, record."""
-        deadline = time.monotonic() + _PREEMPT_WAIT_S
+    def _checkpoint_all(self, wait_s: float) -> None:
+        """Preemption: let in-flight iterations finish, checkpoint every running
+        trial, and record it as PAUSED (a resumed job continues it from there)."""
+        deadline = time.monotonic() + wait_s
+        self._draining = True  # results are handled as usual, but no new iteration starts
         while self._inflight and time.monotonic() < deadline:
             ready, _ = _ray.wait(list(self._inflight), num_returns=len(self._inflight),
                                  timeout=max(0.0, deadline - time.monotonic()))
             for ref in ready:
-                trial = self._inflight.pop(ref)
-                trial._inflight = None
-                try:
-                    result, checkpoint = _ray.get(ref)
-                except RayError as err:
-                    self._on_error(trial, err)
-                    continue
-                result.pop(R.RESULT_DUPLICATE, None)
-                self._loggers[trial.trial_id].on_result(result)
-                trial.update_last_result(result)
-                if checkpoint is not None:
-                    self._store_checkpoint(trial, checkpoint, result[R.TRAINING_ITERATION])
-            break
+                trial = self._inflight.pop(ref, None)
+                if trial is not None:
+                    self._process(trial, ref)
         for trial in self._trials:
             if trial.status == Trial.RUNNING and trial._inflight is None:
                 try:
@@ -450,6 +456,12 @@ class TrialRunner:
                         self.save_trial(trial)
                 except Exception:  # noqa: BLE001 - keep the older checkpoint
                     logger.exception("could not checkpoint %s on preemption", trial)
+                self._release(trial, reusable=False)
+                self._close_logger(trial)
+                trial.status = Trial.PAUSED
+                self._record(trial)
+        self._progress.note(f"Preempted: every running trial checkpointed; run again "
+                            f"with resume=True to continue ({self._dir})")
 
     # --- the experiment state file ----------------------------------------------------
 

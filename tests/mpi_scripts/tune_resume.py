@@ -1,5 +1,6 @@
 """Issue 10: an experiment killed mid-way (SIGKILL of the whole job) continues
-with resume=True.  Phase "first" runs until the test kills it; phase "resume"
+with resume=True.  Phase "first" runs until the test kills it (or phase
+"preempt" until it sends the driver Slurm's warning, SIGUSR1); phase "resume"
 finishes it and checks that every trial finished exactly once, each result
 iteration logged once, unfinished trials continuing from their checkpoints.
 
@@ -48,6 +49,18 @@ trials = tune.run(Slow, name="resumable", local_dir=LOCAL, verbose=1, checkpoint
                   stop={"training_iteration": ITERS}, resume=(PHASE == "resume"),
                   config={"k": tune.grid_search([1, 2, 3, 4, 5, 6])})
 
+if PHASE == "preempt":
+    # Slurm's warning (SIGUSR1) came: tune.run returned with every trial that was
+    # running checkpointed and paused; the job exits 0 and is requeued.
+    from hpc_ray import preempt
+    check(preempt.preempted())
+    states = sorted({t.status for t in trials})
+    check("PAUSED" in states and "RUNNING" not in states, states)
+    report("preempted_states", [t.status for t in trials])
+    ray.shutdown()
+    ok("tune_resume")
+    sys.exit(0)
+
 with section("resumed"):
     check(PHASE == "resume", "the first phase should have been killed")
     check(len(trials) == 6 and all(t.status == "TERMINATED" for t in trials),
@@ -60,7 +73,8 @@ with section("resumed"):
         check(all(r["value"] == t.config["k"] * r["training_iteration"] for r in rows), rows)
     with open(LEDGER) as f:
         lines = [line.split() for line in f]
-    first = [l for l in lines if l[0] == "first"]
+    first = [l for l in lines if l[0] in ("first", "preempt")]
+    preempted = any(l[0] == "preempt" for l in lines)
     second = [l for l in lines if l[0] == "resume"]
     summary = {}
     for k in range(1, 7):
@@ -71,8 +85,9 @@ with section("resumed"):
         if done_first == ITERS:
             check(resumed == [], (k, summary[k]))        # finished: not run again
         elif resumed:
-            # continues after its last checkpoint (every 2 iterations)
-            start = done_first - done_first % 2
+            # continues after its last checkpoint: every 2 iterations, and at the
+            # warning signal for a preempted job
+            start = done_first if preempted else done_first - done_first % 2
             check(resumed == list(range(start + 1, ITERS + 1)), (k, summary[k]))
             check(restored == ([start] if start else [0]), (k, summary[k]))
     report("summary", summary)
