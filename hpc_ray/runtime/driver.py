@@ -393,13 +393,22 @@ class DriverContext:
         ids = [r.id for r in refs]
         deadline = None if timeout is None else time.monotonic() + timeout
         objects = head.objects
+        entries = objects.entries
+        # Values stay known while the caller holds their refs, so each check goes
+        # on from the first id not ready last time: a get of N refs costs O(N) in
+        # all, however often it is checked.
+        first_missing = [0]
 
         def all_ready():
-            for i in ids:
-                e = objects.get(i)
+            i, n = first_missing[0], len(ids)
+            while i < n:
+                e = entries.get(ids[i])
                 if e is None or e.record is None:
+                    first_missing[0] = i
                     return None
-            return [head.record_for(i, self.node) for i in ids]
+                i += 1
+            first_missing[0] = n
+            return [objects.record_for(i, self.node) for i in ids]
 
         recs = self._wait_for(all_ready, deadline)
         if recs is None:

@@ -35,7 +35,10 @@ def _capacity_ok(w, need: dict) -> bool:
 
     CPU-only tasks may be queued at a worker beyond its CPUs (``w.prefetch``
     more, plus one per executor blocked in ``get``); other resources must be
-    free now.
+    free now. A queue is refilled in bursts: once full, a worker takes no more
+    tasks until it is down to half its extra depth (``w.refill``, set again by
+    the head when a task leaves), so a long burst goes out in large batches
+    instead of one task per finished task.
     """
     cpu = need.get("CPU", 0)
     for k, v in need.items():
@@ -46,8 +49,16 @@ def _capacity_ok(w, need: dict) -> bool:
     total = w.total.get("CPU", 0)
     if cpu > total + _EPS:
         return False
-    limit = total + w.blocked + w.prefetch
-    return w.inflight + cpu <= limit + _EPS
+    base = total + w.blocked
+    if w.inflight + cpu > base + w.prefetch + _EPS:
+        w.refill = False
+        return False
+    return w.refill or w.inflight <= base + w.prefetch // 2
+
+
+def low_water(w) -> bool:
+    """Whether ``w``'s queue is down to where it should be refilled."""
+    return w.inflight <= w.total.get("CPU", 0) + w.blocked + w.prefetch // 2
 
 
 def pick_worker(workers: list, need: dict, arg_nodes: dict | None):

@@ -465,6 +465,8 @@ class Head:
         if w is not None:
             w.inflight -= 1
             give_back(w, task.resources, task.gpu_ids)
+            if not w.refill and scheduler.low_water(w):
+                w.refill = True
         task.gpu_ids = []
 
     # --- results ----------------------------------------------------------------------

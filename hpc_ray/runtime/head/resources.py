@@ -17,7 +17,7 @@ from .tasks import READY
 class WorkerInfo:
     __slots__ = ("rank", "node", "host", "total", "avail", "gpu_free", "inflight",
                  "blocked", "prefetch", "actors", "alive", "known_fns", "pid",
-                 "steal_pending")
+                 "steal_pending", "refill")
 
     def __init__(self, rank: int, node: int, host: str, resources: dict,
                  gpu_ids: list[int], pid: int) -> None:
@@ -35,6 +35,7 @@ class WorkerInfo:
         self.alive = True                     #: False once the rank has stopped
         self.known_fns: set = set()           #: function ids already shipped here
         self.steal_pending = False            #: a STEAL was sent, RETURNED not back yet
+        self.refill = True                    #: filling its queue (see scheduler)
 
 
 def hold(w: WorkerInfo, resources: dict) -> list[int]:
