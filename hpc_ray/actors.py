@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import weakref
 from typing import Any
 
 from .remote_function import (_new_id, arg_check, check_options, num_returns_from,
@@ -67,6 +68,18 @@ def _init_check(cls: type):
     return arg_check(cls.__init__, cls.__name__, drop_first=True)
 
 
+#: class -> (method meta, method checks, constructor check): read once per class.
+_CLASS_INFO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _class_info(cls: type) -> tuple:
+    info = _CLASS_INFO.get(cls)
+    if info is None:
+        meta = _method_meta(cls)
+        info = _CLASS_INFO[cls] = (meta, _method_checks(cls, meta), _init_check(cls))
+    return info
+
+
 #: Names of ``ActorClass`` itself, never forwarded to the user's class.
 _OWN_NAMES = frozenset(("remote", "options", "_remote", "_cls", "_options", "_class_id",
                         "_meta", "_blob", "_checks", "_init_check"))
@@ -83,9 +96,7 @@ class ActorClass:
         self._cls = cls
         self._options = options
         self._class_id = class_id if class_id is not None else _new_id()
-        self._meta = _method_meta(cls)
-        self._checks = _method_checks(cls, self._meta)
-        self._init_check = _init_check(cls)
+        self._meta, self._checks, self._init_check = _class_info(cls)
         self._blob: bytes | None = None
         self.__name__ = cls.__name__
         self.__doc__ = cls.__doc__

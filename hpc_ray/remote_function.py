@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import weakref
 from typing import Any, Callable
 
 from .runtime import context
@@ -90,6 +91,21 @@ class ArgCheck:
                 raise TypeError(f"{self.name}() {exc}") from None
 
 
+#: function -> its ArgCheck: read once per function, not per ``options()`` copy.
+_CHECKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def function_check(fn: Any, name: str) -> ArgCheck | None:
+    """``arg_check(fn, name)``, cached per function."""
+    try:
+        return _CHECKS[fn]
+    except KeyError:
+        check = _CHECKS[fn] = arg_check(fn, name)
+        return check
+    except TypeError:  # not weak-referenceable
+        return arg_check(fn, name)
+
+
 def arg_check(fn: Any, name: str, drop_first: bool = False) -> ArgCheck | None:
     """An ``ArgCheck`` for ``fn``, or None when its signature cannot be read."""
     try:
@@ -138,7 +154,7 @@ class RemoteFunction:
         self._max_calls = max_calls
         self._blob: bytes | None = None
         self._shipped_by: object = None
-        self._check = arg_check(function, self._name)
+        self._check = function_check(function, self._name)
         self.__doc__ = function.__doc__
         self.__name__ = function.__name__
         self.__wrapped__ = function
