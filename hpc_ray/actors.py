@@ -219,8 +219,8 @@ class ActorHandle:
         self._actor_id = actor_id
         self._class_name = class_name
         self._meta = meta or {}
-        #: Argument checks per method; only where the class is at hand (the
-        #: creating process), not in handles that were passed along.
+        #: Argument checks per method (travel with the handle; not in handles
+        #: from get_actor(), which has only the method table).
         self._checks = checks or {}
 
     def __getattr__(self, name: str) -> ActorMethod:
@@ -244,7 +244,7 @@ class ActorHandle:
         return refs[0] if num_returns == 1 else refs
 
     def __reduce__(self):
-        return (ActorHandle, (self._actor_id, self._class_name, self._meta))
+        return (ActorHandle, (self._actor_id, self._class_name, self._meta, self._checks))
 
     def __repr__(self) -> str:
         return f"ActorHandle({self._class_name}, {self._actor_id:016x})"

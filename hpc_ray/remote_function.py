@@ -90,6 +90,20 @@ class ArgCheck:
             except TypeError as exc:
                 raise TypeError(f"{self.name}() {exc}") from None
 
+    def __reduce__(self):
+        # Travels with actor handles: only what binding needs (names, kinds, whether
+        # there is a default), never the defaults themselves (maybe unpicklable).
+        params = tuple((p.name, int(p.kind), p.default is not p.empty)
+                       for p in self.signature.parameters.values())
+        return (_rebuild_check, (self.name, params))
+
+
+def _rebuild_check(name: str, params: tuple) -> ArgCheck:
+    P = inspect.Parameter
+    return ArgCheck(name, inspect.Signature([
+        P(pname, inspect._ParameterKind(kind), default=None if has_default else P.empty)
+        for pname, kind, has_default in params]))
+
 
 #: function -> its ArgCheck: read once per function, not per ``options()`` copy.
 _CHECKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -96,6 +96,11 @@ with section("_remote"):
     check(err is not None and "bogus_option" in str(err), err)
 
 # --- 2. argument checks at .remote() ----------------------------------------------
+@ray.remote
+def call_with_bad_args(handle):
+    return handle.inc.remote(1, 2, 3)
+
+
 with section("argument checks"):
     for call in (lambda: add.remote(), lambda: add.remote(1, 2, 3),
                  lambda: add.remote(1, c=3), lambda: Counter.remote(1, 2),
@@ -107,6 +112,9 @@ with section("argument checks"):
     check(err is not None and "add" in str(err), err)
     check(ray.get(add.remote(a=1, b=1)) == 2)
     check(ray.get(c.inc.remote(by=0)) == 15)
+    # A handle passed to a task checks there too: the task's .remote() raises.
+    err = expect_raises(TypeError, ray.get, call_with_bad_args.remote(c))
+    check(err is not None and "Counter.inc()" in str(err), err)
 
 # --- 6. actor classes -------------------------------------------------------------
 with section("actor class attributes"):
