@@ -11,6 +11,9 @@ __all__ = [
     "TaskError",
     "RayTaskError",
     "GetTimeoutError",
+    "RayTimeoutError",
+    "RayConnectionError",
+    "RayletError",
     "ObjectStoreFullError",
     "WorkerCrashedError",
     "RayWorkerError",
@@ -151,6 +154,20 @@ def _derived_class(cls: type) -> type:
 
 class GetTimeoutError(RayError, TimeoutError):
     """``get`` did not finish within its timeout."""
+
+
+#: Ray 0.7's name for :class:`GetTimeoutError`.
+RayTimeoutError = GetTimeoutError
+
+
+class RayConnectionError(RayError):
+    """Ray 0.7's error for a lost connection to its services (kept for ``except``
+    clauses; hpc_ray raises WorkerCrashedError or ActorDiedError instead)."""
+
+
+class RayletError(RayError):
+    """Ray 0.7's error for a failed raylet (kept for ``except`` clauses; hpc_ray has
+    no raylet)."""
 
 
 class ObjectStoreFullError(RayError, MemoryError):
