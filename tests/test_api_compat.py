@@ -90,6 +90,12 @@ def test_argument_checks_need_no_runtime():
         f.remote(1, key=2)  # arguments fine: now it needs init()
 
 
+def test_ray_07_exception_names():
+    assert ray.exceptions.RayTimeoutError is ray.exceptions.GetTimeoutError
+    assert ray.exceptions.RayWorkerError is ray.exceptions.WorkerCrashedError
+    assert ray.exceptions.RayActorError is ray.exceptions.ActorDiedError
+
+
 def test_webui_and_unsupported_set_resource():
     assert ray.get_webui_url() is None
     with pytest.raises(NotImplementedError, match="init\\(resources="):
