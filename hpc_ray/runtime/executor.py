@@ -74,8 +74,9 @@ class ExecutorContext:
         self.exiting = False
         #: (actor class, method name) -> the class attribute a call goes to.
         self.methods: dict = {}
-        #: hpc_ray.actor's checkpoint hooks of a Checkpointable actor, else None.
-        self.checkpoints = None
+        #: actor id -> hpc_ray.actor's hooks, for Checkpointable actors only (an
+        #: in-rank context hosts several actors).
+        self.checkpoints: dict = {}
 
     # --- pipe -------------------------------------------------------------------
 
@@ -374,7 +375,9 @@ class ExecutorContext:
                                               self._read_dep)
             self.actor = cls(*args, **kwargs)
             from ..actor import checkpoints_for
-            self.checkpoints = checkpoints_for(self.actor, self.actor_id, self)
+            hooks = checkpoints_for(self.actor, self.actor_id, self)
+            if hooks is not None:
+                self.checkpoints[self.actor_id] = hooks
         except BaseException as exc:
             tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
             self._error_signal(exc, spec[m.T_NAME], tb)
@@ -407,8 +410,10 @@ class ExecutorContext:
             self.emit((m.ACTOR_DIED, self.actor_id, "terminated by __ray_terminate__", False))
             return None
         result = self._method(method)(*args, **kwargs)
-        if self.checkpoints is not None:
-            self.checkpoints.after_call()
+        if self.checkpoints:
+            hooks = self.checkpoints.get(self.actor_id)
+            if hooks is not None:
+                hooks.after_call()
         return result
 
     def _method(self, name: str):
