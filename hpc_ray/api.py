@@ -160,7 +160,9 @@ def remote(*args, **kwargs):
     Usable bare (``@remote``) or with options (``@remote(num_returns=2,
     num_cpus=1, num_gpus=1, resources={...}, max_calls=N, max_retries=N)``;
     for classes ``max_restarts`` and resources held for the actor's lifetime).
-    Unknown options raise ``ValueError`` here, at decoration.
+    Unknown options raise ``ValueError`` here, at decoration; ``@remote()``
+    with no options raises ``TypeError``, as in Ray 0.7. The calls' arguments
+    are checked against the signature at ``.remote()`` (``TypeError``).
     """
     def make(obj, options):
         if inspect.isclass(obj):
