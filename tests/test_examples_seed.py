@@ -61,9 +61,10 @@ def last_match(pattern: str, result) -> re.Match:
 
 
 def check_serialization(result):
+    assert "Successfully passed [1] into f." in result.stdout, result.output()
     assert "Successfully passed [[...]] into f." in result.stdout, result.output()
     assert "l3[0] is l3[1]: True" in result.stdout, result.output()
-    last_match(r"^serialization: all 4 checks passed$", result)
+    last_match(r"^serialization: all 5 checks passed$", result)
 
 
 def check_signals(result):
