@@ -259,15 +259,19 @@ def test_tune_checkpoints_on_slurm_warning_and_resumes(run, tmp_path, mpiexec):
                             cwd=str(SCRIPTS_DIR), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     ledger = tmp_path / "ledger"
+    out = err = ""
     try:
-        assert poll_for(lambda: ledger.exists() and len(ledger.read_text().splitlines()) >= 20
-                        and pidfile.exists(), 60)
-        os.kill(int(pidfile.read_text()), _signal.SIGUSR1)
-        out, err = proc.communicate(timeout=60)
+        reached = poll_for(lambda: ledger.exists() and pidfile.exists()
+                           and len(ledger.read_text().splitlines()) >= 20, 60)
+        if reached:
+            os.kill(int(pidfile.read_text()), _signal.SIGUSR1)
+            out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             _kill_launch(proc.pid, marker)
-            proc.communicate()
+        if not out and not err:
+            out, err = proc.communicate(timeout=30)
+    assert reached, out + err
     assert proc.returncode == 0, out + err
     assert "OK tune_resume" in out, out + err
     assert "Preempted: every running trial checkpointed" in out

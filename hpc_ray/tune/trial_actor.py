@@ -5,8 +5,9 @@
     driver (TrialRunner)                         trial actor (worker rank)
     setup.remote(config, checkpoint, reuse) ───▶ reset_config(config) or a new
                                                  trainable; restore the checkpoint
-    train.remote() ────────────────────────────▶ trainable.train(); on checkpoint
-                   ◀── (result, checkpoint bytes | None)    iterations also save
+    train.remote(n, s) ────────────────────────▶ trainable.train() up to n times or
+                   ◀── [(result, checkpoint bytes | None)]  s seconds; saves on
+                                                            checkpoint iterations
     save.remote() ─────────────────────────────▶ checkpoint bytes (pause, PBT, end)
     stop.remote(), __ray_terminate__ ──────────▶ trainable.stop(); the actor exits
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 import traceback
 
 import cloudpickle
@@ -89,18 +91,33 @@ class TrialActor:
             self._error = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
             raise
 
-    def train(self) -> tuple[dict, bytes | None]:
+    def train(self, max_results: int = 1,
+              max_seconds: float = 0.0) -> list[tuple[dict, bytes | None]]:
+        """Run iterations until one meets the stop criterion (or says done), or
+        ``max_results`` results, or ``max_seconds``; return each result with its
+        checkpoint bytes (or None).  The runner asks for more than one only when
+        its scheduler decides nothing per result (FIFO): one round trip then
+        carries a whole short trial.  A call ends at a checkpoint too."""
         if self._error is not None:
             raise TuneError(f"the trial could not be set up:\n{self._error}")
         t = self._trainable
-        result = t.train()
-        checkpoint = None
-        if not result.get(R.RESULT_DUPLICATE):
-            if self._checkpoint_freq and t._iteration % self._checkpoint_freq == 0:
-                checkpoint = t.save_to_object()
-            elif self._checkpoint_at_end and _stops(result, self._stop_criterion):
-                checkpoint = t.save_to_object()
-        return result, checkpoint
+        out = []
+        start = time.monotonic()
+        while True:
+            result = t.train()
+            checkpoint = None
+            stops = _stops(result, self._stop_criterion)
+            if not result.get(R.RESULT_DUPLICATE):
+                if self._checkpoint_freq and t._iteration % self._checkpoint_freq == 0:
+                    checkpoint = t.save_to_object()
+                elif self._checkpoint_at_end and stops:
+                    checkpoint = t.save_to_object()
+            out.append((result, checkpoint))
+            # A checkpoint goes to the driver at once: a crash in a later
+            # iteration of the same call must not take it along.
+            if (stops or checkpoint is not None or result.get(R.RESULT_DUPLICATE)
+                    or len(out) >= max_results or time.monotonic() - start >= max_seconds):
+                return out
 
     def save(self) -> tuple[int, bytes]:
         return self._trainable._iteration, self._trainable.save_to_object()

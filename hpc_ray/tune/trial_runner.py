@@ -56,6 +56,11 @@ _COMPACT_PER_TRIAL = 4
 #: (the templates send it 300 s before the end) and on SIGTERM (KillWait, 30 s
 #: by default, is all that is left then).
 _PREEMPT_WAIT_S = 60.0
+#: Under a scheduler that decides nothing per result (FIFO), one train() call
+#: runs up to this many iterations or seconds: short trials then cost one round
+#: trip each, while the status table and a preemption still hear back soon.
+_BATCH_RESULTS = 1000
+_BATCH_SECONDS = 0.25
 _TERM_WAIT_S = 10.0
 
 
@@ -295,17 +300,28 @@ class TrialRunner:
                                trial.stopping_criterion)
             trial._pending_setup = False
             trial._restore_from = None
-        ref = actor.train.remote()
+        if getattr(self._scheduler, "_supports_buffered_results", False) and \
+                isinstance(trial.stopping_criterion, dict):
+            ref = actor.train.remote(_BATCH_RESULTS, _BATCH_SECONDS)
+        else:
+            ref = actor.train.remote()
         trial._inflight = ref
         self._inflight[ref] = trial
 
     def _process(self, trial: Trial, ref) -> None:
         trial._inflight = None
         try:
-            result, checkpoint = _ray.get(ref)
+            batch = _ray.get(ref)
         except RayError as err:
             self._on_error(trial, err)
             return
+        for result, checkpoint in batch:
+            if not self._handle_result(trial, result, checkpoint):
+                return
+        self._issue_train(trial)
+
+    def _handle_result(self, trial: Trial, result: dict, checkpoint: bytes | None) -> bool:
+        """Log one result and act on it; True if the trial goes on running."""
         duplicate = bool(result.pop(R.RESULT_DUPLICATE, False))
         result.setdefault(R.TRIAL_ID, trial.trial_id)
         result.setdefault("experiment_tag", trial.experiment_tag)
@@ -323,11 +339,11 @@ class TrialRunner:
             self._scheduler.on_trial_complete(self, trial, result)
             self._search_alg.on_trial_complete(trial.trial_id, result=result)
             self._finish(trial, Trial.TERMINATED)
-            return
+            return False
         decision = self._scheduler.on_trial_result(self, trial, result)
         if decision == TrialScheduler.CONTINUE:
-            self._issue_train(trial)
-        elif decision == TrialScheduler.PAUSE:
+            return True
+        if decision == TrialScheduler.PAUSE:
             if trial._pending_setup:
                 # PBT exploited and paused it: it resumes from the donor's checkpoint.
                 if trial._restore_from:
@@ -342,14 +358,15 @@ class TrialRunner:
             if trial.status == Trial.RUNNING:  # a scheduler may have unpaused it already
                 trial.status = Trial.PAUSED
             self._record(trial)
-        elif decision == TrialScheduler.STOP:
+            return False
+        if decision == TrialScheduler.STOP:
             if trial.checkpoint_at_end and checkpoint is None and not self._is_function(trial):
                 self.save_trial(trial)
             self._search_alg.on_trial_complete(trial.trial_id, result=result)
             self._finish(trial, Trial.TERMINATED)
-        else:
-            raise TuneError(f"unknown scheduler decision {decision!r} "
-                            f"(known: CONTINUE, PAUSE, STOP)")
+            return False
+        raise TuneError(f"unknown scheduler decision {decision!r} "
+                        f"(known: CONTINUE, PAUSE, STOP)")
 
     def _finish(self, trial: Trial, status: str) -> None:
         self._release(trial, reusable=status == Trial.TERMINATED)

@@ -57,6 +57,8 @@ class AsyncHyperBandScheduler(FIFOScheduler):
         brackets: number of brackets (trials are assigned at random, softmax-weighted).
     """
 
+    _supports_buffered_results = False
+
     def __init__(self, time_attr: str = "training_iteration", reward_attr: str | None = None,
                  metric: str = "episode_reward_mean", mode: str = "max", max_t: float = 100,
                  grace_period: float = 10, reduction_factor: float = 4,

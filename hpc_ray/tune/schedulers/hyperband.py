@@ -90,6 +90,8 @@ class HyperBandScheduler(FIFOScheduler):
         reduction_factor: ``eta``: the top ``1/eta`` of a bracket go on at each halving.
     """
 
+    _supports_buffered_results = False
+
     def __init__(self, time_attr: str = "training_iteration", reward_attr: str | None = None,
                  metric: str = "episode_reward_mean", mode: str = "max", max_t: float = 81,
                  reduction_factor: float = 3) -> None:

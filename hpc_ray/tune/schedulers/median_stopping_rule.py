@@ -25,6 +25,8 @@ class MedianStoppingRule(FIFOScheduler):
         verbose: log the median and best result at each decision.
     """
 
+    _supports_buffered_results = False
+
     def __init__(self, time_attr: str = "time_total_s", reward_attr: str | None = None,
                  metric: str = "episode_reward_mean", mode: str = "max",
                  grace_period: float = 60.0, min_samples_required: int = 3,

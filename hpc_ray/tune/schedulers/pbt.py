@@ -79,6 +79,8 @@ class PopulationBasedTraining(FIFOScheduler):
         log_config: write each exploit to ``pbt_policy_<trial>.txt``.
     """
 
+    _supports_buffered_results = False
+
     def __init__(self, time_attr: str = "time_total_s", reward_attr: str | None = None,
                  metric: str = "episode_reward_mean", mode: str = "max",
                  perturbation_interval: float = 60.0, hyperparam_mutations: dict | None = None,

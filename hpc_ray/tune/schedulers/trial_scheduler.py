@@ -13,6 +13,8 @@ __all__ = ["TrialScheduler", "FIFOScheduler"]
 class TrialScheduler:
     """Interface for implementing a trial scheduler."""
 
+    _supports_buffered_results = False
+
     CONTINUE = "CONTINUE"
     PAUSE = "PAUSE"
     STOP = "STOP"
@@ -54,6 +56,10 @@ def _resolve_metric(metric: str, reward_attr: str | None) -> str:
 
 class FIFOScheduler(TrialScheduler):
     """Runs trials in the order they were added; never stops one early."""
+
+    #: Decides nothing per result, so a trial may run several iterations per
+    #: call (subclasses that do decide set this back to False).
+    _supports_buffered_results = True
 
     def choose_trial_to_run(self, trial_runner) -> Trial | None:
         for status in (Trial.PENDING, Trial.PAUSED):
