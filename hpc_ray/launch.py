@@ -14,8 +14,10 @@ Every rank then runs the same set-up, collectively on the job's communicator:
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shlex
 import socket
 import sys
 
@@ -115,13 +117,46 @@ def _ensure_launcher_on_path(MPI, n: int) -> None:
         f"{sys.executable} -m hpc_ray your_script.py`.")
 
 
+@contextlib.contextmanager
+def _launcher_in_own_session():
+    """Run the launcher that MPICH's singleton spawn starts in a session of its own.
+
+    It is started from ``PATH`` as a child of this driver, so it shares the
+    terminal's process group: a Ctrl-C would reach it, and hydra answers one
+    by killing every process of the job, the driver included (SIGKILL). A
+    wrapper named ``mpiexec``, first on ``PATH`` only while the spawn runs,
+    execs the real one under ``setsid``; the wrapper is deleted at once (the
+    launcher has exec'd by the time the spawn returns).
+    """
+    import shutil
+    real = shutil.which("mpiexec")
+    setsid = shutil.which("setsid")
+    if real is None or setsid is None:
+        yield
+        return
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="hpc_ray-launch-")
+    wrapper = os.path.join(tmp, "mpiexec")
+    with open(wrapper, "w") as f:
+        f.write(f"#!/bin/sh\nexec {shlex.quote(setsid)} {shlex.quote(real)} \"$@\"\n")
+    os.chmod(wrapper, 0o700)
+    old_path = os.environ.get("PATH", "")
+    os.environ["PATH"] = tmp + os.pathsep + old_path
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = old_path
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def spawn_workers(n: int):
     """Embedded mode: start ``n`` worker ranks and merge them with this process."""
     MPI = mpi()
     _ensure_launcher_on_path(MPI, n)
     try:
-        inter = MPI.COMM_SELF.Spawn(sys.executable, args=["-m", "hpc_ray.runtime.spawned"],
-                                    maxprocs=n)
+        with _launcher_in_own_session():
+            inter = MPI.COMM_SELF.Spawn(sys.executable,
+                                        args=["-m", "hpc_ray.runtime.spawned"], maxprocs=n)
     except MPI.Exception as exc:
         from .exceptions import RayError
         raise RayError(

@@ -86,6 +86,7 @@ def _nodes(head: Head) -> list[dict]:
             "NodeID": f"node-{w.node}", "NodeManagerHostname": w.host,
             "NodeManagerAddress": w.host, "Alive": True, "Resources": {},
             "Ranks": [], "ObjectStoreMemory": head.store_size,
+            "ObjectStoreUsed": head.objects.allocators[w.node].used,
         })
         n["Ranks"].append(w.rank)
         n["Alive"] = n["Alive"] and w.alive
@@ -95,7 +96,8 @@ def _nodes(head: Head) -> list[dict]:
     if 0 not in by_node:
         by_node[0] = {"NodeID": "node-0", "NodeManagerHostname": head.host_of[0],
                       "NodeManagerAddress": head.host_of[0], "Alive": True,
-                      "Resources": {}, "Ranks": [0], "ObjectStoreMemory": head.store_size}
+                      "Resources": {}, "Ranks": [0], "ObjectStoreMemory": head.store_size,
+                      "ObjectStoreUsed": head.objects.allocators[0].used}
     elif 0 not in by_node[0]["Ranks"]:
         by_node[0]["Ranks"].insert(0, 0)
     return [by_node[k] for k in sorted(by_node)]

@@ -26,9 +26,10 @@ from ..exceptions import GetTimeoutError, RayError
 from ..transport import messages as m
 from ..transport.comm import Backoff, Fetcher, Sender, recv_control, tighten_timer_slack
 from ..transport.serialization import RAW
-from . import context, values
+from . import context, interrupts, values
 from ..transport.messages import FETCH_PLAN
 from .head import Head
+from .interrupts import deferred
 
 logger = logging.getLogger(__name__)
 
@@ -308,6 +309,7 @@ class DriverContext:
         self.world = world
         self.current_task_name = None
         self.gpu_ids: list[int] = []
+        interrupts.install()
 
     # --- refs -------------------------------------------------------------------
 
@@ -330,7 +332,7 @@ class DriverContext:
 
     def control(self, name: str, *args) -> Any:
         from . import control
-        with self.head.lock:
+        with deferred(), self.head.lock:
             drain_refs(self.head)
             result = control.call(self.head, name, args)
         self.loop.event.set()
@@ -360,33 +362,35 @@ class DriverContext:
     def _wait_loop(self, check, deadline, head, loop):
         spins = 0
         while True:
-            with head.lock:
-                drain_refs(head)
-                result = check()
-                if result is not None:
-                    return result
-                self._check_broken()
-            if deadline is not None and time.monotonic() >= deadline:
-                return None
-            if spins < DRIVER_SPINS:
-                loop.driver_polling = True
-                if loop.progress.acquire(timeout=0.001):
-                    try:
-                        active = loop.poll_from_driver()
-                    finally:
-                        loop.progress.release()
-                    spins = 0 if active else spins + 1
-                else:
-                    spins += 1  # the comm thread is finishing a round; it then idles
-                continue
-            if loop.driver_polling:
-                loop.driver_polling = False   # hand polling back to the comm thread
-                loop.event.set()
-            spins += 1
-            wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
-            with head.lock:
-                if check() is None:
-                    head.cond.wait(min(wait, 0.001 * min(spins, 100)))
+            # One turn is one critical section: a Ctrl-C lands between turns.
+            with deferred():
+                with head.lock:
+                    drain_refs(head)
+                    result = check()
+                    if result is not None:
+                        return result
+                    self._check_broken()
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
+                if spins < DRIVER_SPINS:
+                    loop.driver_polling = True
+                    if loop.progress.acquire(timeout=0.001):
+                        try:
+                            active = loop.poll_from_driver()
+                        finally:
+                            loop.progress.release()
+                        spins = 0 if active else spins + 1
+                    else:
+                        spins += 1  # the comm thread is finishing a round; it then idles
+                    continue
+                if loop.driver_polling:
+                    loop.driver_polling = False   # hand polling back to the comm thread
+                    loop.event.set()
+                spins += 1
+                wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+                with head.lock:
+                    if check() is None:
+                        head.cond.wait(min(wait, 0.001 * min(spins, 100)))
 
     def get(self, refs: list, timeout: float | None) -> list:
         head = self.head
@@ -429,6 +433,10 @@ class DriverContext:
         return out
 
     def _fetch_remote(self, ids: list[int], recs: list) -> list:
+        with deferred():
+            return self._fetch_remote_now(ids, recs)
+
+    def _fetch_remote_now(self, ids: list[int], recs: list) -> list:
         waits = []
         for i, rec in zip(ids, recs):
             if rec[0] == FETCH_PLAN:
@@ -457,23 +465,25 @@ class DriverContext:
     def put(self, value: Any) -> context.ObjectRef:
         if isinstance(value, context.ObjectRef):
             raise TypeError("put() of an ObjectRef is not allowed; pass the ref itself")
-        rec, contained = values.to_record(value, self._alloc, self.arena, "value passed to put()")
+        # From the store block's allocation to its seal: a Ctrl-C in between would
+        # leave the block taken with no object to free it.
+        with deferred():
+            rec, contained = values.to_record(value, self._alloc, self.arena,
+                                              "value passed to put()")
+            return self._seal(rec, contained)
+
+    def put_serialized(self, s) -> context.ObjectRef:
+        with deferred():
+            rec = values.serialized_to_record(s, self._alloc, self.arena)
+            return self._seal(rec, s.contained)
+
+    def _seal(self, rec: tuple, contained) -> context.ObjectRef:
         oid = context.new_ids(1)
         ref = context.ObjectRef(oid)
         head = self.head
         with head.lock:
             head.hold((oid,))
             head.put_object(oid, rec, contained or None)
-        return ref
-
-    def put_serialized(self, s) -> context.ObjectRef:
-        rec = values.serialized_to_record(s, self._alloc, self.arena)
-        oid = context.new_ids(1)
-        ref = context.ObjectRef(oid)
-        head = self.head
-        with head.lock:
-            head.hold((oid,))
-            head.put_object(oid, rec, s.contained or None)
         return ref
 
     def record_profile(self, event: dict) -> None:
@@ -499,6 +509,14 @@ class DriverContext:
     # --- shutdown ---------------------------------------------------------------
 
     def shutdown(self) -> None:
+        # A Ctrl-C during shutdown is dropped: the job is ending anyway.
+        with deferred():
+            try:
+                self._shutdown()
+            finally:
+                interrupts.uninstall()
+
+    def _shutdown(self) -> None:
         head = self.head
         with head.lock:
             drain_refs(head)

@@ -537,6 +537,8 @@ class WorkerLoop:
     # --- loop -------------------------------------------------------------------
 
     def run(self) -> None:
+        from .interrupts import ignore_in_workers
+        ignore_in_workers()
         self.executors = [self.spawn() for _ in range(self.cpus)]
         tighten_timer_slack()
         comm = self.comm

@@ -1,0 +1,84 @@
+"""Ctrl-C in the driver: ``KeyboardInterrupt`` only where it cannot break the runtime.
+
+Python's default SIGINT handler raises ``KeyboardInterrupt`` between any two
+bytecodes of the main thread: between taking rank 0's MPI progress lock and
+the ``try`` that gives it back, or between receiving a batch of messages and
+handling it. Results are then lost or the job stalls. So while the main thread
+runs one of the runtime's critical sections (``with deferred():``), a SIGINT
+only sets a flag, and the ``KeyboardInterrupt`` is raised as the outermost
+section ends. Waits in ``get``/``wait`` run as a loop of short sections, so the
+interrupt reaches the user within one turn of that loop (at most ~0.1 s).
+
+Only the main thread receives signals in Python, so only its sections count.
+The handler is installed by ``init()`` when SIGINT still has Python's default
+handler, and removed by ``shutdown()``; a handler the user set is left alone.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+
+_MAIN = threading.main_thread()
+_depth = 0          # the main thread's nesting of deferred() sections
+_pending = False    # a SIGINT arrived inside a section
+_installed = False
+
+
+def _on_sigint(signum, frame) -> None:
+    global _pending
+    if _depth:
+        _pending = True
+        return
+    raise KeyboardInterrupt
+
+
+class _Deferred:
+    __slots__ = ("main",)
+
+    def __enter__(self):
+        global _depth
+        self.main = threading.current_thread() is _MAIN
+        if self.main:
+            _depth += 1
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        global _depth, _pending
+        if self.main:
+            _depth -= 1
+            if _depth == 0 and _pending:
+                _pending = False
+                if exc_type is None:
+                    raise KeyboardInterrupt
+        return False
+
+
+def deferred() -> _Deferred:
+    """A critical section of the driver thread: SIGINT waits until it ends."""
+    return _Deferred()
+
+
+def install() -> None:
+    global _installed
+    if threading.current_thread() is not _MAIN:
+        return
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
+        _installed = True
+
+
+def uninstall() -> None:
+    global _installed, _pending
+    if _installed and threading.current_thread() is _MAIN:
+        if signal.getsignal(signal.SIGINT) is _on_sigint:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        _installed = False
+        _pending = False
+
+
+def ignore_in_workers() -> None:
+    """Worker ranks and executors ignore SIGINT: a Ctrl-C at a terminal reaches
+    every process of the job, and it is the driver's to handle. Executors are
+    spawned after this and inherit it."""
+    if threading.current_thread() is _MAIN:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
