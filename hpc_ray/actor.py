@@ -124,7 +124,7 @@ class Checkpointable(metaclass=abc.ABCMeta):
 def exit_actor() -> None:
     """End the current actor (its pending calls fail with ``RayActorError``)."""
     ctx = context.current() if context.is_set() else None
-    if ctx is None or getattr(ctx, "actor_id", None) is None:
+    if ctx is None or ctx.actor_id is None:
         raise TypeError("exit_actor() called outside an actor method")
     raise SystemExit(0)
 

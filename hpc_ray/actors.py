@@ -160,9 +160,7 @@ class ActorClass:
                 raise TypeError(f"could not serialize actor class {self.__name__}: "
                                 f"{type(exc).__name__}: {exc}") from exc
         actor_id = _new_id()
-        register = getattr(ctx, "register_function", None)
-        if register is not None:
-            register(self._class_id, self._cls)
+        ctx.register_function(self._class_id, self._cls)
         keep: list = []
         # An hpc_ray extension: in_rank=True runs the actor in its rank's own process,
         # with MPI (see hpc_ray.collective.get_communicator), without crash isolation.

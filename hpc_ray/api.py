@@ -314,7 +314,7 @@ def get_gpu_ids() -> list[int]:
     """The GPU ids reserved for the current task or actor (``CUDA_VISIBLE_DEVICES``)."""
     if not context.is_set():
         return []
-    return list(getattr(context.current(), "gpu_ids", []))
+    return list(context.current().gpu_ids)
 
 
 def get_resource_ids() -> dict:
@@ -322,7 +322,7 @@ def get_resource_ids() -> dict:
     if not context.is_set():
         return {}
     out: dict = {}
-    for name, amount in (getattr(context.current(), "resources", None) or {}).items():
+    for name, amount in (context.current().resources or {}).items():
         if amount and name != "GPU":
             whole, part = int(amount), amount - int(amount)
             out[name] = [(i, 1.0) for i in range(whole)] + ([(whole, part)] if part else [])
@@ -344,7 +344,7 @@ def run_function_on_all_workers(function) -> None:
     blob = dumps(function)
     ctx = context.current()
     ctx.control("run_function", blob)
-    if getattr(ctx, "is_driver", False):
+    if ctx.is_driver:
         function({"worker_rank": 0, "pid": os.getpid()})
 
 
@@ -357,7 +357,7 @@ def timeline(filename: str | None = None) -> list[dict] | None:
     """
     ctx = context.current()
     raw = ctx.control("timeline")
-    job_id = getattr(ctx, "job_id", None)
+    job_id = ctx.job_id
     events = []
     for ev in raw:
         if isinstance(ev, dict):
@@ -497,7 +497,7 @@ def profile(event_type: str, extra_data: dict | None = None):
         t1 = time.time()
         ctx = context.current() if context.is_set() else None
         if ctx is not None:
-            rank = getattr(ctx, "rank", 0)
+            rank = ctx.rank
             extra = dict(extra_data or {})
             event = {"cat": event_type, "name": extra.pop("name", event_type), "ph": "X",
                      "pid": f"rank {rank}", "tid": os.getpid(), "ts": t0 * 1e6,
@@ -505,7 +505,4 @@ def profile(event_type: str, extra_data: dict | None = None):
                      "args": dict(extra, event_type=event_type, rank=rank)}
             if "cname" in extra:
                 event["cname"] = extra["cname"]
-            if hasattr(ctx, "profile_events"):
-                ctx.profile_events.append(event)
-            else:
-                ctx.record_profile(event)
+            ctx.record_profile(event)

@@ -18,7 +18,6 @@ result back (two copies each way).
 from __future__ import annotations
 
 import os
-import zlib
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,6 +25,7 @@ import numpy as np
 from .exceptions import RayError
 from .runtime import context
 from .transport import messages as m
+from .transport.tags import group_creation_tag
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -88,13 +88,13 @@ def create_collective_group(actors: list, world_size: int, ranks: list[int],
 
 def _ctx():
     ctx = context.current()
-    if getattr(ctx, "is_driver", False):
+    if ctx.is_driver:
         raise RayError("collective operations run inside actors, not on the driver")
     return ctx
 
 
 def _in_rank(ctx) -> bool:
-    return hasattr(ctx, "loop")
+    return ctx.in_rank
 
 
 def init_collective_group(world_size: int, rank: int, backend: str = "mpi",
@@ -251,9 +251,9 @@ def rank_create_group(loop, name: str, mpi_ranks: list[int]) -> None:
     if loop.rank not in mpi_ranks:
         raise ValueError(f"rank {loop.rank} is not a member of group {name!r} ({mpi_ranks})")
     world = loop.comm
-    # The tag keeps concurrent creations of different groups apart.
-    tag = zlib.crc32(name.encode()) % 30000
-    comm = world.Create_group(world.Get_group().Incl(mpi_ranks), tag)
+    # The tag keeps concurrent creations of different groups apart; it lies in a
+    # range no control or object-data message uses.
+    comm = world.Create_group(world.Get_group().Incl(mpi_ranks), group_creation_tag(name))
     loop.groups[name] = (comm, comm.Get_rank())
 
 

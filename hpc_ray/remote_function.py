@@ -181,9 +181,7 @@ class RemoteFunction:
         """The pickled function, sent with this process's first submission only."""
         if self._shipped_by is ctx:
             return None
-        register = getattr(ctx, "register_function", None)
-        if register is not None:
-            register(self._fn_id, self._function)  # local mode calls it directly
+        ctx.register_function(self._fn_id, self._function)  # local mode calls it directly
         if self._blob is None:
             try:
                 self._blob = dumps(self._function)

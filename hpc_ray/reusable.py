@@ -44,7 +44,7 @@ class _Reusables:
                             f"{type(value).__name__}")
         _register(name, value)
         from .runtime import context
-        if context.is_set() and getattr(context.current(), "is_driver", False):
+        if context.is_set() and context.current().is_driver:
             from .api import run_function_on_all_workers
             # As the seed describes: built at once on every worker and on the driver.
             run_function_on_all_workers(_Registrar(name, value))

@@ -12,7 +12,7 @@ class _GlobalWorker:
         from .runtime import context
         if not context.is_set():
             return None
-        return "driver" if getattr(context.current(), "is_driver", False) else "worker"
+        return "driver" if context.current().is_driver else "worker"
 
 
 global_worker = _GlobalWorker()

@@ -283,6 +283,9 @@ def launch_env(n: int, mode: str, timeout: float, env: dict | None) -> dict:
     full["HPC_RAY_TEST_TIMEOUT"] = str(timeout)
     # Keep the rank scripts' tqdm output plain and predictable.
     full.setdefault("TQDM_MININTERVAL", "0")
+    # Every message a rank receives is checked against transport.messages.SCHEMA:
+    # each multi-rank test is also a test of the wire protocol.
+    full.setdefault("HPC_RAY_CHECK_MESSAGES", "1")
     if env:
         for key, value in env.items():
             if value is None:

@@ -50,8 +50,7 @@ def send(signal: Signal) -> None:
     if not isinstance(signal, Signal):
         raise TypeError(f"send() takes a Signal, got {type(signal).__name__}")
     ctx = context.current()
-    ctx.control("signal_send", getattr(ctx, "actor_id", None),
-                getattr(ctx, "current_task_id", None), dumps(signal))
+    ctx.control("signal_send", ctx.actor_id, ctx.current_task_id, dumps(signal))
 
 
 def receive(sources: list, timeout: float | None = None) -> list:

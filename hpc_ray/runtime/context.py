@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 import itertools
 import threading
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ..transport.serialization import note_contained_ref
 
@@ -50,7 +50,55 @@ def new_ids(n: int) -> int:
     return _prefix | first
 
 
-def current():
+@runtime_checkable
+class Context(Protocol):
+    """What ``api.py`` and the libraries above the runtime use of the current context.
+
+    Four kinds implement it: ``driver.DriverContext`` (rank 0),
+    ``executor.ExecutorContext`` (a worker's executor process),
+    ``rank_actors.RankContext`` (actors living in their rank) and
+    ``local.LocalContext`` (``local_mode``). ``ContextBase`` gives the defaults.
+    """
+
+    is_driver: bool           #: the user's script (rank 0, or local mode)
+    in_rank: bool             #: code running inside a worker rank's own process (MPI there)
+    rank: int
+    actor_id: int | None      #: the actor this process serves, if any
+    current_task_id: int | None
+    current_task_name: str | None
+    job_id: str | None
+    gpu_ids: list
+    resources: dict           #: what the current task or actor holds
+
+    def submit(self, spec: list) -> None: ...
+    def get(self, refs: list, timeout: float | None) -> list: ...
+    def wait(self, ids: list, num_returns: int, timeout: float | None) -> set: ...
+    def put(self, value: Any) -> "ObjectRef": ...
+    def put_serialized(self, s) -> "ObjectRef": ...
+    def control(self, name: str, *args) -> Any: ...
+    def hold_refs(self, ids) -> None: ...
+    def register_function(self, fn_id, fn) -> None: ...
+    def record_profile(self, event: dict) -> None: ...
+
+
+class ContextBase:
+    """Defaults for the attributes of ``Context`` that a kind does not set itself."""
+
+    is_driver = False
+    in_rank = False
+    rank = 0
+    actor_id = None
+    current_task_id = None
+    current_task_name = None
+    job_id = None
+    gpu_ids: list = []
+    resources: dict = {}
+
+    def register_function(self, fn_id, fn) -> None:
+        """Make ``fn`` callable by id here without unpickling (local mode only)."""
+
+
+def current() -> Context:
     if _ctx is None:
         from ..exceptions import RayError
         raise RayError("hpc_ray.init() has not been called in this process")

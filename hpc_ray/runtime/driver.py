@@ -63,27 +63,32 @@ class HeadLoop(threading.Thread):
         #: True while the driver thread polls in get()/wait(); the comm thread idles.
         self.driver_polling = False
         self.last_flush = 0.0
-        self._handlers = {
-            m.TASK_DONE: lambda src, msg: self.head.task_done(src, *msg[1:]),
-            m.TASK_FAILED: lambda src, msg: self.head.task_failed(src, *msg[1:]),
-            m.WORKER_CRASHED: lambda src, msg: self.head.worker_crashed(src, *msg[1:]),
-            m.SUBMIT: lambda src, msg: self.head.submit(msg[1]),
+        self._handlers = self._make_handlers()
+
+    def _make_handlers(self) -> dict:
+        """Kind -> handler(src, msg) for every kind in ``messages.TO_HEAD``."""
+        head = self.head
+        return {
+            m.TASK_DONE: lambda src, msg: head.task_done(src, *msg[1:]),
+            m.TASK_FAILED: lambda src, msg: head.task_failed(src, *msg[1:]),
+            m.WORKER_CRASHED: lambda src, msg: head.worker_crashed(src, *msg[1:]),
+            m.SUBMIT: lambda src, msg: head.submit(msg[1]),
             m.PUT: self._on_put,
-            m.GET: lambda src, msg: self.head.remote_get(src, msg[1], msg[2]),
-            m.WAIT: lambda src, msg: self.head.remote_wait(src, msg[1], msg[2], msg[3]),
-            m.WAIT_NOW: lambda src, msg: self.head.remote_wait_now(src, msg[1]),
+            m.GET: lambda src, msg: head.remote_get(src, msg[1], msg[2]),
+            m.WAIT: lambda src, msg: head.remote_wait(src, msg[1], msg[2], msg[3]),
+            m.WAIT_NOW: lambda src, msg: head.remote_wait_now(src, msg[1]),
             m.ALLOC: self._on_alloc,
-            m.HOLD: lambda src, msg: self.head.hold(msg[1]),
-            m.RELEASE: lambda src, msg: self.head.release(msg[1]),
+            m.HOLD: lambda src, msg: head.hold(msg[1]),
+            m.RELEASE: lambda src, msg: head.release(msg[1]),
             m.BLOCKED: self._on_blocked,
-            m.ADD_LOCATION: lambda src, msg: self.head.add_location(msg[1], msg[2]),
-            m.ACTOR_READY: lambda src, msg: self.head.actor_ready(msg[1], msg[2]),
-            m.ACTOR_DIED: lambda src, msg: self.head.actor_died(msg[1], msg[2], msg[3]),
+            m.ADD_LOCATION: lambda src, msg: head.add_location(msg[1], msg[2]),
+            m.ACTOR_READY: lambda src, msg: head.actor_ready(msg[1], msg[2]),
+            m.ACTOR_DIED: lambda src, msg: head.actor_died(msg[1], msg[2], msg[3]),
             m.CONTROL_CALL: self._on_control,
-            m.PROFILE: lambda src, msg: self.head.add_events(msg[1]),
-            m.FREE_BLOCKS: lambda src, msg: self.head.free_blocks(src, msg[1]),
+            m.PROFILE: lambda src, msg: head.add_events(msg[1]),
+            m.FREE_BLOCKS: lambda src, msg: head.free_blocks(src, msg[1]),
             m.FETCH: lambda src, msg: self.fetcher.serve(src, msg[2], msg[3]),
-            m.RETURNED: lambda src, msg: self.head.tasks_returned(src, msg[1]),
+            m.RETURNED: lambda src, msg: head.tasks_returned(src, msg[1]),
             m.STOPPED: self._on_stopped,
         }
 
@@ -294,7 +299,7 @@ _submitted: collections.deque = collections.deque()
 SUBMIT_BATCH = 256
 
 
-class DriverContext:
+class DriverContext(context.ContextBase):
     """The API on rank 0: calls go straight into the head under its lock."""
 
     is_driver = True

@@ -43,7 +43,7 @@ FLUSH_EVERY = 64
 FLUSH_INTERVAL = 0.002
 
 
-class ExecutorContext:
+class ExecutorContext(context.ContextBase):
     """The API inside an executor: every call is a message to the rank."""
 
     is_driver = False
@@ -180,6 +180,9 @@ class ExecutorContext:
         return next((i for i, msg in enumerate(inbox) if msg[0] == m.REPLY), None)
 
     # --- API --------------------------------------------------------------------
+
+    def record_profile(self, event: dict) -> None:
+        self.profile_events.append(event)   # sent with the next flush
 
     def hold_refs(self, ids) -> None:
         self.emit((m.HOLD, list(ids)))

@@ -15,7 +15,7 @@ from ..transport.serialization import INLINE, loads
 from . import context, taskspec
 
 
-class LocalContext:
+class LocalContext(context.ContextBase):
     is_driver = True
     rank = 0
 

@@ -31,6 +31,8 @@ REQ_BASE = 1 << 40
 class RankContext(ExecutorContext):
     """The API context of in-rank actors: requests go straight to the head."""
 
+    in_rank = True
+
     def __init__(self, loop: "WorkerLoop") -> None:
         super().__init__(None, loop.arena, loop.node, loop.rank, loop.comm.Get_size(),
                          loop.arena.size)

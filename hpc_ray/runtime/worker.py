@@ -580,7 +580,10 @@ class WorkerLoop:
                     active = True
                     continue
                 for data in frames:
-                    self.on_executor(ex, loads(data))
+                    msgs = loads(data)
+                    if m.CHECKING:
+                        m.check_all(msgs, f"rank {self.rank} from executor {ex.pid}")
+                    self.on_executor(ex, msgs)
                 active = True
             if ready:
                 self.dispatch()

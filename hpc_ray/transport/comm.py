@@ -16,6 +16,7 @@ from typing import Callable
 
 from mpi4py import MPI
 
+from . import messages
 from .tags import Tag
 
 logger = logging.getLogger(__name__)
@@ -118,6 +119,9 @@ def recv_control(comm: MPI.Comm, limit: int = 64) -> list[tuple[int, list]]:
         if msg is None:
             break
         got.append((status.Get_source(), msg.recv()))
+    if messages.CHECKING:
+        for src, msgs in got:
+            messages.check_all(msgs, f"rank {comm.Get_rank()} from rank {src}")
     return got
 
 

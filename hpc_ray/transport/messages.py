@@ -1,49 +1,22 @@
-"""Control message kinds and their fields.
+"""Control message kinds and their fields: one ``NamedTuple`` per kind.
 
-On the wire a message is a tuple ``(Msg.KIND, field, ...)`` and messages travel
-in lists, one list per MPI send (measured: a pickled slotted dataclass costs
-about 3x a tuple on the task hot path, so the tuple is the wire form and this
-module is the schema). Records describing values are defined in
-``transport.serialization``.
+On the wire a message is a plain tuple ``(kind, field, ...)`` and messages
+travel in lists, one list per MPI send or socket frame (measured: a pickled
+slotted dataclass costs about 3x a tuple on the task hot path). The tuple's
+fields are those of the kind's ``NamedTuple`` below, in order, ``kind`` first;
+producers on hot paths build the plain tuple, others may build the named one
+(it pickles as the same tuple when sent through ``tuple(msg)``, and handlers
+index by position either way).
 
-Head (rank 0) -> worker rank
-    EXECUTE        (k, task)                   run a task; see ``TaskSpec`` below
-    REPLY          (k, req_id, payload)        answer to a GET/WAIT/ALLOC/CALL request
-    CREATE_ACTOR   (k, actor_id, class_id, class_blob|None, payload, deps, opts)
-    KILL_ACTOR     (k, actor_id, no_restart)
-    RUN_FUNCTION   (k, blob)                   run on every worker's executors
-    GROUP_CREATE   (k, name, mpi_ranks)        make a collective group's communicator
-    STEAL          (k, n)                      give back up to n tasks not started yet
-    SHUTDOWN       (k,)
+``SCHEMA`` maps each kind to its type. Each type's docstring names who sends it
+and who handles it. With ``HPC_RAY_CHECK_MESSAGES=1`` every message a rank
+receives (over MPI, and from its executors) is checked against ``SCHEMA``:
+unknown kinds and wrong field counts raise at once (``tests/test_messages.py``
+runs jobs that way).
 
-Worker rank -> head
-    TASK_DONE      (k, task_id, results, contained, t_start, t_end, pid)
-    TASK_FAILED    (k, task_id, error_record, t_start, t_end, pid)
-    WORKER_CRASHED (k, task_ids, exitcode, pid, actor_id|None)
-    SUBMIT         (k, task)                   a task submitted from inside a task
-    PUT            (k, object_id, record, contained)
-    GET            (k, req_id, object_ids, node)   reply when all are ready
-    WAIT           (k, req_id, object_ids, num_returns)
-    WAIT_NOW       (k, req_id)                 timeout: reply with what is ready
-    ALLOC          (k, req_id, size)           room in this node's store
-    HOLD / RELEASE (k, object_ids)             a process took / dropped its refs
-    BLOCKED        (k, delta)                  executors blocked in get (+1/-1)
-    ADD_LOCATION   (k, object_id, record)      an object was copied to this node
-    ACTOR_READY    (k, actor_id, pid)
-    ACTOR_DIED     (k, actor_id, reason)
-    CONTROL_CALL   (k, req_id, name, args)     get_actor, kill, cluster state, ...
-    PROFILE        (k, events)                 timeline spans recorded on a worker
-    RETURNED       (k, task_ids)               answer to STEAL: tasks given back
-    STOPPED        (k,)                        after SHUTDOWN: the rank's last message
+Records describing values are defined in ``transport.serialization``.
 
-Executor -> its worker rank only
-    COLLECTIVE_OP  (k, req_id, group, op, args)  a collective the rank runs for it
-
-Worker rank <-> worker rank (different nodes)
-    FETCH          (k, object_id, offset, size)    send me these store bytes
-    (followed by raw bytes on Tag.OBJECT_DATA)
-
-TaskSpec (a tuple, fields in order)
+TaskSpec (a list on the head, a tuple or list on the wire; positions ``T_*``)
     task_id, fn_id, fn_blob|None, name, payload, deps, return_ids, resources,
     max_retries, max_calls, actor_id|None, owner, contained
   where payload is (RAW, args) for plain-scalar positional args or a
@@ -51,11 +24,16 @@ TaskSpec (a tuple, fields in order)
   argument positions that are refs: ``[(position_or_key, object_id), ...]``,
   resolved to ``[(position_or_key, object_id, record), ...]`` by the head when it
   dispatches; contained lists refs nested deeper inside the arguments (kept
-  alive, not resolved). On dispatch the resources field carries (GPU ids, resources held).
+  alive, not resolved). On dispatch the resources field carries
+  ``(GPU ids, resources held)``. An actor creation spec has the actor id in
+  ``actor_id`` and ``IN_RANK`` in ``max_calls`` for an actor that lives in its
+  rank's own process.
 """
 from __future__ import annotations
 
 import enum
+import os
+from typing import Any, NamedTuple
 
 
 class Msg(enum.IntEnum):
@@ -89,19 +67,16 @@ class Msg(enum.IntEnum):
     FREE_BLOCKS = 29
     FETCH = 30
     COLLECTIVE_OP = 31
+    EXEC_READY = 40
 
 
 # TaskSpec field positions (the wire form is a plain tuple).
 T_ID, T_FN, T_BLOB, T_NAME, T_PAYLOAD, T_DEPS, T_RETURNS, T_RES, T_RETRIES, \
     T_MAX_CALLS, T_ACTOR, T_OWNER, T_CONTAINED = range(13)
 
-
 #: A record kind only the head hands out: "copy this object from another node
 #: into the room already reserved on yours": (FETCH_PLAN, src_rank, src_record, local_record).
 FETCH_PLAN = 4
-
-#: Executor -> its rank, once, when it is ready for work: (EXEC_READY, pid).
-EXEC_READY = 40
 
 #: max_calls of an actor creation spec: the actor lives in its rank's process.
 IN_RANK = -7
@@ -112,7 +87,7 @@ EXECUTE, REPLY, CREATE_ACTOR, KILL_ACTOR, RUN_FUNCTION, SHUTDOWN = (
     Msg.RUN_FUNCTION.value, Msg.SHUTDOWN.value)
 TASK_DONE, TASK_FAILED, WORKER_CRASHED, SUBMIT, PUT, GET, WAIT, WAIT_NOW, ALLOC, \
     HOLD, RELEASE, BLOCKED, ADD_LOCATION, ACTOR_READY, ACTOR_DIED, CONTROL_CALL, \
-    PROFILE = (m.value for m in (
+    PROFILE = (k.value for k in (
         Msg.TASK_DONE, Msg.TASK_FAILED, Msg.WORKER_CRASHED, Msg.SUBMIT, Msg.PUT,
         Msg.GET, Msg.WAIT, Msg.WAIT_NOW, Msg.ALLOC, Msg.HOLD, Msg.RELEASE,
         Msg.BLOCKED, Msg.ADD_LOCATION, Msg.ACTOR_READY, Msg.ACTOR_DIED,
@@ -124,3 +99,293 @@ RETURNED = Msg.RETURNED.value
 STOPPED = Msg.STOPPED.value
 FREE_BLOCKS = Msg.FREE_BLOCKS.value
 COLLECTIVE_OP = Msg.COLLECTIVE_OP.value
+EXEC_READY = Msg.EXEC_READY.value
+
+
+# --- head (rank 0) -> worker rank (and the rank passes some on to an executor) -----
+
+class Execute(NamedTuple):
+    """Run a task or actor call. Head (``Head._dispatch``, ``_dispatch_actor``) ->
+    ``WorkerLoop.on_control`` -> executor ``Executor.handle``."""
+    kind: int
+    spec: Any
+
+
+class Reply(NamedTuple):
+    """Answer to GET/WAIT/ALLOC/CONTROL_CALL. Head (``Head._reply_get``,
+    ``_check_remote_wait``, ``HeadLoop._on_alloc``/``_on_control``,
+    ``collective_join``) -> ``WorkerLoop._on_reply`` -> the executor's request."""
+    kind: int
+    req_id: int
+    payload: Any
+
+
+class CreateActor(NamedTuple):
+    """Start an actor from its creation spec. Head (``Head._place_actor``) ->
+    ``WorkerLoop.on_control`` -> executor ``Executor.handle``."""
+    kind: int
+    spec: Any
+
+
+class KillActor(NamedTuple):
+    """Kill an actor's process. Head (``Head.kill_actor``) -> ``WorkerLoop.on_control``."""
+    kind: int
+    actor_id: int
+    no_restart: bool
+
+
+class RunFunction(NamedTuple):
+    """Run a pickled function on every executor. Head
+    (``Head.run_function_on_all_workers``) -> ``WorkerLoop.on_control`` -> executors."""
+    kind: int
+    blob: bytes
+
+
+class Shutdown(NamedTuple):
+    """The last message a rank gets. Head (``DriverContext.shutdown``) ->
+    ``WorkerLoop.on_control``; a rank -> its executors (``WorkerLoop.close``)."""
+    kind: int
+
+
+class GroupCreate(NamedTuple):
+    """Make a collective group's communicator. Head (control ``collective_create``) ->
+    ``WorkerLoop.on_control``."""
+    kind: int
+    name: str
+    mpi_ranks: list
+
+
+class Steal(NamedTuple):
+    """Give back up to ``n`` tasks not started yet. Head (``Head._rebalance``) ->
+    ``WorkerLoop.on_control``, answered with RETURNED."""
+    kind: int
+    n: int
+
+
+# --- worker rank (or an executor, through its rank) -> head --------------------------
+
+class TaskDone(NamedTuple):
+    """A task's results. Executor (``Executor.execute``) -> rank -> ``Head.task_done``."""
+    kind: int
+    task_id: int
+    results: list
+    contained: Any
+    t_start: float
+    t_end: float
+    pid: int
+
+
+class TaskFailed(NamedTuple):
+    """A task raised. Executor (``Executor.execute``), or a rank for a call to a
+    gone actor -> ``Head.task_failed``."""
+    kind: int
+    task_id: int
+    error: tuple
+    t_start: float
+    t_end: float
+    pid: int
+
+
+class WorkerCrashed(NamedTuple):
+    """An executor died with these tasks. Rank (``WorkerLoop.on_executor_died``) ->
+    ``Head.worker_crashed``."""
+    kind: int
+    task_ids: list
+    exitcode: int
+    pid: int
+    actor_id: Any
+
+
+class Submit(NamedTuple):
+    """A task submitted from inside a task. Executor -> rank -> ``Head.submit``."""
+    kind: int
+    spec: Any
+
+
+class Put(NamedTuple):
+    """A value stored by a process (which then holds it). Executor -> rank ->
+    ``HeadLoop._on_put``."""
+    kind: int
+    object_id: int
+    record: tuple
+    contained: Any
+
+
+class Get(NamedTuple):
+    """Reply when all are ready. Executor -> rank (request id renumbered) ->
+    ``Head.remote_get``."""
+    kind: int
+    req_id: int
+    object_ids: list
+
+
+class Wait(NamedTuple):
+    """Reply when ``num_returns`` are ready. Executor -> rank -> ``Head.remote_wait``."""
+    kind: int
+    req_id: int
+    object_ids: list
+    num_returns: int
+
+
+class WaitNow(NamedTuple):
+    """A WAIT timed out: reply with what is ready. Executor -> rank ->
+    ``Head.remote_wait_now``."""
+    kind: int
+    req_id: int
+
+
+class Alloc(NamedTuple):
+    """Room for ``size`` bytes in this node's store. Executor -> rank ->
+    ``HeadLoop._on_alloc``."""
+    kind: int
+    req_id: int
+    size: int
+
+
+class Hold(NamedTuple):
+    """A process took refs. Executor -> rank (counted per executor) -> ``Head.hold``."""
+    kind: int
+    object_ids: list
+
+
+class Release(NamedTuple):
+    """A process dropped refs. Executor, or a rank for a dead executor
+    (``WorkerLoop._reclaim``) -> ``Head.release``."""
+    kind: int
+    object_ids: list
+
+
+class Blocked(NamedTuple):
+    """Executors blocked in get (+1/-1). Executor or rank -> ``HeadLoop._on_blocked``."""
+    kind: int
+    delta: int
+
+
+class AddLocation(NamedTuple):
+    """An object was copied to this node. Rank -> ``Head.add_location``."""
+    kind: int
+    object_id: int
+    record: tuple
+
+
+class ActorReady(NamedTuple):
+    """The constructor returned. Executor -> rank -> ``Head.actor_ready``."""
+    kind: int
+    actor_id: int
+    pid: int
+
+
+class ActorDied(NamedTuple):
+    """An actor ended (exit, constructor error, kill). Executor or rank ->
+    ``Head.actor_died``."""
+    kind: int
+    actor_id: int
+    reason: str
+    allow_restart: bool
+
+
+class ControlCall(NamedTuple):
+    """get_actor, kill, cluster state, ...: ``runtime.control``. Executor -> rank ->
+    ``HeadLoop._on_control``."""
+    kind: int
+    req_id: int
+    name: str
+    args: tuple
+
+
+class Profile(NamedTuple):
+    """Timeline spans recorded in an executor. Executor -> rank -> ``Head.add_events``."""
+    kind: int
+    events: list
+
+
+class Returned(NamedTuple):
+    """Answer to STEAL: tasks given back. Rank -> ``Head.tasks_returned``."""
+    kind: int
+    task_ids: list
+
+
+class Stopped(NamedTuple):
+    """After SHUTDOWN: the rank's last message. Rank (``WorkerLoop.close``) ->
+    ``HeadLoop._on_stopped``."""
+    kind: int
+
+
+class FreeBlocks(NamedTuple):
+    """Store blocks a dead executor was given and never sealed: [(offset, size)].
+    Rank (``WorkerLoop._reclaim``) -> ``Head.free_blocks``."""
+    kind: int
+    blocks: list
+
+
+# --- between ranks of different nodes, and executor -> its rank only ------------------
+
+class Fetch(NamedTuple):
+    """Send me these store bytes (they follow on ``Tag.OBJECT_DATA``). Rank
+    (``Fetcher.start``) -> the rank serving the node (``Fetcher.serve``)."""
+    kind: int
+    object_id: int
+    offset: int
+    size: int
+
+
+class CollectiveOp(NamedTuple):
+    """A collective the rank runs for its executor. Executor -> ``WorkerLoop.on_executor``
+    (``collective.rank_run_op``), answered with REPLY."""
+    kind: int
+    req_id: int
+    group: str
+    op: str
+    args: tuple
+
+
+class ExecReady(NamedTuple):
+    """The executor finished start-up. Executor (``Executor.serve``) ->
+    ``WorkerLoop.on_executor``."""
+    kind: int
+    pid: int
+
+
+SCHEMA: dict[int, type] = {
+    EXECUTE: Execute, REPLY: Reply, CREATE_ACTOR: CreateActor, KILL_ACTOR: KillActor,
+    RUN_FUNCTION: RunFunction, SHUTDOWN: Shutdown, GROUP_CREATE: GroupCreate, STEAL: Steal,
+    TASK_DONE: TaskDone, TASK_FAILED: TaskFailed, WORKER_CRASHED: WorkerCrashed,
+    SUBMIT: Submit, PUT: Put, GET: Get, WAIT: Wait, WAIT_NOW: WaitNow, ALLOC: Alloc,
+    HOLD: Hold, RELEASE: Release, BLOCKED: Blocked, ADD_LOCATION: AddLocation,
+    ACTOR_READY: ActorReady, ACTOR_DIED: ActorDied, CONTROL_CALL: ControlCall,
+    PROFILE: Profile, RETURNED: Returned, STOPPED: Stopped, FREE_BLOCKS: FreeBlocks,
+    FETCH: Fetch, COLLECTIVE_OP: CollectiveOp, EXEC_READY: ExecReady,
+}
+
+#: Kinds the head handles (``HeadLoop``'s handler table must cover exactly these).
+TO_HEAD = frozenset((TASK_DONE, TASK_FAILED, WORKER_CRASHED, SUBMIT, PUT, GET, WAIT,
+                     WAIT_NOW, ALLOC, HOLD, RELEASE, BLOCKED, ADD_LOCATION, ACTOR_READY,
+                     ACTOR_DIED, CONTROL_CALL, PROFILE, RETURNED, STOPPED, FREE_BLOCKS,
+                     FETCH))
+#: Kinds a worker rank handles from MPI (``WorkerLoop.on_control``).
+TO_RANK = frozenset((EXECUTE, REPLY, CREATE_ACTOR, KILL_ACTOR, RUN_FUNCTION, SHUTDOWN,
+                     GROUP_CREATE, STEAL, FETCH))
+
+#: Check every received message against SCHEMA (a debugging aid; off by default).
+CHECKING = os.environ.get("HPC_RAY_CHECK_MESSAGES") == "1"
+
+
+class MessageError(ValueError):
+    """A message that does not match its kind's schema: a bug in its producer."""
+
+
+def check(msg, where: str) -> None:
+    """Raise MessageError unless ``msg`` is a tuple matching its kind's schema."""
+    if not isinstance(msg, tuple) or not msg:
+        raise MessageError(f"{where}: a message must be a non-empty tuple, got {msg!r:.200}")
+    schema = SCHEMA.get(msg[0])
+    if schema is None:
+        raise MessageError(f"{where}: unknown message kind {msg[0]!r}")
+    if len(msg) != len(schema._fields):
+        raise MessageError(f"{where}: {schema.__name__} has fields {schema._fields}, "
+                           f"got {len(msg)} values: {msg!r:.300}")
+
+
+def check_all(msgs, where: str) -> None:
+    for msg in msgs:
+        check(msg, where)

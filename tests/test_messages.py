@@ -1,0 +1,47 @@
+"""The wire protocol: one schema per message kind, and every kind through its handler.
+
+Every multi-rank test also runs with ``HPC_RAY_CHECK_MESSAGES=1`` (set by
+``conftest.launch_env``), so any message a real rank receives that does not
+match its kind's schema fails that test.
+"""
+from __future__ import annotations
+
+import pickle
+
+from hpc_ray.transport import messages as m
+
+
+def test_every_kind_has_a_schema_with_kind_first():
+    assert set(m.SCHEMA) == {k.value for k in m.Msg}
+    for kind, schema in m.SCHEMA.items():
+        assert schema._fields[0] == "kind", schema
+        assert schema.__doc__ and "->" in schema.__doc__, f"{schema.__name__}: who sends it?"
+
+
+def test_named_and_plain_tuples_are_the_same_on_the_wire():
+    named = m.TaskDone(m.TASK_DONE, 7, [(0, 1)], None, 1.0, 2.0, 3)
+    plain = (m.TASK_DONE, 7, [(0, 1)], None, 1.0, 2.0, 3)
+    assert pickle.loads(pickle.dumps(tuple(named))) == plain
+    m.check(plain, "test")
+
+
+def test_a_message_with_the_wrong_fields_is_refused():
+    import pytest
+    with pytest.raises(m.MessageError, match="ActorDied"):
+        m.check((m.ACTOR_DIED, 1, "reason"), "test")     # allow_restart missing
+    with pytest.raises(m.MessageError, match="unknown"):
+        m.check((999,), "test")
+
+
+def test_every_kind_the_head_handles_goes_through_its_handler(run):
+    result = run("message_kinds.py", 1, mode="plain", timeout=60)
+    assert "OK message_kinds" in result.stdout, result.output
+    assert "OK contexts" in result.stdout, result.output
+
+
+def test_collective_group_creation_tags_never_equal_a_channel_tag():
+    from hpc_ray.transport.tags import Tag, group_creation_tag
+    channel = {t.value for t in Tag}
+    tags = {group_creation_tag(f"group-{i}") for i in range(20_000)}
+    assert not tags & channel
+    assert max(tags) < 32767          # MPI's guaranteed upper bound
