@@ -176,24 +176,33 @@ class ActorClass:
 
 
 class ActorMethod:
-    __slots__ = ("_handle", "_name", "_num_returns", "_check")
+    __slots__ = ("_handle", "_name", "_num_returns", "_check", "_max_retries")
 
     def __init__(self, handle: "ActorHandle", name: str, num_returns: int,
-                 check=None) -> None:
+                 check=None, max_retries: int = 0) -> None:
         self._handle = handle
         self._name = name
         self._num_returns = num_returns
         self._check = check
+        #: Retries of a call lost with the actor's process (0: the actor's
+        #: max_task_retries); needs max_restarts to have an actor to retry on.
+        self._max_retries = max_retries
 
     def remote(self, *args, **kwargs):
         check = self._check
         if check is not None and (kwargs or not check.lo <= len(args) <= check.hi):
             check(args, kwargs)
-        return self._handle._call(self._name, args, kwargs, self._num_returns)
+        return self._handle._call(self._name, args, kwargs, self._num_returns,
+                                  self._max_retries)
 
     def options(self, **options) -> "ActorMethod":
         check_options(options, METHOD_OPTIONS, f"method {self._name}")
-        return ActorMethod(self._handle, self._name, num_returns_from(options), self._check)
+        retries = options.get("max_retries", self._max_retries)
+        if not isinstance(retries, int) or isinstance(retries, bool) or retries < -1:
+            raise ValueError(f"max_retries must be an int >= -1, got {retries!r}")
+        num_returns = (num_returns_from(options) if "num_returns" in options
+                       or "num_return_vals" in options else self._num_returns)
+        return ActorMethod(self._handle, self._name, num_returns, self._check, retries)
 
     def _remote(self, args: tuple | list | None = None, kwargs: dict | None = None,
                 num_return_vals: int | None = None, num_returns: int | None = None,
@@ -231,11 +240,12 @@ class ActorHandle:
         self.__dict__[name] = method
         return method
 
-    def _call(self, name: str, args: tuple, kwargs: dict, num_returns: int):
+    def _call(self, name: str, args: tuple, kwargs: dict, num_returns: int,
+              max_retries: int = 0):
         ctx = context.current()
         keep: list = []
         spec = build_spec(name, None, f"{self._class_name}.{name}", args, kwargs,
-                          num_returns, None, 0, 0, self._actor_id, 0,
+                          num_returns, None, max_retries, 0, self._actor_id, 0,
                           ctx.put_serialized, keep)
         ctx.submit(spec)
         refs = [context.ObjectRef(oid) for oid in spec[m.T_RETURNS]]

@@ -105,6 +105,8 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
             gone = launch.run_worker(world)
             launch.worker_exit(gone)
         from .runtime.session import start_driver
+        # Ray's log_to_driver: what tasks and actors print shows up here, prefixed.
+        context.log_to_driver = bool(kwargs.get("log_to_driver", True))
         session = start_driver(num_cpus, num_gpus, resources, object_store_memory)
         context.set_current(session.ctx)
         _session = ("mpi", session)

@@ -27,6 +27,13 @@ _local: dict[int, int] = {}
 #: time, even with the head lock held), drained by the context at safe points.
 released: collections.deque = collections.deque()
 _id_lock = threading.Lock()
+#: Guards ``_local``: threads of a task or actor make and drop refs at once.
+#: ``__del__`` never waits for it (it may run inside the locked section, on a
+#: garbage collection): when the lock is busy, the id waits in ``_dead`` and is
+#: counted down by the next holder of the lock (``collect()``). A late
+#: count-down only delays a RELEASE, never sends one early.
+_refs_lock = threading.Lock()
+_dead: collections.deque = collections.deque()
 _counter = itertools.count(1)
 _prefix = 0
 
@@ -108,6 +115,44 @@ def current() -> Context:
 def set_current(ctx) -> None:
     global _ctx
     _ctx = ctx
+    if getattr(ctx, "head", None) is not None:
+        _serve_worker_logs()
+
+
+# --- worker output on the driver (Ray's log_to_driver) ---------------------------
+
+#: Whether rank 0 prints what tasks and actors print; ``init(log_to_driver=)``.
+log_to_driver = True
+
+
+def print_worker_logs(rank: int, entries: list) -> None:
+    """Rank 0: write the lines executors of ``rank`` printed, prefixed as in Ray.
+
+    ``entries`` is ``[(pid, is_stderr, [line, ...]), ...]`` (whole lines, in the
+    order printed); each entry is one ``write``, so lines never interleave.
+    """
+    if not log_to_driver:
+        return
+    import sys
+    for pid, is_err, lines in entries:
+        stream = sys.stderr if is_err else sys.stdout
+        prefix = f"(pid={pid}, rank={rank}) "
+        try:
+            stream.write("".join(f"{prefix}{line}\n" for line in lines))
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken stdout: the lines are lost
+            pass
+
+
+def _serve_worker_logs() -> None:
+    # TODO(head owner): worker ranks send their executors' lines as
+    # CONTROL_CALL (req 0, "worker_log", (rank, entries)), answered by nobody;
+    # a message kind of its own (LOG: (k, entries), no reply) belongs in
+    # transport/messages.py with a HeadLoop handler calling print_worker_logs,
+    # and this registration into control._CALLS can then go.
+    from . import control
+    control._CALLS.setdefault(
+        "worker_log", lambda head, rank, entries: print_worker_logs(rank, entries))
 
 
 def is_set() -> bool:
@@ -115,8 +160,28 @@ def is_set() -> bool:
 
 
 def reset_local_refs() -> None:
-    _local.clear()
-    released.clear()
+    with _refs_lock:
+        _local.clear()
+        _dead.clear()
+        released.clear()
+
+
+def collect() -> None:
+    """Count down the refs whose ``__del__`` found the lock busy."""
+    if _dead:
+        with _refs_lock:
+            _count_down_dead()
+
+
+def _count_down_dead() -> None:
+    while _dead:
+        oid = _dead.popleft()
+        c = _local.get(oid, 0) - 1
+        if c > 0:
+            _local[oid] = c
+        else:
+            _local.pop(oid, None)
+            released.append(oid)
 
 
 class ObjectRef:
@@ -133,20 +198,29 @@ class ObjectRef:
         if type(object_id) is not int:
             object_id = _id_from_binary(object_id)
         self.id = object_id
-        c = _local.get(object_id, 0)
-        _local[object_id] = c + 1
+        with _refs_lock:
+            c = _local.get(object_id, 0)
+            _local[object_id] = c + 1
+            if _dead:
+                _count_down_dead()
         if c == 0 and not _owned and _ctx is not None:
             _ctx.hold_refs((object_id,))
 
     def __del__(self) -> None:
         try:
             oid = self.id
-            c = _local.get(oid, 0) - 1
-            if c > 0:
-                _local[oid] = c
-            else:
-                _local.pop(oid, None)
-                released.append(oid)
+            if not _refs_lock.acquire(False):
+                _dead.append(oid)
+                return
+            try:
+                c = _local.get(oid, 0) - 1
+                if c > 0:
+                    _local[oid] = c
+                else:
+                    _local.pop(oid, None)
+                    released.append(oid)
+            finally:
+                _refs_lock.release()
         except Exception:  # interpreter shutdown: module globals may be gone
             pass
 

@@ -22,6 +22,7 @@ import os
 import pickle
 import socket
 import sys
+import threading
 import time
 import traceback
 from multiprocessing.connection import Connection
@@ -77,43 +78,92 @@ class ExecutorContext(context.ContextBase):
         #: actor id -> hpc_ray.actor's hooks, for Checkpointable actors only (an
         #: in-rank context hosts several actors).
         self.checkpoints: dict = {}
+        # Threads of the user's code may call the API at once (issue 11): sends are
+        # serialized by ``lock``; any waiting thread may read the socket, one at a
+        # time (``reading``), and files what it reads: replies by request id into
+        # ``replies``, everything else into ``inbox`` for the main thread.
+        #: Held while ``out`` is appended to or swapped and sent: frames stay whole and in order.
+        self.lock = threading.Lock()
+        #: Guards ``reading`` and ``batches``; notified after each batch read.
+        self.arrived = threading.Condition(threading.Lock())
+        #: True while some thread reads the socket.
+        self.reading = False
+        #: Batches read so far (a waiter's "did anything arrive?").
+        self.batches = 0
+        #: The thread that runs serve(): the only one that executes tasks.
+        self.main_thread = threading.get_ident()
 
     # --- pipe -------------------------------------------------------------------
 
     def emit(self, msg: tuple) -> None:
-        self.out.append(msg)
+        with self.lock:
+            self.out.append(msg)
 
     def flush(self) -> None:
+        context.collect()
         released = context.released
-        if released:
-            ids = []
-            while released:
-                ids.append(released.popleft())
-            self.out.append((m.RELEASE, ids))
-        if self.profile_events:
-            self.out.append((m.PROFILE, self.profile_events))
-            self.profile_events = []
-        if self.out:
-            out, self.out = self.out, []
-            self._send(out)
+        with self.lock:
+            if released:
+                ids = []
+                while released:
+                    ids.append(released.popleft())
+                self.out.append((m.RELEASE, ids))
+            if self.profile_events:
+                events, self.profile_events = self.profile_events, []
+                self.out.append((m.PROFILE, events))
+            if self.out:
+                out, self.out = self.out, []
+                self._send(out)
         self.last_flush = time.monotonic()
 
     def _send(self, msgs: list) -> None:
         self.conn.send_bytes(pickle.dumps(msgs, protocol=5))
 
     def _poll(self, timeout: float) -> bool:
-        return self.conn.poll(timeout)
+        return self._recv(timeout)
 
     def _recv(self, timeout: float | None) -> bool:
-        """Read one batch from the rank into ``inbox``; False on timeout."""
-        if timeout is not None and not self.conn.poll(timeout):
-            return False
+        """Wait for the next batch from the rank; False on timeout.
+
+        The batch is read by this thread, or by another one already reading (a
+        thread of the user's code waiting for its own reply): either way replies
+        land in ``replies`` and the rest in ``inbox``.
+        """
+        arrived = self.arrived
+        with arrived:
+            if self.reading:
+                seen = self.batches
+                deadline = None if timeout is None else time.monotonic() + timeout
+                while self.reading and self.batches == seen:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    arrived.wait(left)
+                if self.batches != seen:
+                    return True
+            self.reading = True
+        msgs = None
         try:
-            data = self.conn.recv_bytes()
+            if timeout is None or self.conn.poll(timeout):
+                msgs = loads(self.conn.recv_bytes())
         except (EOFError, OSError):
             os._exit(0)  # the rank is gone: nothing left to serve
-        self.inbox.extend(loads(data))
-        return True
+        finally:
+            with arrived:
+                self.reading = False
+                if msgs is not None:
+                    self._file(msgs)
+                    self.batches += 1
+                arrived.notify_all()
+        return msgs is not None
+
+    def _file(self, msgs: list) -> None:
+        replies, inbox = self.replies, self.inbox
+        for msg in msgs:
+            if msg[0] == m.REPLY:
+                replies[msg[1]] = msg[2]
+            else:
+                inbox.append(msg)
 
     def _request(self, msg_kind: int, *fields, timeout: float | None = None,
                  on_timeout: tuple | None = None, blocking: bool = False) -> Any:
@@ -126,15 +176,20 @@ class ExecutorContext(context.ContextBase):
         else that arrives waits in the inbox: an actor runs one call at a time, in
         order, and a collective or an allocation must not have other user code
         run in the middle of it.
+
+        Only the main thread does either; another thread of the user's code just
+        waits for its reply (reading the socket itself when no one else does).
         """
         req = next(self.req_ids)
         self.emit((msg_kind, req) + fields)
+        main = threading.get_ident() == self.main_thread
         deadline = None if timeout is None else time.monotonic() + timeout
-        nested = blocking and self.actor_id is None
+        nested = blocking and main and self.actor_id is None
         blocked = False
+        replies = self.replies
         try:
-            while req not in self.replies:
-                i = self._handleable(nested)
+            while req not in replies:
+                i = self._handleable(nested) if main else None
                 if i is not None:
                     msg = self.inbox.pop(i)
                     if msg[0] == m.EXECUTE and not blocked:
@@ -145,12 +200,13 @@ class ExecutorContext(context.ContextBase):
                     continue
                 self.flush()
                 if deadline is None:
-                    if blocking and not blocked and not self._poll(0.05):
+                    if blocking and main and not blocked:
+                        if self._poll(0.05) or req in replies:
+                            continue
                         blocked = True
                         self.emit((m.BLOCKED, 1))
                         self.flush()
-                    if self._handleable(nested) is not None:
-                        continue  # _poll() may have filled the inbox (in-rank actors)
+                        continue
                     self._recv(None)
                 else:
                     left = deadline - time.monotonic()
@@ -164,7 +220,7 @@ class ExecutorContext(context.ContextBase):
         finally:
             if blocked:
                 self.emit((m.BLOCKED, -1))
-        return self.replies.pop(req)
+        return replies.pop(req)
 
     def _handleable(self, nested: bool) -> int | None:
         """Where in the inbox the next message a waiting request handles is, or None.
@@ -457,6 +513,9 @@ def _die_with_parent() -> None:
 
 def main() -> None:
     _die_with_parent()
+    # Printed lines go to the rank through a pipe (log_to_driver): one write per
+    # line, not per 8 KiB block, so a line shows up while the task still runs.
+    sys.stdout.reconfigure(line_buffering=True)
     cfg = json.loads(os.environ.pop("HPC_RAY_EXECUTOR_CONFIG"))
     sys.path[:] = cfg["sys_path"]
     if cfg.get("cwd"):

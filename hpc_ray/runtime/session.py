@@ -68,6 +68,7 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
         "embedded": embedded,
         "job_id": job_id,
         "pretouch": _config.os_environ_get("PRETOUCH", 128 << 20, _config.parse_bytes),
+        "log_to_driver": context.log_to_driver,
     }
     cfg, node_of, node, arena = launch.setup_world(comm, cfg)
     infos = comm.gather(None, root=0)

@@ -44,6 +44,10 @@ _LAUNCHER_ENV_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPIR_", "MPICH_IN
 #: Most tasks sent to an executor at once (batches amortize the pipe's cost).
 EXECUTOR_BATCH = 64
 
+#: Bytes read from an executor's stdout/stderr at once; a line longer than this
+#: is passed on in pieces (a partial line is otherwise held until its newline).
+OUTPUT_CHUNK = 1 << 16
+
 #: Requests whose replies the rank must look at before passing them on.
 _GET = 1
 _ALLOC = 2
@@ -54,7 +58,7 @@ class ExecutorProc:
 
     __slots__ = ("proc", "conn", "serial", "known_fns", "assigned", "blocked", "actor_id",
                  "calls", "retiring", "ready", "pid", "fd", "outbuf", "inbuf", "holds",
-                 "unsealed")
+                 "unsealed", "pipes")
 
     def __init__(self, proc: subprocess.Popen, conn: Connection, serial: int,
                  actor_id: int | None) -> None:
@@ -79,6 +83,12 @@ class ExecutorProc:
         #: not sealed in a PUT or a result yet: given back if it dies.
         self.holds: dict[int, int] = {}
         self.unsealed: dict[int, int] = {}
+        #: Its stdout/stderr pipes (log_to_driver): fd -> [is stderr, partial line, file].
+        self.pipes: dict[int, list] = {}
+        for f, is_err in ((proc.stdout, False), (proc.stderr, True)):
+            if f is not None:
+                os.set_blocking(f.fileno(), False)
+                self.pipes[f.fileno()] = [is_err, bytearray(), f]
 
     # The rank's end of the socket is non-blocking and buffered both ways: a rank
     # that blocked writing to a busy executor, while that executor blocked writing
@@ -164,6 +174,11 @@ class WorkerLoop:
         self.rank_ctx = None              # API context of in-rank actors, made on demand
         self.groups: dict = {}            # collective group name -> (comm, rank in group)
         self.driver_pid = cfg.get("driver_pid") if cfg.get("driver_host") == socket.gethostname() else None
+        #: Executors' prints go to the driver (Ray's log_to_driver); otherwise they
+        #: go wherever this rank's own output goes.
+        self.log_to_driver = cfg.get("log_to_driver", True)
+        #: Lines read from executors and not yet sent: [(pid, is stderr, [lines])].
+        self.logs: list = []
 
     # --- executors --------------------------------------------------------------
 
@@ -178,8 +193,10 @@ class WorkerLoop:
             "sys_path": self.cfg["sys_path"], "cwd": self.cfg.get("cwd"),
         })
         fds = (child_sock.fileno(),) + ((self.arena.fd,) if self.arena.size else ())
+        pipe = subprocess.PIPE if self.log_to_driver else None
         proc = subprocess.Popen([sys.executable, "-m", "hpc_ray.runtime.executor"],
-                                pass_fds=fds, env=env, stdin=subprocess.DEVNULL)
+                                pass_fds=fds, env=env, stdin=subprocess.DEVNULL,
+                                stdout=pipe, stderr=pipe)
         child_sock.close()
         conn = Connection(parent_sock.detach())
         ex = ExecutorProc(proc, conn, serial, actor_id)
@@ -201,6 +218,57 @@ class WorkerLoop:
         spec = list(spec)
         spec[m.T_BLOB] = blob
         return spec
+
+    # --- executors' output (log_to_driver) ---------------------------------------
+
+    def read_output(self, ex: ExecutorProc, fd: int | None = None) -> None:
+        """Move the whole lines ``ex`` printed so far into ``logs``."""
+        for pfd in (fd,) if fd is not None else tuple(ex.pipes):
+            pipe = ex.pipes.get(pfd)
+            if pipe is None:
+                continue
+            is_err, buf, f = pipe
+            eof = False
+            while True:
+                try:
+                    chunk = os.read(pfd, OUTPUT_CHUNK)
+                except BlockingIOError:
+                    break
+                except OSError:
+                    eof = True
+                    break
+                if not chunk:
+                    eof = True
+                    break
+                buf += chunk
+                if len(chunk) < OUTPUT_CHUNK:
+                    break
+            cut = len(buf) if eof or len(buf) >= OUTPUT_CHUNK else buf.rfind(b"\n") + 1
+            if cut:
+                lines = buf[:cut].decode(errors="replace").split("\n")
+                del buf[:cut]
+                if lines[-1] == "":
+                    lines.pop()
+                self.logs.append((ex.pid, is_err, lines))
+            if eof:
+                del ex.pipes[pfd]
+                f.close()
+
+    def close_output(self, ex: ExecutorProc) -> None:
+        """``ex`` has exited: pass on what it printed last, even a partial line."""
+        self.read_output(ex)
+        for is_err, buf, f in ex.pipes.values():
+            if buf:
+                self.logs.append((ex.pid, is_err, buf.decode(errors="replace").split("\n")))
+            f.close()
+        ex.pipes.clear()
+
+    def send_logs(self) -> None:
+        # TODO(head owner): a LOG message kind of its own (no reply); until then a
+        # CONTROL_CALL with request id 0, whose reply _on_reply drops.
+        if self.logs:
+            self.out.append((m.CONTROL_CALL, 0, "worker_log", (self.rank, self.logs)))
+            self.logs = []
 
     # --- messages from the head and other ranks ---------------------------------
 
@@ -427,6 +495,8 @@ class WorkerLoop:
 
     def _drain(self, ex: ExecutorProc) -> None:
         """Read and handle what an exited executor sent before it went."""
+        self.read_output(ex)
+        self.send_logs()
         while True:
             frames = ex.read_frames()
             if not frames:
@@ -471,6 +541,8 @@ class WorkerLoop:
             ex.conn.close()
         except OSError:
             pass
+        if ex.pipes:
+            self.close_output(ex)
 
     def on_executor_died(self, ex: ExecutorProc) -> None:
         code = self._reap(ex)
@@ -565,14 +637,23 @@ class WorkerLoop:
             timeout = 0.0 if active else backoff.next_timeout()
             executors = self.all_executors()
             by_fd = {ex.fd: ex for ex in executors}
+            pipes = {fd: ex for ex in executors for fd in ex.pipes}
             writers = [ex.fd for ex in executors if ex.outbuf]
             try:
-                ready, writable, _ = select.select(list(by_fd), writers, [], timeout)
+                ready, writable, _ = select.select(list(pipes) + list(by_fd), writers, [],
+                                                   timeout)
             except (OSError, ValueError):
-                ready, writable = list(by_fd), []
+                ready, writable = list(pipes) + list(by_fd), []
             for fd in writable:
                 by_fd[fd].write_some()
             for fd in ready:
+                if fd in pipes:
+                    # Output first (select lists the pipes first): a line printed
+                    # before a task returned reaches the driver before its result.
+                    self.read_output(pipes[fd], fd)
+                    active = True
+                    continue
+                self.send_logs()
                 ex = by_fd[fd]
                 frames = ex.read_frames()
                 if frames is None:
@@ -586,6 +667,7 @@ class WorkerLoop:
                     self.on_executor(ex, msgs)
                 active = True
             if ready:
+                self.send_logs()
                 self.dispatch()
                 if self.out:
                     out, self.out = self.out, []
@@ -613,6 +695,7 @@ class WorkerLoop:
         deadline = time.monotonic() + 2.0
         for ex in self.all_executors():
             self._reap(ex, max(0.05, deadline - time.monotonic()))
+        self.send_logs()
         if not self.driver_gone:
             # The last message to rank 0, which receives until it has one from
             # every rank: nothing this rank sent is left unreceived at MPI_Finalize.

@@ -1,0 +1,204 @@
+"""Issue 11, executor side: threads of a task or actor calling the API at once,
+worker prints reaching the driver's stdout/stderr with Ray's prefix, and an actor
+call lost with its process retried on the restarted actor."""
+import faulthandler, os
+faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
+
+import io
+import re
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+from _harness import check, init_kwargs, ok, poll_for, report, section, tmp_path
+
+import hpc_ray as ray
+from hpc_ray.exceptions import ActorDiedError
+
+THREADS = 10
+ROUNDS = 20
+
+
+class Tee(io.TextIOBase):
+    """The driver's sys.stdout/sys.stderr during a check: kept and passed on."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.parts = []
+
+    def write(self, s):
+        self.parts.append(s)
+        return self.stream.write(s)
+
+    def flush(self):
+        self.stream.flush()
+
+    def text(self):
+        return "".join(self.parts)
+
+
+ray.init(**init_kwargs())
+
+
+# --- threads inside a task or an actor ---------------------------------------------
+
+@ray.remote
+def leaf(x):
+    return x + 1
+
+
+def hammer(i, rounds):
+    """get/put/wait/.remote() in a loop; the sum of what came back."""
+    total = 0
+    for j in range(rounds):
+        ref = leaf.remote(ray.put(i * 1000 + j))
+        ready, _ = ray.wait([ref], timeout=60)
+        if ready != [ref]:
+            raise AssertionError(f"wait gave {ready}")
+        total += ray.get(ref)
+        if j % 5 == 0:  # a store-sized value: an ALLOC request too
+            a = np.full(40000, i, dtype=np.int64)
+            if int(ray.get(ray.put(a)).sum()) != 40000 * i:
+                raise AssertionError("wrong array")
+    return total
+
+
+def expected(i, rounds=ROUNDS):
+    return sum(i * 1000 + j + 1 for j in range(rounds))
+
+
+def threaded(n, rounds):
+    """n threads hammering the API while the calling thread does too."""
+    out = [None] * n
+
+    def run(i):
+        try:
+            out[i] = hammer(i, rounds)
+        except BaseException as exc:  # reported as a value the driver checks
+            out[i] = repr(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    mine = hammer(99, rounds)
+    for t in threads:
+        t.join()
+    return out, mine
+
+
+@ray.remote
+def threaded_task(n, rounds):
+    return threaded(n, rounds)
+
+
+@ray.remote
+class ThreadedActor:
+    def run(self, n, rounds):
+        return threaded(n, rounds)
+
+
+with section("threads"):
+    want = [expected(i) for i in range(THREADS)]
+    out, mine = ray.get(threaded_task.remote(THREADS, ROUNDS), timeout=120)
+    check(out == want, f"task threads: {out}")
+    check(mine == expected(99), f"task main thread: {mine}")
+    actor = ThreadedActor.remote()
+    out, mine = ray.get(actor.run.remote(THREADS, ROUNDS), timeout=120)
+    check(out == want, f"actor threads: {out}")
+    check(mine == expected(99), f"actor main thread: {mine}")
+    # Both still answer one call at a time afterwards.
+    check(ray.get(threaded_task.remote(2, 3), timeout=60) == ([expected(0, 3), expected(1, 3)],
+                                                              expected(99, 3)))
+    report("threads", "ok")
+
+
+# --- worker prints on the driver ----------------------------------------------------
+
+@ray.remote
+def chatty(tag):
+    print(f"hello from task {tag}")
+    print(f"oops from task {tag}", file=sys.stderr)
+    sys.stdout.write(f"part one of {tag}, ")
+    sys.stdout.flush()
+    time.sleep(0.05)
+    sys.stdout.write("part two\n")
+    return os.getpid()
+
+
+@ray.remote
+class Chatty:
+    def say(self, text):
+        print(text)
+        return os.getpid()
+
+
+with section("prints"):
+    out, err = Tee(sys.stdout), Tee(sys.stderr)
+    sys.stdout, sys.stderr = out, err
+    try:
+        pid = ray.get(chatty.remote("T1"), timeout=60)
+        a = Chatty.remote()
+        apid = ray.get(a.say.remote("hello from actor A1"), timeout=60)
+        line = re.compile(r"^\(pid=(\d+), rank=(\d+)\) hello from task T1$", re.M)
+        poll_for(lambda: line.search(out.text()) and "actor A1" in out.text()
+                 and "oops" in err.text(), 20)
+    finally:
+        sys.stdout, sys.stderr = out.stream, err.stream
+    found = line.findall(out.text())
+    check(len(found) == 1 and int(found[0][0]) == pid, f"stdout: {out.text()!r}")
+    check(f"(pid={pid}, rank={found[0][1] if found else '?'}) part one of T1, part two\n"
+          in out.text(), f"a line written in two parts: {out.text()!r}")
+    check(re.search(rf"^\(pid={apid}, rank=\d+\) hello from actor A1$", out.text(), re.M),
+          f"actor line: {out.text()!r}")
+    check(re.search(rf"^\(pid={pid}, rank=\d+\) oops from task T1$", err.text(), re.M),
+          f"stderr: {err.text()!r}")
+    check("oops" not in out.text() and "hello" not in err.text())
+    report("prints", {"pid": pid, "actor_pid": apid})
+
+
+# --- an actor call lost with its process is retried on the restarted actor ---------
+
+@ray.remote
+class Phoenix:
+    def __init__(self):
+        self.pid = os.getpid()
+        self.calls = 0
+
+    def die_once(self, marker, how):
+        self.calls += 1
+        if not os.path.exists(marker):
+            with open(marker, "w"):
+                pass
+            print(f"dying once ({how})", flush=True)
+            if how == "exit":
+                os._exit(1)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self.pid, self.calls
+
+
+with section("actor retries"):
+    a = Phoenix.options(max_restarts=1, max_task_retries=1).remote()
+    pid, calls = ray.get(a.die_once.remote(tmp_path("exit-once"), "exit"), timeout=60)
+    check(pid != os.getpid() and calls == 1, (pid, calls))  # a fresh actor ran it
+    check(ray.get(a.die_once.remote(tmp_path("exit-once"), "exit"), timeout=60) == (pid, 2))
+
+    # 0.7's max_reconstructions, and a method's own max_retries option.
+    b = Phoenix.options(max_reconstructions=1).remote()
+    pid_b, calls = ray.get(b.die_once.options(max_retries=1).remote(
+        tmp_path("kill-once"), "kill"), timeout=60)
+    check(calls == 1, calls)
+
+    # Without retries the lost call fails, and the restarted actor serves the next one.
+    c = Phoenix.options(max_restarts=1).remote()
+    try:
+        ray.get(c.die_once.remote(tmp_path("exit-no-retry"), "exit"), timeout=60)
+        check(False, "a call lost without retries returned")
+    except ActorDiedError:
+        pass
+    check(ray.get(c.die_once.remote(tmp_path("exit-no-retry"), "exit"), timeout=60)[1] == 1)
+    report("retries", "ok")
+
+ray.shutdown()
+ok("executor_semantics")

@@ -1,0 +1,36 @@
+"""Issue 11, executor side: threads in tasks and actors, worker prints on the
+driver (log_to_driver), and actor calls retried after the actor's process died.
+
+The rank scripts are tests/mpi_scripts/executor_semantics.py and executor_quiet.py."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytestmark = [pytest.mark.mpi]
+
+
+@pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
+def test_executor_semantics(run, mode):
+    result = run("executor_semantics.py", 3, mode=mode, timeout=120)
+    values = result.assert_ok("executor_semantics")
+    assert values["threads"] == "ok" and values["retries"] == "ok"
+    pid = values["prints"]["pid"]
+    # Each printed line reaches the output once, prefixed: under mpiexec the
+    # executor's output is not also passed on by the launcher.
+    lines = re.findall(rf"^\(pid={pid}, rank=\d+\) hello from task T1$", result.stdout, re.M)
+    assert len(lines) == 1, result.output()
+    assert result.stdout.count("hello from actor A1") == 1, result.output()
+    assert len(re.findall(r"oops from task T1", result.stderr)) == 1, result.output()
+    # A line printed just before the process died is not lost.
+    assert re.search(r"^\(pid=\d+, rank=\d+\) dying once \(exit\)$", result.stdout, re.M), \
+        result.output()
+
+
+@pytest.mark.parametrize("mode", ["embedded"])
+def test_log_to_driver_off(run, mode):
+    result = run("executor_quiet.py", 3, mode=mode, timeout=60)
+    result.assert_ok("executor_quiet")
+    assert not re.search(r"\(pid=\d+, rank=\d+\) quiet line", result.stdout + result.stderr), \
+        result.output()
