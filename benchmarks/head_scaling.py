@@ -10,8 +10,10 @@ driven directly with synthetic messages, as the comm thread of rank 0 would:
               the driver's releases of the finished tasks' refs (release)
               schedule(); take_outbox()  -> EXECUTE/STEAL per rank, delivered (not timed)
 
-Only the calls into the head are timed (``time.perf_counter`` around each round's
-block of head calls; the simulated ranks' bookkeeping is outside). No process
+Only the calls into the head are timed, in CPU time (``time.process_time`` around
+each round's block of head calls, so other jobs on a shared machine do not
+inflate it; the simulated ranks' bookkeeping is outside). GC pauses inside those
+calls are counted separately (``gc.callbacks``). No process
 is started: 1,024 "ranks" are 1,024 deques.
 
 Scenarios:
@@ -59,6 +61,8 @@ SUBMIT_BATCH = 256
 TASK_SECONDS = 1e-4
 #: Ranks per simulated node (each node has one store allocator in the head).
 RANKS_PER_NODE = 64
+#: True while a call into the head is being timed: GC pauses are counted then only.
+IN_HEAD = [False]
 
 
 # --- the simulation ---------------------------------------------------------------
@@ -97,12 +101,14 @@ class Fleet:
     def submit(self, specs: list) -> None:
         """The driver's drain_refs(): submissions, then one scheduling pass."""
         head = self.head
-        t = time.perf_counter()
+        IN_HEAD[0] = True
+        t = time.process_time()
         for s in specs:
             head.submit(s)
         head.schedule()
         out = head.take_outbox()
-        self.head_seconds += time.perf_counter() - t
+        self.head_seconds += time.process_time() - t
+        IN_HEAD[0] = False
         self.deliver(out)
 
     def deliver(self, out: dict) -> None:
@@ -148,7 +154,8 @@ class Fleet:
         released = []
         head = self.head
         raw = ((0, 0),)   # (RAW, value): RAW is 0 in transport.serialization
-        t = time.perf_counter()
+        IN_HEAD[0] = True
+        t = time.process_time()
         for rank, items in reports:
             for tid, rets in items:
                 head.task_done(rank, tid, [raw[0]] * len(rets), None, t0, t1, 1000 + rank)
@@ -163,7 +170,8 @@ class Fleet:
         if released:
             head.release(released)
         out = head.take_outbox()
-        self.head_seconds += time.perf_counter() - t
+        self.head_seconds += time.process_time() - t
+        IN_HEAD[0] = False
         self.rounds += 1
         self.done += len(released)
         self.deliver(out)
@@ -213,7 +221,7 @@ def run_burst(n: int, tasks: int, per_msg: int) -> dict:
         if not fleet.ring and not fleet.steals:
             raise RuntimeError(f"stuck: {fleet.done} of {tasks} done, nothing queued")
         fleet.round()
-    return _result(fleet, tasks)
+    return fleet, _result(fleet, tasks)
 
 
 def run_steady(n: int, tasks: int, per_msg: int, window: int) -> dict:
@@ -236,7 +244,7 @@ def run_steady(n: int, tasks: int, per_msg: int, window: int) -> dict:
     # Steady state: the second half only (the first fills the history log).
     res["us_per_task_2nd_half"] = round(
         (fleet.head_seconds - half_seconds) / max(1, fleet.done - half_done) * 1e6, 2)
-    return res
+    return fleet, res
 
 
 def _result(fleet: Fleet, tasks: int) -> dict:
@@ -267,15 +275,28 @@ def one(scenario: str, n: int, tasks: int, per_msg: int, window: int, memory: bo
         import tracemalloc
         tracemalloc.start()
     rss0 = _rss()
+    gc_time = [0.0, 0.0]
+
+    def gc_timer(phase, info):   # GC pauses inside the timed head calls
+        if not IN_HEAD[0]:
+            return
+        if phase == "start":
+            gc_time[1] = time.process_time()
+        elif gc_time[1]:
+            gc_time[0] += time.process_time() - gc_time[1]
+            gc_time[1] = 0.0
+
+    gc.callbacks.append(gc_timer)
     prof = None
     if profile:
         import cProfile
         prof = cProfile.Profile()
         prof.enable()
     if scenario == "burst":
-        res = run_burst(n, tasks, per_msg)
+        fleet, res = run_burst(n, tasks, per_msg)
     else:
-        res = run_steady(n, tasks, per_msg, window)
+        fleet, res = run_steady(n, tasks, per_msg, window)
+    gc.callbacks.remove(gc_timer)
     if prof is not None:
         prof.disable()
         import io
@@ -283,13 +304,17 @@ def one(scenario: str, n: int, tasks: int, per_msg: int, window: int, memory: bo
         buf = io.StringIO()
         pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(18)
         res["profile"] = buf.getvalue()
+    res["gc_s"] = round(gc_time[0], 3)
+    # Kept by the head after the run (history of finished tasks, per-rank records).
     res["rss_growth_mb"] = round((_rss() - rss0) / 2**20, 1)
+    res["history_tasks"] = len(fleet.head.history.tasks)
     if memory:
         import tracemalloc
         cur, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         res["tracemalloc_peak_mb"] = round(peak / 2**20, 1)
         res["tracemalloc_end_mb"] = round(cur / 2**20, 1)
+    del fleet
     res.update(scenario=scenario, ranks=n, per_msg=per_msg, pick=pick,
                window=window if scenario == "steady" else None)
     return res
@@ -313,11 +338,13 @@ def _child(args, scenario: str, n: int, memory: bool, profile: bool = False) -> 
 
 def table(rows: list[dict]) -> str:
     cols = [("scenario", "scenario"), ("pick", "pick"), ("ranks", "ranks"), ("tasks", "tasks"),
-            ("µs/task (head)", "us_per_task"), ("µs/task 2nd half", "us_per_task_2nd_half"),
+            ("head CPU µs/task", "us_per_task"), ("µs/task 2nd half", "us_per_task_2nd_half"),
             ("head-bound tasks/s", "tasks_per_s_head_bound"),
-            ("tasks/round", "tasks_per_round"), ("RSS growth MB", "rss_growth_mb"),
+            ("tasks/round", "tasks_per_round"), ("of which GC s", "gc_s"),
+            ("head s", "head_s"), ("RSS growth MB", "rss_growth_mb"),
             ("tracemalloc peak MB", "tracemalloc_peak_mb"),
-            ("tracemalloc end MB", "tracemalloc_end_mb")]
+            ("tracemalloc end MB", "tracemalloc_end_mb"),
+            ("history tasks kept", "history_tasks")]
     cols = [(h, k) for h, k in cols if any(r.get(k) is not None for r in rows)]
     lines = ["| " + " | ".join(h for h, _ in cols) + " |",
              "|" + "|".join("---" if k in ("scenario", "pick") else "---:" for _, k in cols) + "|"]

@@ -1,0 +1,192 @@
+"""Many ranks on one node: 20,000 tiny tasks under mpiexec, hpc_ray vs mpi4py.futures.
+
+For each N the parent runs, one after the other (never together):
+
+    hpc_ray:  mpiexec -n N python benchmarks/ranks.py --child hpc_ray
+              (a plain ``python driver.py`` under mpiexec: rank 0 drives, N-1 ranks work)
+              ray.get([f.remote(i) for i in range(TASKS)])
+    futures:  mpiexec -n N python -m mpi4py.futures benchmarks/ranks.py --child futures
+              list(executor.map(f, range(TASKS)))        (N-1 worker ranks, chunksize 1)
+
+Each child first runs one warm-up batch (2 tasks per worker, so the function has
+reached every rank), then times the TASKS batch and prints one ``@@ranks {json}``
+line. The parent also records the wall time of the whole mpiexec (start-up and
+shutdown included) and the CPU seconds all its processes used (RUSAGE_CHILDREN:
+mpiexec reaps its ranks, the ranks their executors), so idle polling shows up
+as CPU per task.
+
+    python benchmarks/ranks.py                       # N = 3, 8, 16, 32; 20,000 tasks
+    python benchmarks/ranks.py --ranks 3,8 --reps 2 --systems hpc_ray,futures
+    python benchmarks/ranks.py --save                # benchmarks/results/ranks-<date>.md/.json
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TASKS = 20_000
+MARK = "@@ranks "
+
+
+def f(x):
+    return x
+
+
+# --- children: run inside mpiexec ------------------------------------------------------
+
+def child_hpc_ray(tasks: int) -> None:
+    import hpc_ray as ray
+    ray.init()
+    workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    g = ray.remote(f)
+    assert ray.get([g.remote(i) for i in range(2 * workers)]) == list(range(2 * workers))
+    t = time.perf_counter()
+    out = ray.get([g.remote(i) for i in range(tasks)])
+    dt = time.perf_counter() - t
+    assert out == list(range(tasks)), "wrong results"
+    print(MARK + json.dumps({"seconds": dt, "workers": workers}), flush=True)
+    ray.shutdown()
+
+
+def child_futures(tasks: int) -> None:
+    from mpi4py.futures import MPIPoolExecutor
+    with MPIPoolExecutor() as ex:
+        workers = ex.num_workers
+        assert list(ex.map(f, range(2 * workers))) == list(range(2 * workers))
+        t = time.perf_counter()
+        out = list(ex.map(f, range(tasks)))
+        dt = time.perf_counter() - t
+    assert out == list(range(tasks)), "wrong results"
+    print(MARK + json.dumps({"seconds": dt, "workers": workers}), flush=True)
+
+
+# --- parent ------------------------------------------------------------------------------
+
+def command(system: str, n: int, tasks: int) -> list[str]:
+    sys.path.insert(0, str(ROOT))
+    from hpc_ray.mpirun import mpiexec_argv
+    py = sys.executable
+    me = str(Path(__file__).resolve())
+    tail = ["--child", system, "--tasks", str(tasks)]
+    if system == "hpc_ray":
+        return mpiexec_argv(n, [py, me, *tail])
+    return mpiexec_argv(n, [py, "-m", "mpi4py.futures", me, *tail])
+
+
+def run_one(system: str, n: int, tasks: int, timeout: float) -> dict:
+    cmd = command(system, n, tasks)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=str(ROOT), start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        out, err = proc.communicate()
+        return {"system": system, "ranks": n, "error": f"timed out after {timeout:.0f} s",
+                "tail": (out + err)[-2000:]}
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    lines = [ln for ln in out.splitlines() if ln.startswith(MARK)]
+    if proc.returncode != 0 or not lines:
+        return {"system": system, "ranks": n, "error": f"exit code {proc.returncode}",
+                "tail": (out + err)[-2000:]}
+    res = json.loads(lines[-1][len(MARK):])
+    return {"system": system, "ranks": n, "workers": res["workers"], "tasks": tasks,
+            "seconds": round(res["seconds"], 3),
+            "tasks_per_s": round(tasks / res["seconds"]),
+            "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+            "cpu_us_per_task": round(cpu / tasks * 1e6)}
+
+
+def table(rows: list[dict], systems: list[str]) -> str:
+    best: dict = {}
+    for r in rows:
+        if "error" in r:
+            continue
+        key = (r["system"], r["ranks"])
+        if key not in best or r["tasks_per_s"] > best[key]["tasks_per_s"]:
+            best[key] = r
+    ranks = sorted({r["ranks"] for r in rows})
+    head = ["N (ranks)"]
+    for s in systems:
+        head += [f"{s} tasks/s", f"{s} s", f"{s} wall s", f"{s} CPU µs/task"]
+    if "hpc_ray" in systems and "futures" in systems:
+        head.append("hpc_ray/futures")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    for n in ranks:
+        cells = [str(n)]
+        for s in systems:
+            r = best.get((s, n))
+            cells += ([f"{r['tasks_per_s']:,}", str(r["seconds"]), str(r["wall_s"]),
+                       f"{r['cpu_us_per_task']:,}"] if r else ["ERR", "", "", ""])
+        if "hpc_ray" in systems and "futures" in systems:
+            a, b = best.get(("hpc_ray", n)), best.get(("futures", n))
+            cells.append(f"{a['tasks_per_s'] / b['tasks_per_s']:.2f}x" if a and b else "")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ranks", default="3,8,16,32", help="mpiexec -n values")
+    p.add_argument("--systems", default="hpc_ray,futures")
+    p.add_argument("--tasks", type=int, default=TASKS)
+    p.add_argument("--reps", type=int, default=1, help="runs per (system, N); the best is shown")
+    p.add_argument("--timeout", type=float, default=300)
+    p.add_argument("--save", action="store_true", help="write benchmarks/results/ranks-*")
+    p.add_argument("--child", choices=["hpc_ray", "futures"], help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child == "hpc_ray":
+        return child_hpc_ray(args.tasks)
+    if args.child == "futures":
+        return child_futures(args.tasks)
+
+    systems = [s for s in args.systems.split(",") if s]
+    for s in systems:
+        if s not in ("hpc_ray", "futures"):
+            p.error(f"unknown system {s!r} (known: ['hpc_ray', 'futures'])")
+    started = time.time()
+    load0 = os.getloadavg()[0]
+    rows = []
+    for n in (int(x) for x in args.ranks.split(",") if x):
+        for _ in range(args.reps):
+            for s in systems:
+                r = run_one(s, n, args.tasks, args.timeout)
+                rows.append(r)
+                print(json.dumps(r), file=sys.stderr, flush=True)
+    text = table(rows, systems)
+    print(text)
+    if args.save:
+        stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M%S")
+        out = ROOT / "benchmarks" / "results" / f"ranks-{stamp}"
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                capture_output=True, text=True).stdout.strip()
+        hdr = (f"# {args.tasks:,} tiny tasks under mpiexec -n N, {stamp}\n\n"
+               f"Command: `python benchmarks/ranks.py {' '.join(sys.argv[1:])}`\n\n"
+               f"- hpc_ray commit: {commit}\n- python: {platform.python_version()}\n"
+               f"- cpus: {os.cpu_count()}; 1-min load average {load0:.2f} at start, "
+               f"{os.getloadavg()[0]:.2f} at end\n"
+               f"- best of {args.reps} run(s) per cell; `s`: the timed batch; `wall s`: the "
+               f"whole mpiexec; `CPU µs/task`: CPU of every process of the run "
+               f"(start-up included) / tasks\n- total: {time.time() - started:.0f} s\n\n")
+        errors = [r for r in rows if "error" in r]
+        tail = "".join(f"\n- {r['system']} N={r['ranks']}: {r['error']}\n" for r in errors)
+        out.with_suffix(".md").write_text(hdr + text + "\n" + tail)
+        out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+        print(f"saved {out}.md and .json", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
