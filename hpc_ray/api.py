@@ -60,6 +60,10 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
         object_store_memory: bytes of shared memory per node for large objects.
         local_mode: run every task serially in this process, for debugging.
         ignore_reinit_error: make a second ``init()`` a no-op instead of an error.
+        log_to_driver: (keyword) print what tasks and actors print on this
+            process's ``sys.stdout``/``sys.stderr``, each line prefixed
+            ``(pid=…, rank=…)`` (default True); False leaves it in the worker
+            ranks' own output.
 
     Returns:
         A dict describing the job (``job_id``, ``world_size``, ``mode``).

@@ -140,7 +140,7 @@ def print_worker_logs(rank: int, entries: list) -> None:
         try:
             stream.write("".join(f"{prefix}{line}\n" for line in lines))
             stream.flush()
-        except (OSError, ValueError):  # a closed or broken stdout: the lines are lost
+        except Exception:  # a closed, broken or missing stdout: the lines are lost
             pass
 
 
