@@ -54,8 +54,50 @@ def visible_gpus() -> list[int]:
     return out
 
 
+def _single_node() -> bool:
+    """Whether this job's ranks all share one node, as far as the launcher says.
+
+    A process started without a launcher (embedded mode) spawns its workers on
+    this node. Unknown launchers count as several nodes.
+    """
+    env = os.environ
+    pairs = (("MPI_LOCALNRANKS", "PMI_SIZE"),                          # MPICH's hydra
+             ("OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_SIZE"))   # Open MPI
+    for local, total in pairs:
+        if local in env and total in env:
+            return env[local] == env[total]
+    if "SLURM_STEP_NUM_NODES" in env or "SLURM_NNODES" in env:
+        return env.get("SLURM_STEP_NUM_NODES", env.get("SLURM_NNODES")) == "1"
+    return not any(k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_")) for k in env)
+
+
+def confine_network() -> None:
+    """Keep the MPI library's own listening sockets off the network where it can.
+
+    On one node ranks talk through shared memory, or through libfabric's tcp
+    provider on loopback for spawned workers: each rank's listener is bound to
+    127.0.0.1 (by default the MPICH wheel's ranks listen on the host's external
+    address too). On
+    several nodes ``HPC_RAY_NETWORK_IFACE`` names the fabric's interface. Called
+    before MPI starts; a site's or user's own FI_*/OMPI_MCA_* settings win.
+    """
+    env = os.environ
+    iface = env.get("HPC_RAY_NETWORK_IFACE")
+    if not iface and _single_node():
+        iface = "lo"
+        # MPICH's UCX netmod listens on every interface and has no knob for it;
+        # its libfabric netmod with the tcp provider binds where FI_TCP_IFACE says.
+        env.setdefault("MPIR_CVAR_CH4_NETMOD", "ofi")
+        env.setdefault("FI_PROVIDER", "tcp")
+        env.setdefault("OMPI_MCA_btl_tcp_if_include", "lo")
+    if iface:
+        env.setdefault("FI_TCP_IFACE", iface)
+        env.setdefault("FI_SOCKETS_IFACE", iface)
+
+
 def mpi():
     """Import mpi4py.MPI (initialises MPI): only ranks, never executors, call this."""
+    confine_network()
     import mpi4py
     mpi4py.rc.recv_mprobe = True
     from mpi4py import MPI

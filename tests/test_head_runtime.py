@@ -78,3 +78,14 @@ def test_terminal_ctrl_c_reaches_the_driver_and_the_job_goes_on(mode):
     assert proc.returncode == 0, out
     assert "INTERRUPTED" in out and "RESULTS OK" in out and "AGAIN 5" in out, out
     assert "MPI_Abort" not in out and "KeyboardInterrupt" not in out, out
+
+
+@pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
+def test_a_one_node_job_listens_on_loopback_only(run, mode):
+    # What the README's "What listens" section says: the ranks' own sockets are on
+    # 127.0.0.1; only the launcher's control (and, embedded, PMI) ports are not.
+    values = run("listeners.py", 3, mode=mode, timeout=60).assert_ok("listeners")
+    assert values["rank_listeners"], "no rank listener found: the check saw nothing"
+    assert all(a.startswith("127.") for a in values["rank_listeners"])
+    # hydra's control port, and embedded the singleton's PMI port: not loopback.
+    assert len([a for a in values["launcher_listeners"] if not a.startswith("127.")]) <= 2
