@@ -89,3 +89,9 @@ def test_a_one_node_job_listens_on_loopback_only(run, mode):
     assert all(a.startswith("127.") for a in values["rank_listeners"])
     # hydra's control port, and embedded the singleton's PMI port: not loopback.
     assert len([a for a in values["launcher_listeners"] if not a.startswith("127.")]) <= 2
+
+
+@pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
+def test_many_driver_threads_share_rank_0s_mpi(run, mode):
+    values = run("driver_threads.py", 3, mode=mode, timeout=180).assert_ok("driver_threads")
+    assert values["iterations"] == 8 * 150

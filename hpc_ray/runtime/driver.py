@@ -5,9 +5,21 @@
     comm thread (HeadLoop): recv batches ─▶ Head.handle ─▶ schedule ─▶ isend batches
                              FETCH requests from other nodes ─▶ raw Isend from the store
 
-The comm thread owns every MPI call on rank 0. The user thread never blocks
-the head: it takes the lock for microseconds and wakes the comm thread with an
-event when it left messages to send.
+Who calls MPI on rank 0: whichever thread holds ``HeadLoop.progress``, and only
+inside ``HeadLoop.poll_once`` (one round: receive, handle, send, progress the
+transfers). Normally that is the comm thread. A user thread waiting in
+``get``/``wait`` takes the same lock and runs rounds itself for a while
+(``DRIVER_SPINS``), so a sync round trip involves no hand-over between threads;
+meanwhile ``driver_polling`` tells the comm thread to stay idle, and when the
+waiter gives up polling it wakes the comm thread. That one lock is the whole
+hand-over: no other code on rank 0 calls MPI, except ``MPI_Abort`` when
+shutdown cannot reach the workers. MPI sees serialized calls from several
+threads (``MPI_THREAD_SERIALIZED`` use; mpi4py asks for ``MPI_THREAD_MULTIPLE``).
+``tests/mpi_scripts/driver_threads.py`` hammers it from many user threads.
+
+The head's state is guarded by ``Head.lock`` (held for microseconds). Users'
+threads hand submissions over through lock-free deques (``_submitted``,
+``_held``) drained under that lock.
 """
 from __future__ import annotations
 
