@@ -33,6 +33,9 @@ setup(
         # and the bundled digits data.
         "examples": ["gymnasium", "scikit-learn", "scipy"],
         "slurm": ["pyslurm"],
+        # hpc_ray.tune's ExperimentAnalysis.dataframe() and the Optuna searcher.
+        "tune": ["pandas"],
+        "tune-optuna": ["optuna", "pandas"],
     },
     entry_points={"console_scripts": ["hpc-ray = hpc_ray.cli:main"]},
 )
