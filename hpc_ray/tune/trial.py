@@ -78,6 +78,11 @@ class Trial:
         self._restore_from: str | None = None
         self._pending_setup: bool = False
         self._needs_truncate: bool = False
+        #: A trial queued on this one's actor, to start when this one ends (and
+        #: the one this trial is queued behind).
+        self._successor: "Trial | None" = None
+        self._predecessor: "Trial | None" = None
+        self._outlived_call = False
 
     @staticmethod
     def new_id() -> str:

@@ -59,11 +59,14 @@ class TrialActor:
         self._checkpoint_freq = 0
         self._checkpoint_at_end = False
         self._stop_criterion: dict = {}
+        #: A trial is set up and has not ended yet.
+        self._live = False
 
     def setup(self, config: dict, logdir: str | None, checkpoint: bytes | None,
               reuse: bool, checkpoint_freq: int, checkpoint_at_end: bool,
               stop: dict) -> None:
         self._error = None
+        self._live = True
         self._checkpoint_freq = checkpoint_freq
         self._checkpoint_at_end = checkpoint_at_end
         self._stop_criterion = stop
@@ -115,9 +118,20 @@ class TrialActor:
             out.append((result, checkpoint))
             # A checkpoint goes to the driver at once: a crash in a later
             # iteration of the same call must not take it along.
-            if (stops or checkpoint is not None or result.get(R.RESULT_DUPLICATE)
-                    or len(out) >= max_results or time.monotonic() - start >= max_seconds):
+            if stops or result.get(R.RESULT_DUPLICATE):
+                self._live = False
                 return out
+            if (checkpoint is not None or len(out) >= max_results
+                    or time.monotonic() - start >= max_seconds):
+                return out
+
+    def start(self, setup_args: tuple, max_results: int, max_seconds: float):
+        """A trial queued behind the current one: set up and train it, unless the
+        current trial is still live (then None: the driver starts it later)."""
+        if self._live:
+            return None
+        self.setup(*setup_args)
+        return self.train(max_results, max_seconds)
 
     def save(self) -> tuple[int, bytes]:
         return self._trainable._iteration, self._trainable.save_to_object()

@@ -117,6 +117,7 @@ class TrialRunner:
         self._metadata = dict(metadata or {})
         self._preempted = False
         self._draining = False
+        self._used_cache: dict[str, float] | None = None
         self._progress = ProgressReporter(verbose, experiment_dir, self._scheduler,
                                           self._total)
         os.makedirs(experiment_dir, exist_ok=True)
@@ -133,18 +134,25 @@ class TrialRunner:
         shape = _shape(resources)
         if any(k[1:] == shape for k, _ in self._idle):
             return True  # an idle actor of that shape is handed over (or replaced)
-        used: dict[str, float] = {}
-        for trial in self._trials:
-            if trial.status == Trial.RUNNING:
-                for k, v in _demand(trial.resources).items():
-                    used[k] = used.get(k, 0.0) + v
-        for k, _ in self._idle:
-            for name, v in _demand(dict(k[1:])).items():
-                used[name] = used.get(name, 0.0) + v
+        used = self._used()
         for name, v in _demand(resources).items():
             if v and used.get(name, 0.0) + v > self._total.get(name, 0.0) + 1e-9:
                 return False
         return True
+
+    def _used(self) -> dict[str, float]:
+        """What running trials and idle actors hold; cached until a state changes."""
+        if self._used_cache is None:
+            used: dict[str, float] = {}
+            for trial in self._trials:
+                if trial.status == Trial.RUNNING and trial._predecessor is None:
+                    for k, v in _demand(trial.resources).items():
+                        used[k] = used.get(k, 0.0) + v
+            for k, _ in self._idle:
+                for name, v in _demand(dict(k[1:])).items():
+                    used[name] = used.get(name, 0.0) + v
+            self._used_cache = used
+        return self._used_cache
 
     def add_trial(self, trial: Trial) -> None:
         self._trials.append(trial)
@@ -254,6 +262,8 @@ class TrialRunner:
         for _key, actor in self._idle:
             self._terminate(actor)
         self._idle.clear()
+        self._used_cache = None
+        self._queue_successors()
 
     def _start(self, trial: Trial) -> None:
         checkpoint = None
@@ -269,6 +279,7 @@ class TrialRunner:
         for i, (k, idle) in enumerate(self._idle):
             if k[1:] == key[1:]:
                 del self._idle[i]
+                self._used_cache = None
                 if k == key:
                     actor = idle
                 else:  # same resources, another trainable: make room
@@ -279,9 +290,7 @@ class TrialRunner:
             blob = self._trainables[trial.trainable_name][0]
             actor = self._actor_class.options(**_actor_options(trial.resources)).remote(blob)
         self._actors[trial.trial_id] = actor
-        actor.setup.remote(trial.config, trial.logdir, checkpoint, reuse,
-                           trial.checkpoint_freq, trial.checkpoint_at_end,
-                           trial.stopping_criterion)
+        actor.setup.remote(*_setup_args(trial, checkpoint, reuse))
         trial._pending_setup = False
         trial._restore_from = None
         self._loggers[trial.trial_id] = TrialLogger(trial)
@@ -295,29 +304,90 @@ class TrialRunner:
         actor = self._actors[trial.trial_id]
         if trial._pending_setup:
             checkpoint = _read_checkpoint(trial._restore_from) if trial._restore_from else None
-            actor.setup.remote(trial.config, trial.logdir, checkpoint, True,
-                               trial.checkpoint_freq, trial.checkpoint_at_end,
-                               trial.stopping_criterion)
+            actor.setup.remote(*_setup_args(trial, checkpoint, True))
             trial._pending_setup = False
             trial._restore_from = None
-        if getattr(self._scheduler, "_supports_buffered_results", False) and \
-                isinstance(trial.stopping_criterion, dict):
+        if self._batched(trial):
             ref = actor.train.remote(_BATCH_RESULTS, _BATCH_SECONDS)
         else:
             ref = actor.train.remote()
         trial._inflight = ref
         self._inflight[ref] = trial
 
+    def _batched(self, trial: Trial) -> bool:
+        return (getattr(self._scheduler, "_supports_buffered_results", False)
+                and isinstance(trial.stopping_criterion, dict))
+
+    def _queue_successors(self) -> None:
+        """Queue a pending trial behind each running one that will likely end
+        within its current call (batched, no checkpoints), on the same actor: the
+        actor goes on to it without waiting for the driver.  A trial that did not
+        end after all makes its successor come back as "busy", to start later."""
+        if not self._reuse:
+            return
+        pending = (t for t in self._trials if t.status == Trial.PENDING
+                   and not t.has_checkpoint() and not t._needs_truncate)
+        for trial in list(self._trials):
+            if (trial.status != Trial.RUNNING or trial._successor is not None
+                    or trial._predecessor is not None or trial._inflight is None
+                    or trial.checkpoint_freq or trial._outlived_call
+                    or not self._batched(trial)):
+                continue
+            nxt = next((t for t in pending if _resource_key(t) == _resource_key(trial)), None)
+            if nxt is None:
+                return
+            actor = self._actors[trial.trial_id]
+            self._actors[nxt.trial_id] = actor
+            trial._successor, nxt._predecessor = nxt, trial
+            self._loggers[nxt.trial_id] = TrialLogger(nxt)
+            nxt.status = Trial.RUNNING
+            ref = actor.start.remote(_setup_args(nxt, None, True), _BATCH_RESULTS,
+                                     _BATCH_SECONDS)
+            nxt._inflight = ref
+            self._inflight[ref] = nxt
+            self._record(nxt)
+
+    def _unqueue(self, trial: Trial) -> None:
+        """A queued trial goes back to PENDING (its predecessor did not end)."""
+        pred = trial._predecessor
+        if pred is not None:
+            pred._successor = None
+        trial._predecessor = None
+        self._actors.pop(trial.trial_id, None)
+        if trial._inflight is not None:
+            self._inflight.pop(trial._inflight, None)
+            trial._inflight = None
+        self._close_logger(trial)
+        trial.status = Trial.PENDING
+        self._record(trial)
+
     def _process(self, trial: Trial, ref) -> None:
+        pred = trial._predecessor
+        if pred is not None and pred._inflight is not None:
+            # The actor ran the predecessor's call first: handle that first.
+            pred_ref = pred._inflight
+            self._inflight.pop(pred_ref, None)
+            self._process(pred, pred_ref)
+            if trial.status != Trial.RUNNING:
+                return  # sent back to PENDING by the predecessor's fate
         trial._inflight = None
         try:
             batch = _ray.get(ref)
         except RayError as err:
             self._on_error(trial, err)
             return
+        if batch is None:  # "busy": queued behind a trial that did not end
+            self._unqueue(trial)
+            return
+        if pred is not None:
+            pred._successor = None
+            trial._predecessor = None
+            self._used_cache = None
         for result, checkpoint in batch:
             if not self._handle_result(trial, result, checkpoint):
                 return
+        # It outlived a whole call: queue no trial behind it (it would be "busy").
+        trial._outlived_call = True
         self._issue_train(trial)
 
     def _handle_result(self, trial: Trial, result: dict, checkpoint: bytes | None) -> bool:
@@ -407,10 +477,21 @@ class TrialRunner:
             self._inflight.pop(ref, None)
             trial._inflight = None
             reusable = False  # it is busy with an iteration nobody wants
+        successor = trial._successor
+        if successor is not None:
+            trial._successor = None
+            if reusable:
+                # The actor goes on with the trial queued behind, which now
+                # holds the resources.
+                successor._predecessor = None
+                self._used_cache = None
+                return
+            self._unqueue(successor)
         if actor is None:
             return
         if reusable and self._reuse:
             self._idle.append((_resource_key(trial), actor))
+            self._used_cache = None
         elif reusable:
             self._terminate(actor)
         else:
@@ -433,6 +514,7 @@ class TrialRunner:
         for _key, actor in self._idle:
             self._terminate(actor)
         self._idle.clear()
+        self._used_cache = None
 
     def _store_checkpoint(self, trial: Trial, data: bytes, iteration: int) -> None:
         path = os.path.join(trial.logdir, f"checkpoint_{iteration}")
@@ -483,7 +565,9 @@ class TrialRunner:
     # --- the experiment state file ----------------------------------------------------
 
     def _record(self, trial: Trial) -> None:
-        """Append ``trial``'s state to the journal (one write: a kill keeps it or not)."""
+        """Append ``trial``'s state to the journal (one write: a kill keeps it or not).
+        Every state change comes through here."""
+        self._used_cache = None
         line = json.dumps(trial.to_state()) + "\n"
         with open(os.path.join(self._dir, JOURNAL_FILE), "a") as f:
             f.write(line)
@@ -540,6 +624,11 @@ def load_experiment_state(experiment_dir: str) -> tuple[dict, list[Trial]] | Non
                     continue  # the last line, torn by a kill
                 trials[entry["trial_id"]] = entry
     return state.get("metadata", {}), [Trial.from_state(t) for t in trials.values()]
+
+
+def _setup_args(trial: Trial, checkpoint: bytes | None, reuse: bool) -> tuple:
+    return (trial.config, trial.logdir, checkpoint, reuse, trial.checkpoint_freq,
+            trial.checkpoint_at_end, trial.stopping_criterion)
 
 
 def _read_checkpoint(path: str) -> bytes:

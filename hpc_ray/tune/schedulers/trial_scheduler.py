@@ -62,9 +62,17 @@ class FIFOScheduler(TrialScheduler):
     _supports_buffered_results = True
 
     def choose_trial_to_run(self, trial_runner) -> Trial | None:
+        # One resources check per distinct request: thousands of pending trials
+        # usually ask for the same thing.
+        fits: dict[tuple, bool] = {}
         for status in (Trial.PENDING, Trial.PAUSED):
             for trial in trial_runner.get_trials():
-                if trial.status == status and trial_runner.has_resources(trial.resources):
+                if trial.status != status:
+                    continue
+                key = tuple(sorted(trial.resources.items()))
+                if key not in fits:
+                    fits[key] = trial_runner.has_resources(trial.resources)
+                if fits[key]:
                     return trial
         return None
 
