@@ -64,11 +64,16 @@ class StatusReporter:
         return self._runner.logdir
 
 
-def report(**metrics) -> None:
-    """Report metrics from a function trainable (the modern ``tune.report``)."""
+def report(_metrics: dict | None = None, **metrics) -> None:
+    """Report metrics from a function trainable: ``tune.report(loss=0.1)`` or,
+    as in Ray 2, ``tune.report({"loss": 0.1})``."""
     reporter = getattr(_current, "reporter", None)
     if reporter is None:
         raise TuneError("tune.report() called outside a function trainable run by tune.run")
+    if _metrics is not None:
+        if not isinstance(_metrics, dict):
+            raise TypeError(f"report() takes a dict or keywords, got {type(_metrics).__name__}")
+        metrics = {**_metrics, **metrics}
     reporter(**metrics)
 
 

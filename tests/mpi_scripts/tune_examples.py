@@ -50,7 +50,10 @@ def train_func(config, reporter):
 
 def modern_func(config):
     for step in range(3):
-        tune.report(score=-abs(config["x"] - 2) - config["offset"])
+        if step == 2:
+            tune.report({"score": -abs(config["x"] - 2) - config["offset"]})  # Ray 2 style
+        else:
+            tune.report(score=-abs(config["x"] - 2) - config["offset"])
 
 
 with section("function"):
@@ -123,6 +126,35 @@ with section("trainable"):
     ea = tune.ExperimentAnalysis(os.path.join(LOCAL, "cls"))
     check(ea.get_best_config("score", "max")["x"] == 2.0)
     report("cls_trials", len(trials))
+
+# --- a searcher library behind an extra: Optuna ------------------------------------------------
+
+
+def parabola(config, reporter):
+    reporter(loss=(config["x"] - 0.3) ** 2)
+
+
+with section("optuna"):
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        from hpc_ray.tune.suggest import OptunaSearch
+        err = expect_raises(ImportError, OptunaSearch, {"x": tune.uniform(0, 1)})
+        check(err is not None and "pip install 'hpc_ray[tune-optuna]'" in str(err), err)
+        report("optuna", "absent")
+    else:
+        from hpc_ray.tune.suggest import OptunaSearch
+        search = OptunaSearch({"x": tune.uniform(0, 1)}, metric="loss", mode="min", seed=0,
+                              max_concurrent=2)
+        trials = tune.run(parabola, name="optuna", local_dir=LOCAL, verbose=0, num_samples=8,
+                          search_alg=search)
+        check(states(trials) == {"TERMINATED": 8}, states(trials))
+        best = min(t.last_result["loss"] for t in trials)
+        check(best < 0.1, best)
+        check(len(search._study.trials) == 8
+              and all(t.state.name == "COMPLETE" for t in search._study.trials),
+              search._study.trials)
+        report("optuna", "ran")
 
 if QUICK:
     ray.shutdown()
