@@ -19,7 +19,7 @@ from .api import (as_completed, available_resources, cluster_resources, errors, 
 from .preempt import on_preempt
 from .reusable import Reusable, reusables
 from .runtime.context import ObjectRef
-from .asyncio_compat import as_future
+from .runtime.asyncio_compat import as_future
 
 ObjectID = ObjectRef
 

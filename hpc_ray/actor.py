@@ -170,3 +170,11 @@ def checkpoints_for(actor: Any, actor_id: int, ctx) -> _Checkpoints | None:
     hooks = _Checkpoints(actor, actor_id, ctx)
     hooks.restore()
     return hooks
+
+
+def _install() -> None:
+    from .runtime import hooks
+    hooks.actor_created = checkpoints_for
+
+
+_install()

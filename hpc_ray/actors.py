@@ -8,7 +8,7 @@ from typing import Any
 from .remote_function import (_new_id, arg_check, check_options, num_returns_from,
                               remote_call_options, resources_from)
 from .runtime import context
-from .runtime.taskspec import build_spec
+from .runtime.taskspec import build_spec, method_meta as _method_meta
 from .transport import messages as m
 from .transport.serialization import dumps
 
@@ -31,14 +31,6 @@ def method(*args, **kwargs):
         fn.__hpc_ray_num_returns__ = num_returns_from(kwargs)
         return fn
     return decorate
-
-
-def _method_meta(cls: type) -> dict[str, int]:
-    meta = {}
-    for name, member in inspect.getmembers(cls):
-        if callable(member) and (not name.startswith("__") or name == "__call__"):
-            meta[name] = getattr(member, "__hpc_ray_num_returns__", 1)
-    return meta
 
 
 def _method_checks(cls: type, meta: dict[str, int]) -> dict:

@@ -17,7 +17,6 @@ result back (two copies each way).
 """
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,7 +24,8 @@ import numpy as np
 from .exceptions import RayError
 from .runtime import context
 from .transport import messages as m
-from .transport.tags import group_creation_tag
+from .runtime.collective_ops import (_apply, _group, _polite, rank_create_group,
+                                     rank_destroy_group)
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -48,9 +48,6 @@ class ReduceOp:
     MIN = "min"
     MAX = "max"
     MEAN = "mean"
-
-
-_OPS = ("sum", "prod", "min", "max", "mean")
 
 
 def _check_backend(backend: str) -> None:
@@ -116,15 +113,6 @@ def _executor_op(ctx, group: str, op: str, *args) -> Any:
     if not ok:
         raise result
     return result
-
-
-def _group(loop, name: str):
-    try:
-        return loop.groups[name]
-    except KeyError:
-        raise ValueError(f"this actor (rank {loop.rank}) is not in a collective group named "
-                         f"{name!r} (its groups: {sorted(loop.groups)}); create it with "
-                         f"create_collective_group or init_collective_group first") from None
 
 
 def is_group_initialized(group_name: str = DEFAULT_GROUP) -> bool:
@@ -236,145 +224,3 @@ def barrier(group_name: str = DEFAULT_GROUP) -> None:
         _group(ctx.loop, group_name)[0].Barrier()
     else:
         _executor_op(ctx, group_name, "barrier")
-
-
-# --- rank side --------------------------------------------------------------------------
-
-def _mpi():
-    from mpi4py import MPI
-    return MPI
-
-
-def rank_create_group(loop, name: str, mpi_ranks: list[int]) -> None:
-    if name in loop.groups:
-        raise ValueError(f"collective group {name!r} already exists on rank {loop.rank}")
-    if loop.rank not in mpi_ranks:
-        raise ValueError(f"rank {loop.rank} is not a member of group {name!r} ({mpi_ranks})")
-    world = loop.comm
-    # The tag keeps concurrent creations of different groups apart; it lies in a
-    # range no control or object-data message uses.
-    comm = world.Create_group(world.Get_group().Incl(mpi_ranks), group_creation_tag(name))
-    loop.groups[name] = (comm, comm.Get_rank())
-
-
-def rank_destroy_group(loop, name: str) -> None:
-    g = loop.groups.pop(name, None)
-    if g is not None:
-        g[0].Free()
-
-
-def rank_run_op(loop, group: str, op: str, args: tuple) -> tuple[bool, Any]:
-    """Run a collective for an executor; the reply is ``(ok, result or exception)``."""
-    try:
-        if op == "create":
-            rank_create_group(loop, group, args[0])
-            return True, None
-        if op == "has":
-            return True, group in loop.groups
-        if op == "destroy":
-            rank_destroy_group(loop, group)
-            return True, None
-        if op == "rank":
-            g = loop.groups.get(group)
-            return True, -1 if g is None else g[1]
-        if op == "size":
-            g = loop.groups.get(group)
-            return True, -1 if g is None else g[0].Get_size()
-        comm, _ = _group(loop, group)
-        if op == "barrier":
-            comm.Barrier()
-            return True, None
-        raw, dtype, shape, kw = args
-        arr = np.frombuffer(bytearray(raw), dtype=np.dtype(dtype)).reshape(shape)
-        out = _apply(comm, group, op, arr, polite=_polite(loop), **kw)
-        return True, (out if out is not None else arr).tobytes()
-    except Exception as exc:  # returned to the actor and raised there
-        return False, exc
-
-
-def _check_same(comm, group: str, op: str, arr: np.ndarray) -> None:
-    metas = comm.allgather((arr.shape, arr.dtype.str))
-    if any(meta != metas[0] for meta in metas):
-        raise ValueError(f"{op} in collective group {group!r}: shapes and dtypes differ "
-                         f"across members: {[f'{s}/{d}' for s, d in metas]}")
-
-
-def _mpi_op(name: str):
-    MPI = _mpi()
-    if name not in _OPS:
-        raise ValueError(f"unknown reduce op {name!r} (valid: {list(_OPS)})")
-    return {"sum": MPI.SUM, "mean": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN,
-            "max": MPI.MAX}[name]
-
-
-def _polite(loop) -> bool:
-    """Wait for collectives by yielding the CPU when the node runs more ranks than cores.
-
-    MPICH's blocking collectives busy-poll; on an oversubscribed node the ranks a
-    collective waits for then lose their time slices to the pollers (measured on
-    2 cores with 3-4 processes: 2-3x slower steps). HPC_RAY_YIELDING_COLLECTIVES=1/0
-    forces it on or off.
-    """
-    flag = getattr(loop, "polite_collectives", None)
-    if flag is None:
-        from . import _config
-        forced = _config.os_environ_get("YIELDING_COLLECTIVES", None, int)
-        if forced is not None:
-            flag = bool(forced)
-        else:
-            node_of = loop.cfg.get("node_of") or []
-            on_node = sum(1 for n in node_of if n == loop.node) or 1
-            try:
-                cores = len(os.sched_getaffinity(0))
-            except (AttributeError, OSError):
-                cores = 1
-            flag = on_node > cores
-        loop.polite_collectives = flag
-    return flag
-
-
-def _call(comm, name: str, polite: bool, *args, **kw) -> None:
-    """``comm.<name>(...)`` blocking, or its nonblocking form waited for politely."""
-    if not polite:
-        getattr(comm, name)(*args, **kw)
-        return
-    req = getattr(comm, "I" + name[0].lower() + name[1:])(*args, **kw)
-    while not req.Test():
-        os.sched_yield()
-
-
-def _apply(comm, group: str, op: str, arr: np.ndarray, reduce_op: str = "sum",
-           root: int = 0, polite: bool = False) -> np.ndarray | None:
-    MPI = _mpi()
-    _check_same(comm, group, op, arr)
-    work = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
-    if op == "allreduce":
-        _call(comm, "Allreduce", polite, MPI.IN_PLACE, work, op=_mpi_op(reduce_op))
-        if reduce_op == "mean":
-            _divide(work, comm.Get_size())
-    elif op == "reduce":
-        mop = _mpi_op(reduce_op)
-        if comm.Get_rank() == root:
-            _call(comm, "Reduce", polite, MPI.IN_PLACE, work, op=mop, root=root)
-            if reduce_op == "mean":
-                _divide(work, comm.Get_size())
-        else:
-            _call(comm, "Reduce", polite, work, None, op=mop, root=root)
-    elif op == "broadcast":
-        _call(comm, "Bcast", polite, work, root=root)
-    elif op == "allgather":
-        out = np.empty((comm.Get_size(),) + work.shape, dtype=work.dtype)
-        _call(comm, "Allgather", polite, work, out)
-        return out
-    else:
-        raise ValueError(f"unknown collective {op!r}")
-    if work is not arr:
-        np.copyto(arr, work)
-    return None
-
-
-def _divide(arr: np.ndarray, n: int) -> None:
-    if np.issubdtype(arr.dtype, np.integer):
-        arr //= n
-    else:
-        arr /= n

@@ -28,6 +28,7 @@ import threading
 from typing import Callable, TypeVar
 
 from . import _config
+from .runtime.launch import ignore_preempt_signals  # noqa: F401  (re-exported)
 
 __all__ = ["on_preempt", "install_preempt_handler", "ignore_preempt_signals",
            "requeue_count", "is_requeued", "preempted", "PREEMPT_SIGNALS"]
@@ -149,17 +150,6 @@ def install_preempt_handler(signals: tuple[int, ...] = PREEMPT_SIGNALS) -> bool:
             signal.signal(signum, _handle)
     _write_pidfile()
     return True
-
-
-def ignore_preempt_signals() -> None:
-    """Make this process (and the processes it starts) ignore SIGUSR1.
-
-    For worker ranks: an ``scancel --signal=USR1`` or a ``--signal=USR1@N``
-    without ``B:`` reaches every rank, and SIGUSR1's default action kills.
-    An ignored signal stays ignored across ``exec``, so executors started
-    afterwards ignore it too.
-    """
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 
 def _write_pidfile() -> None:

@@ -100,3 +100,11 @@ def reset() -> None:
 
 
 reusables = _Reusables()
+
+
+def _install() -> None:
+    from .runtime import hooks
+    hooks.after_task = after_task
+
+
+_install()

@@ -1,5 +1,5 @@
 """``ray.experimental.async_api``: refs as asyncio futures."""
-from ..asyncio_compat import as_future
+from ..runtime.asyncio_compat import as_future
 
 __all__ = ["as_future", "init", "shutdown"]
 

@@ -12,6 +12,7 @@ import time
 from ..actors import ActorHandle
 from ..runtime import context
 from ..runtime.context import ObjectRef
+from ..runtime.signals import ErrorSignal, Signal
 from ..transport.serialization import dumps, loads
 
 __all__ = ["Signal", "ErrorSignal", "send", "receive", "forget", "reset"]
@@ -20,20 +21,6 @@ __all__ = ["Signal", "ErrorSignal", "send", "receive", "forget", "reset"]
 POLL_INTERVAL = 0.01
 
 _cursors: dict = {}
-
-
-class Signal:
-    """Base class of user signals."""
-
-
-class ErrorSignal(Signal):
-    """Sent on behalf of a task or actor method that failed."""
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-    def get_error(self) -> BaseException:
-        return self.error
 
 
 def _source_key(source):

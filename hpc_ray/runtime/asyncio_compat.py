@@ -20,8 +20,8 @@ def _executor() -> concurrent.futures.ThreadPoolExecutor:
 
 
 def concurrent_future(ref) -> concurrent.futures.Future:
-    from .api import get
-    return _executor().submit(get, ref)
+    from . import context
+    return _executor().submit(lambda: context.current().get([ref], None)[0])
 
 
 def as_future(ref) -> asyncio.Future:

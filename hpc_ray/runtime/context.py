@@ -266,12 +266,12 @@ class ObjectRef:
         return f"ObjectRef({self.hex()})"
 
     def __await__(self):
-        from .. import asyncio_compat
+        from . import asyncio_compat
         return asyncio_compat.as_future(self).__await__()
 
     def future(self):
         """A ``concurrent.futures.Future`` that completes with this object's value."""
-        from .. import asyncio_compat
+        from . import asyncio_compat
         return asyncio_compat.concurrent_future(self)
 
 

@@ -118,7 +118,7 @@ def _tasks(head: Head) -> dict:
     if out.truncated:
         warnings.warn(f"tasks(): the {out.truncated} oldest finished tasks are no longer "
                       f"kept (the head's history budget, HPC_RAY_HEAD_HISTORY_BYTES)",
-                      stacklevel=3)
+                      stacklevel=5)
     return out
 
 

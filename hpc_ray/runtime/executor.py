@@ -28,12 +28,11 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-from .. import reusable
 from ..exceptions import (ActorDiedError, GetTimeoutError, RayError, TaskError,
                           WorkerCrashedError)
 from ..transport import messages as m
 from ..transport.serialization import RAW, SHM, loads
-from . import context, taskspec, values
+from . import context, hooks, taskspec, values
 from .store import Arena
 
 #: Executor -> rank only: the process finished start-up.
@@ -367,7 +366,7 @@ class ExecutorContext(context.ContextBase):
             self.emit((m.TASK_DONE, tid, recs, contained or None, t0, time.time(), self.pid))
         finally:
             self.current_task_name, self.current_task_id = outer
-            reusable.after_task()
+            hooks.after_task()
         if len(self.out) >= FLUSH_EVERY or not self.inbox or \
                 time.monotonic() - self.last_flush > FLUSH_INTERVAL:
             self.flush()
@@ -433,10 +432,9 @@ class ExecutorContext(context.ContextBase):
             args, kwargs = taskspec.load_args(spec[m.T_PAYLOAD], spec[m.T_DEPS],
                                               self._read_dep)
             self.actor = cls(*args, **kwargs)
-            from ..actor import checkpoints_for
-            hooks = checkpoints_for(self.actor, self.actor_id, self)
-            if hooks is not None:
-                self.checkpoints[self.actor_id] = hooks
+            saved = hooks.actor_created(self.actor, self.actor_id, self)
+            if saved is not None:
+                self.checkpoints[self.actor_id] = saved
         except BaseException as exc:
             tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
             self._error_signal(exc, spec[m.T_NAME], tb)
@@ -451,7 +449,7 @@ class ExecutorContext(context.ContextBase):
     def _error_signal(self, exc: BaseException, name: str, tb: str) -> None:
         """An actor whose constructor raised sends its ErrorSignal (Ray 0.7 signals)."""
         try:
-            from ..experimental.signal import ErrorSignal
+            from .signals import ErrorSignal
             from ..transport.serialization import dumps
             err = TaskError(f"{name}.__init__", tb, self.rank, self.host, exc)
             self.control("signal_send", self.actor_id, None, dumps(ErrorSignal(err)))
@@ -470,9 +468,9 @@ class ExecutorContext(context.ContextBase):
             return None
         result = self._method(method)(*args, **kwargs)
         if self.checkpoints:
-            hooks = self.checkpoints.get(self.actor_id)
-            if hooks is not None:
-                hooks.after_call()
+            saved = self.checkpoints.get(self.actor_id)
+            if saved is not None:
+                saved.after_call()
         return result
 
     def _method(self, name: str):

@@ -138,9 +138,8 @@ class LocalContext(context.ContextBase):
             aname, actor_id = args
             if aname in self.actor_names:
                 raise ValueError(f"an actor named {aname!r} already exists")
-            from ..actors import _method_meta
             cls = type(self.actors[actor_id])
-            self.actor_names[aname] = (actor_id, cls.__name__, _method_meta(cls))
+            self.actor_names[aname] = (actor_id, cls.__name__, taskspec.method_meta(cls))
             return None
         if name == "actor_checkpoints":
             return []

@@ -6,7 +6,8 @@ import os
 import socket
 import sys
 
-from .. import _config, launch
+from .. import _config
+from . import launch
 from ..exceptions import RayError
 from . import context
 from .driver import DriverContext, HeadLoop

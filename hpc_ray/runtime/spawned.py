@@ -3,7 +3,7 @@ from __future__ import annotations
 
 
 def main() -> None:
-    from .. import launch
+    from . import launch
     MPI = launch.mpi()
     parent = MPI.Comm.Get_parent()
     comm = parent.Merge(high=True)

@@ -80,3 +80,13 @@ def load_args(payload: tuple, deps: list, read: Callable[[int, tuple], Any]):
         else:
             kwargs[pos] = value
     return args, kwargs
+
+
+def method_meta(cls: type) -> dict[str, int]:
+    """An actor class's methods and their ``num_returns``, as handles carry them."""
+    import inspect
+    meta = {}
+    for name, member in inspect.getmembers(cls):
+        if callable(member) and (not name.startswith("__") or name == "__call__"):
+            meta[name] = getattr(member, "__hpc_ray_num_returns__", 1)
+    return meta

@@ -371,7 +371,7 @@ class WorkerLoop:
 
     def create_group(self, name: str, mpi_ranks: list[int]) -> None:
         """Make the communicator of a collective group (collective over its members)."""
-        from .. import collective
+        from . import collective_ops as collective
         collective.rank_create_group(self, name, mpi_ranks)
 
     def _on_reply(self, msg: tuple) -> None:
@@ -458,7 +458,7 @@ class WorkerLoop:
                         out.append((m.WAIT_NOW, rreq))
                         break
             elif kind == m.COLLECTIVE_OP:
-                from .. import collective
+                from . import collective_ops as collective
                 ex.send([(m.REPLY, msg[1], collective.rank_run_op(self, *msg[2:]))])
             elif kind == m.BLOCKED:
                 ex.blocked += msg[1]

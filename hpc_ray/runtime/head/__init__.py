@@ -578,7 +578,7 @@ class Head:
 
     def _error_signal(self, task: TaskEntry, err: tuple) -> None:
         from ..values import error_from_record
-        from ...experimental.signal import ErrorSignal
+        from ..signals import ErrorSignal
         try:
             blob = dumps(ErrorSignal(error_from_record(err)))
         except Exception:

@@ -1,0 +1,351 @@
+"""Start-up: decide each rank's role, set up the stores, and start the head or worker.
+
+    mpiexec -n N python driver.py        rank 0 returns from init(); ranks 1.. serve
+    mpiexec -n N python -m hpc_ray x.py  the same, but only rank 0 runs x.py
+    python driver.py                     embedded: init() spawns num_cpus worker ranks
+                                         (MPI.COMM_SELF.Spawn) and merges with them
+
+Every rank then runs the same set-up, collectively on the job's communicator:
+
+    rank 0 ──bcast(config)──▶ all      store size, sys.path, resources, driver pid
+    all: node of each rank (shared-memory split, or HPC_RAY_RANKS_PER_NODE)
+    node leader: memfd store ──bcast(pid, fd) on the node──▶ node ranks open it
+    all ──gather(resources, GPUs, pid, host)──▶ rank 0 builds the head
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shlex
+import socket
+import sys
+
+logger = logging.getLogger(__name__)
+
+
+def default_store_size() -> int:
+    try:
+        import psutil
+        total = psutil.virtual_memory().total
+    except Exception:
+        total = 8 << 30
+    return int(min(2 << 30, total * 0.2))
+
+
+def slurm_cpus_per_task() -> int | None:
+    raw = os.environ.get("SLURM_CPUS_PER_TASK")
+    try:
+        return int(raw) if raw else None
+    except ValueError:
+        return None
+
+
+def visible_gpus() -> list[int]:
+    raw = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if not raw or raw in ("NoDevFiles", "-1"):
+        return []
+    out = []
+    for part in raw.split(","):
+        try:
+            out.append(int(part))
+        except ValueError:
+            pass
+    return out
+
+
+def _single_node() -> bool:
+    """Whether this job's ranks all share one node, as far as the launcher says.
+
+    A process started without a launcher (embedded mode) spawns its workers on
+    this node. Unknown launchers count as several nodes.
+    """
+    env = os.environ
+    pairs = (("MPI_LOCALNRANKS", "PMI_SIZE"),                          # MPICH's hydra
+             ("OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_SIZE"))   # Open MPI
+    for local, total in pairs:
+        if local in env and total in env:
+            return env[local] == env[total]
+    if "SLURM_STEP_NUM_NODES" in env or "SLURM_NNODES" in env:
+        return env.get("SLURM_STEP_NUM_NODES", env.get("SLURM_NNODES")) == "1"
+    return not any(k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_")) for k in env)
+
+
+def confine_network() -> None:
+    """Keep the MPI library's own listening sockets off the network where it can.
+
+    On one node ranks talk through shared memory, or through libfabric's tcp
+    provider on loopback for spawned workers: each rank's listener is bound to
+    127.0.0.1 (by default the MPICH wheel's ranks listen on the host's external
+    address too). On
+    several nodes ``HPC_RAY_NETWORK_IFACE`` names the fabric's interface. Called
+    before MPI starts; a site's or user's own FI_*/OMPI_MCA_* settings win.
+    """
+    env = os.environ
+    iface = env.get("HPC_RAY_NETWORK_IFACE")
+    if not iface and _single_node():
+        iface = "lo"
+        # MPICH's UCX netmod listens on every interface and has no knob for it;
+        # its libfabric netmod with the tcp provider binds where FI_TCP_IFACE says.
+        env.setdefault("MPIR_CVAR_CH4_NETMOD", "ofi")
+        env.setdefault("FI_PROVIDER", "tcp")
+        env.setdefault("OMPI_MCA_btl_tcp_if_include", "lo")
+    if iface:
+        env.setdefault("FI_TCP_IFACE", iface)
+        env.setdefault("FI_SOCKETS_IFACE", iface)
+
+
+def mpi():
+    """Import mpi4py.MPI (initialises MPI): only ranks, never executors, call this."""
+    confine_network()
+    import mpi4py
+    mpi4py.rc.recv_mprobe = True
+    from mpi4py import MPI
+    return MPI
+
+
+def _launcher_dirs() -> list[str]:
+    """Where an ``mpiexec`` matching this Python may be: beside the interpreter, in
+    its environment's bin, where the ``mpich`` wheel put its scripts."""
+    dirs = [os.path.dirname(sys.executable), os.path.join(sys.prefix, "bin")]
+    try:
+        from importlib.metadata import PackageNotFoundError, files
+        try:
+            for f in files("mpich") or ():
+                if f.name == "mpiexec":
+                    dirs.append(os.path.dirname(os.path.abspath(f.locate())))
+        except PackageNotFoundError:
+            pass
+    except ImportError:  # pragma: no cover - Python < 3.8
+        pass
+    return list(dict.fromkeys(dirs))
+
+
+def find_launcher() -> str | None:
+    """The ``mpiexec`` to use: on ``PATH``, else the one beside this interpreter."""
+    import shutil
+    on_path = shutil.which("mpiexec")
+    if on_path:
+        return on_path
+    for d in _launcher_dirs():
+        candidate = os.path.join(d, "mpiexec")
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def _ensure_launcher_on_path(MPI, n: int) -> None:
+    """MPICH's singleton spawn execs ``mpiexec`` from ``PATH``; without one it
+    aborts yet never exits (and leaves its /dev/shm segment). A driver started
+    as ``/path/to/venv/bin/python driver.py`` has no venv bin on ``PATH``: put
+    the launcher found beside the interpreter there, or fail now, saying what
+    to do."""
+    import shutil
+    if shutil.which("mpiexec"):
+        return
+    found = find_launcher()
+    if found is not None:
+        # The spawned mpiexec inherits this PATH and finds hydra_pmi_proxy beside it.
+        os.environ["PATH"] = os.path.dirname(found) + os.pathsep + os.environ.get("PATH", "")
+        return
+    if "MPICH" not in MPI.Get_library_version():
+        return  # other MPIs spawn without a launcher on PATH (or fail with an error)
+    from ..exceptions import RayError
+    raise RayError(
+        f"cannot start worker processes: MPICH needs its 'mpiexec' on PATH to spawn "
+        f"them, and none is on PATH or beside this Python ({sys.executable}). Activate "
+        f"the environment that has the 'mpich' package (source <venv>/bin/activate), add "
+        f"its bin directory to PATH, or start the job with `mpiexec -n {n + 1} "
+        f"{sys.executable} -m hpc_ray your_script.py`.")
+
+
+@contextlib.contextmanager
+def _launcher_in_own_session():
+    """Run the launcher that MPICH's singleton spawn starts in a session of its own.
+
+    It is started from ``PATH`` as a child of this driver, so it shares the
+    terminal's process group: a Ctrl-C would reach it, and hydra answers one
+    by killing every process of the job, the driver included (SIGKILL). A
+    wrapper named ``mpiexec``, first on ``PATH`` only while the spawn runs,
+    execs the real one under ``setsid``; the wrapper is deleted at once (the
+    launcher has exec'd by the time the spawn returns).
+    """
+    import shutil
+    real = shutil.which("mpiexec")
+    setsid = shutil.which("setsid")
+    if real is None or setsid is None:
+        yield
+        return
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="hpc_ray-launch-")
+    wrapper = os.path.join(tmp, "mpiexec")
+    with open(wrapper, "w") as f:
+        f.write(f"#!/bin/sh\nexec {shlex.quote(setsid)} {shlex.quote(real)} \"$@\"\n")
+    os.chmod(wrapper, 0o700)
+    old_path = os.environ.get("PATH", "")
+    os.environ["PATH"] = tmp + os.pathsep + old_path
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = old_path
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def spawn_workers(n: int):
+    """Embedded mode: start ``n`` worker ranks and merge them with this process."""
+    MPI = mpi()
+    _ensure_launcher_on_path(MPI, n)
+    try:
+        with _launcher_in_own_session():
+            inter = MPI.COMM_SELF.Spawn(sys.executable,
+                                        args=["-m", "hpc_ray.runtime.spawned"], maxprocs=n)
+    except MPI.Exception as exc:
+        from ..exceptions import RayError
+        raise RayError(
+            f"could not start {n} worker processes with MPI_Comm_spawn ({exc}). "
+            f"Spawning needs an MPI that supports it as this user (the 'mpich' wheel "
+            f"does; Open MPI's singleton spawn fails as root). Alternatively start "
+            f"the job with `mpiexec -n {n + 1} python -m hpc_ray your_script.py`.") from exc
+    return inter, inter.Merge(high=False)
+
+
+def setup_world(comm, cfg: dict | None):
+    """Collective set-up on ``comm``; rank 0 passes ``cfg``, others receive it."""
+    from .store import Arena
+    rank = comm.Get_rank()
+    size = comm.Get_size()
+    cfg = comm.bcast(cfg, root=0)
+    cfg = dict(cfg, visible_gpus=comm.allgather(visible_gpus()))
+    rpn = cfg.get("ranks_per_node")
+    if rpn:
+        node_of = [r // rpn for r in range(size)]
+    else:
+        MPI = mpi()
+        shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+        leader = shared.bcast(rank, root=0)
+        shared.Free()
+        leaders = comm.allgather(leader)
+        index = {ld: i for i, ld in enumerate(sorted(set(leaders)))}
+        node_of = [index[ld] for ld in leaders]
+    node = node_of[rank]
+    node_comm = comm.Split(color=node, key=rank)
+    store_size = cfg["store_size"]
+    if node_comm.Get_rank() == 0:
+        arena = Arena.create(store_size)
+        node_comm.bcast((os.getpid(), arena.fd), root=0)
+        arena.pretouch_in_background(min(store_size, cfg.get("pretouch", 128 << 20)))
+    else:
+        pid, fd = node_comm.bcast(None, root=0)
+        arena = Arena.open(pid, fd, store_size)
+    # Every rank of the node has opened the store: the leader may now exit first.
+    node_comm.Barrier()
+    node_comm.Free()
+    comm.Barrier()
+    unlink_mapped_shm()
+    cfg["node_of"] = node_of
+    return cfg, node_of, node, arena
+
+
+def unlink_mapped_shm() -> None:
+    """Unlink the /dev/shm files this process has mapped (the MPI library's own).
+
+    Every rank of the job attached to them during MPI_Init, so the names are no
+    longer needed; unlinked now, the memory goes back to the kernel when the job
+    ends, even if it is killed (MPICH leaves its segment behind otherwise).
+    """
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split(None, 5)[5].strip() for line in f
+                     if "/dev/shm/" in line and len(line.split(None, 5)) == 6}
+    except OSError:
+        return
+    for path in paths:
+        if path.startswith("/dev/shm/") and not path.endswith("(deleted)"):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def worker_resources(cfg: dict, rank: int, size: int) -> tuple[dict, list[int]]:
+    res = dict(cfg.get("resources") or {})
+    cpus = cfg.get("cpus_per_rank")
+    if cpus is None:
+        cpus = slurm_cpus_per_task() or 1
+    res["CPU"] = cpus
+    gpus_total = cfg.get("num_gpus")
+    if cfg.get("embedded") and gpus_total:
+        # Split the node's GPUs round-robin over the spawned worker ranks.
+        gpu_ids = [g for g in range(int(gpus_total)) if g % (size - 1) == rank - 1]
+    elif gpus_total is not None:
+        gpu_ids = list(range(int(gpus_total)))
+    else:
+        gpu_ids = _my_share_of_node_gpus(cfg, rank)
+    res["GPU"] = len(gpu_ids)
+    return res, gpu_ids
+
+
+def _my_share_of_node_gpus(cfg: dict, rank: int) -> list[int]:
+    """The GPUs this worker rank may use.
+
+    When the launcher bound GPUs per task (``srun --gpus-per-task``), each rank
+    sees its own. When every rank of a node sees the same list (``mpiexec`` in
+    an allocation with ``--gpus-per-node``), the node's worker ranks split it
+    round-robin instead of all claiming every GPU.
+    """
+    visible = cfg["visible_gpus"]
+    node_of = cfg["node_of"]
+    mine = visible[rank]
+    peers = [r for r in range(1, len(visible)) if node_of[r] == node_of[rank]]
+    if not mine or any(visible[r] != mine for r in peers):
+        return mine
+    index = peers.index(rank)
+    return [g for i, g in enumerate(mine) if i % len(peers) == index]
+
+
+def run_worker(comm) -> bool:
+    """The whole life of a worker rank; returns True when the driver vanished."""
+    from .worker import WorkerLoop
+    # Slurm's USR1 warning is for the driver; on a worker its default action kills.
+    ignore_preempt_signals()
+    cfg, node_of, node, arena = setup_world(comm, None)
+    rank = comm.Get_rank()
+    resources, gpu_ids = worker_resources(cfg, rank, comm.Get_size())
+    cfg["resources"] = resources
+    comm.gather((resources, gpu_ids, os.getpid(), socket.gethostname()), root=0)
+    loop = WorkerLoop(comm, rank, node, arena, cfg)
+    try:
+        loop.run()
+        return loop.driver_gone
+    except BaseException:
+        import traceback
+        sys.stderr.write(f"### hpc_ray worker rank {rank} of {comm.Get_size()} on "
+                         f"{socket.gethostname()} failed:\n{traceback.format_exc()}")
+        sys.stderr.flush()
+        comm.Abort(1)
+    finally:
+        arena.close()
+
+
+def worker_exit(driver_gone: bool = False) -> None:
+    """A worker rank is done: flush and leave without returning into user code."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if driver_gone:
+        os._exit(0)  # no Finalize: it would wait for a peer that is gone
+    # A normal interpreter exit, not os._exit: MPICH's process manager treats a
+    # process that leaves with os._exit after MPI_Finalize as failed and kills
+    # the whole process group, the driver's included (seen with the mpich wheel).
+    raise SystemExit(0)
+
+
+def ignore_preempt_signals() -> None:
+    """Make this process (and the processes it starts) ignore SIGUSR1.
+
+    For worker ranks: an ``scancel --signal=USR1`` or a ``--signal=USR1@N``
+    without ``B:`` reaches every rank, and SIGUSR1's default action kills.
+    An ignored signal stays ignored across ``exec``, so executors started
+    afterwards ignore it too.
+    """
+    import signal
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
