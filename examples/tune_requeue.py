@@ -40,9 +40,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--local-dir", default=os.path.expanduser("~/ray_results"))
     parser.add_argument("--iterations", type=int, default=200)
+    parser.add_argument("--step-seconds", type=float, default=1.0,
+                        help="seconds per training iteration")
     parser.add_argument("--quick", action="store_true", help="a few seconds in all")
     args = parser.parse_args()
-    step = 0.0 if args.quick else 1.0
+    step = 0.0 if args.quick else args.step_seconds
     iterations = 20 if args.quick else args.iterations
     ray.init()
     print(f"run {preempt.requeue_count() + 1} of the sweep", flush=True)

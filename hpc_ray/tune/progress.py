@@ -7,7 +7,6 @@ always printed.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 

@@ -27,7 +27,6 @@ import logging
 import os
 import shutil
 import time
-import traceback
 from typing import Iterable
 
 from .. import api as _ray

@@ -8,7 +8,6 @@ far; no trial ever waits for another.
 from __future__ import annotations
 
 import math
-import random
 
 import numpy as np
 
