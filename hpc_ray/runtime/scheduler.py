@@ -5,8 +5,23 @@ from typing import Iterable
 
 #: What a task holds while it runs when it asks for nothing (Ray's default).
 DEFAULT_TASK_RESOURCES = {"CPU": 1}
+_DEFAULT_SHAPE = tuple(sorted(DEFAULT_TASK_RESOURCES.items()))
 
 _EPS = 1e-9
+
+#: Upper bound on tasks queued at one worker beyond its CPUs. Short tasks need a
+#: deep queue so that no worker idles between batches; long tasks need a shallow
+#: one so that a slow task does not hold others back while another rank idles.
+MAX_PREFETCH = 256
+#: Queue depth is chosen so a worker holds about this many seconds of work.
+PREFETCH_SECONDS = 0.002
+
+
+def shape_of(resources: dict) -> tuple:
+    """A hashable key of a resource request: tasks with equal keys queue together."""
+    if resources is DEFAULT_TASK_RESOURCES:
+        return _DEFAULT_SHAPE
+    return tuple(sorted(resources.items()))
 
 
 def fits(avail: dict, need: dict) -> bool:

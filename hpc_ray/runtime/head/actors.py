@@ -18,8 +18,17 @@ from __future__ import annotations
 
 import collections
 import enum
+import logging
+import time
 
+from ...exceptions import ActorDiedError
 from ...transport import messages as m
+from ...transport.serialization import ERROR, dumps
+from .. import scheduler
+from .resources import give_back, hold
+from .tasks import PENDING, RUNNING, IllegalTransition
+
+logger = logging.getLogger(__name__)
 
 
 class ActorState(enum.Enum):
@@ -72,6 +81,183 @@ class ActorEntry:
 
 def check_transition(actor: ActorEntry, new: ActorState) -> None:
     if new not in ALLOWED[actor.state]:
-        from .tasks import IllegalTransition
         raise IllegalTransition(f"actor {actor.class_name} cannot go from "
                                 f"{actor.state.value} to {new.value}")
+
+
+class ActorLifecycle:
+    """The ``Head``'s actor events: creation, placement, calls in order, death, restart.
+
+    A mixin of ``Head`` (``head/__init__.py``), which owns ``self.actors``.
+    """
+
+    def _set_actor_state(self, actor: ActorEntry, new: ActorState) -> None:
+        """The only place an actor's state changes; see ``actors.py`` for the edges."""
+        check_transition(actor, new)
+        old = actor.state
+        actor.state = new
+        if old in HOLDING and new not in HOLDING:
+            w = self.workers.get(actor.rank)
+            if w is not None:
+                give_back(w, actor.resources, actor.gpu_ids)
+                w.actors -= 1
+            actor.gpu_ids = []
+        if new is A_PENDING:
+            self.pending_actors[actor.actor_id] = time.time()
+        else:
+            self.pending_actors.pop(actor.actor_id, None)
+        if new is A_DEAD:
+            self._actor_ended(actor)
+
+    def _actor_ended(self, actor: ActorEntry) -> None:
+        """DEAD: fail the calls still queued, give back the creation arguments, forget."""
+        for task in actor.queue:
+            self._fail_task(task, (ERROR, dumps(ActorDiedError(
+                f"actor {actor.class_name} died: {actor.error}; the call "
+                f"{task.spec[m.T_NAME]} cannot run"))))
+        actor.queue.clear()
+        if actor.name is not None and self.named_actors.get(actor.name) == actor.actor_id:
+            del self.named_actors[actor.name]
+        deps = actor.spec[m.T_DEPS]
+        if deps:
+            self.objects.release([oid for _, oid in deps])
+        if actor.spec[m.T_CONTAINED]:
+            self.objects.release(actor.spec[m.T_CONTAINED])
+        del self.actors[actor.actor_id]
+        self.history.actor_dead(actor.actor_id, actor.class_name, actor.error)
+
+    def create_actor(self, spec: list, resources: dict, max_restarts: int,
+                     name: str | None, class_name: str, max_task_retries: int = 0,
+                     meta=None) -> None:
+        actor_id = spec[m.T_ACTOR]
+        if name is not None and name in self.named_actors:
+            raise ValueError(f"an actor named {name!r} already exists")
+        blob = spec[m.T_BLOB]
+        if blob is not None:
+            self.fn_blobs.setdefault(spec[m.T_FN], blob)
+            spec[m.T_BLOB] = None
+        actor = ActorEntry(actor_id, spec, resources, max_restarts, name, class_name,
+                           max_task_retries)
+        actor.meta = meta
+        self.actors[actor_id] = actor
+        if name is not None:
+            self.named_actors[name] = actor_id
+        deps = spec[m.T_DEPS]
+        if deps:
+            self.objects.hold([oid for _, oid in deps])
+        if spec[m.T_CONTAINED]:
+            self.objects.hold(spec[m.T_CONTAINED])
+        self._place_actor(actor)
+
+    def _place_actor(self, actor: ActorEntry) -> None:
+        deps = actor.spec[m.T_DEPS]
+        if deps:
+            for _, oid in deps:
+                e = self.objects.entry(oid)
+                if e.record is None:
+                    e.waiters.append(("actor_place", actor))
+                    return  # placed when this argument is ready
+        workers = self._alive
+        w = scheduler.pick_actor_worker(workers, actor.resources)
+        if w is None:
+            if not scheduler.feasible_anywhere(workers, actor.resources):
+                self._warn_unplaceable(f"actor {actor.class_name}", actor.resources,
+                                       "that much free",
+                                       ("actor",) + tuple(sorted(actor.resources.items())))
+            if actor.state is not A_PENDING:
+                self._set_actor_state(actor, A_PENDING)
+            return
+        actor.rank = w.rank
+        self._set_actor_state(actor, A_STARTING)
+        actor.gpu_ids = hold(w, actor.resources)
+        w.actors += 1
+        self.send(w.rank, (m.CREATE_ACTOR,
+                           self._wire(actor.spec, w, actor.gpu_ids, actor.resources)))
+
+    def retry_pending_actors(self) -> None:
+        for actor_id in list(self.pending_actors):
+            actor = self.actors.get(actor_id)
+            if actor is None or actor.state is not A_PENDING:
+                self.pending_actors.pop(actor_id, None)
+                continue
+            self._place_actor(actor)
+
+    def actor_ready(self, actor_id: int, pid: int) -> None:
+        actor = self.actors.get(actor_id)
+        if actor is None or actor.state is not A_STARTING:
+            return
+        actor.pid = pid
+        self._set_actor_state(actor, A_ALIVE)
+        self._dispatch_actor(actor)
+
+    def _dispatch_actor(self, actor: ActorEntry) -> None:
+        if actor.state is not A_ALIVE:
+            return
+        w = self.workers[actor.rank]
+        queue = actor.queue
+        while queue:
+            task = queue[0]
+            if task.state is not PENDING:
+                queue.popleft()
+                continue
+            if task.missing:
+                # Calls run in submission order: wait for this one's arguments.
+                for _, oid in task.spec[m.T_DEPS]:
+                    e = self.objects.entry(oid)
+                    if e.record is None and ("actor", actor) not in e.waiters:
+                        e.waiters.append(("actor", actor))
+                return
+            queue.popleft()
+            self._set_task_state(task, RUNNING)
+            task.rank = w.rank
+            task.attempts += 1
+            task.placed = True
+            actor.inflight[task.spec[m.T_ID]] = task
+            self.send(w.rank, (m.EXECUTE,
+                               self._wire(task.spec, w, actor.gpu_ids, actor.resources)))
+
+    def actor_died(self, actor_id: int, reason: str, allow_restart: bool) -> None:
+        actor = self.actors.get(actor_id)
+        if actor is None:
+            return
+        if allow_restart and actor.state not in HOLDING:
+            return  # it has no process that could have died (a stale report)
+        restart = allow_restart and (actor.max_restarts < 0
+                                     or actor.restarts < actor.max_restarts)
+        msg = f"actor {actor.class_name} died: {reason}"
+        lost = list(actor.inflight.values())
+        actor.inflight.clear()
+        requeue = []
+        for task in lost:
+            if task.state is not RUNNING:
+                continue
+            task.placed = False
+            if restart and task.retries_left != 0:
+                task.retries_left -= 1
+                self._set_task_state(task, PENDING)
+                requeue.append(task)
+                continue
+            self._fail_task(task, (ERROR, dumps(ActorDiedError(
+                f"{msg}; the call {task.spec[m.T_NAME]} was lost"
+                + ("; the actor is being restarted" if restart else "")))))
+        actor.queue.extendleft(reversed(requeue))
+        if restart:
+            actor.restarts += 1
+            self._set_actor_state(actor, A_RESTARTING)
+            logger.info("restarting actor %s (%d of %s)", actor.class_name,
+                        actor.restarts, actor.max_restarts)
+            self._place_actor(actor)
+            return
+        actor.error = reason
+        self._set_actor_state(actor, A_DEAD)
+        self.retry_pending_actors()
+
+    def kill_actor(self, actor_id: int, no_restart: bool = True) -> None:
+        actor = self.actors.get(actor_id)
+        if actor is None:
+            return
+        if actor.rank >= 0 and actor.state in HOLDING:
+            self.send(actor.rank, (m.KILL_ACTOR, actor_id, no_restart))
+        if no_restart:
+            actor.max_restarts = 0
+            self.actor_died(actor_id, "killed by kill()", allow_restart=False)

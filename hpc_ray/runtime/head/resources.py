@@ -9,9 +9,13 @@ plus one failed pick per shape, never the length of the backlog.
 from __future__ import annotations
 
 import collections
+import warnings
 
+from ...transport import messages as m
+from ...transport.serialization import SHM
 from .. import scheduler
-from .tasks import READY
+from .tasks import READY, RUNNING, TaskEntry
+
 
 
 class WorkerInfo:
@@ -51,15 +55,6 @@ def hold(w: WorkerInfo, resources: dict) -> list[int]:
 def give_back(w: WorkerInfo, resources: dict, gpu_ids: list[int]) -> None:
     scheduler.unreserve(w, resources)
     w.gpu_free.extend(gpu_ids)
-
-
-_DEFAULT_SHAPE = tuple(sorted(scheduler.DEFAULT_TASK_RESOURCES.items()))
-
-
-def shape_of(resources: dict):
-    if resources is scheduler.DEFAULT_TASK_RESOURCES:
-        return _DEFAULT_SHAPE
-    return tuple(sorted(resources.items()))
 
 
 class ReadyQueue:
@@ -114,3 +109,117 @@ class ReadyQueue:
                 dispatch(task, w)
             if not q:
                 del self.fifos[shape]
+
+
+class Placement:
+    """The ``Head``'s scheduling: ready tasks onto worker ranks, and back.
+
+    A mixin of ``Head`` (``head/__init__.py``), which owns ``self.ready`` and
+    ``self.workers``.
+    """
+
+    def schedule(self) -> None:
+        """Place ready tasks on workers (called after every batch of events).
+
+        Costs what it places: see ``resources.ReadyQueue.place``.
+        """
+        workers = self._alive
+        if not workers:
+            return
+        if self.ready.count:
+            arg_nodes = self._arg_nodes
+            pick_worker = scheduler.pick_worker
+            self.ready.place(lambda t: pick_worker(workers, t.resources, arg_nodes(t)),
+                             self._dispatch, self._blocked)
+        if not self.ready.count:
+            self._rebalance(workers)
+
+    def _blocked(self, task: TaskEntry) -> None:
+        if task.shape not in self._warned and \
+                not scheduler.feasible_anywhere(self._alive, task.resources):
+            self._warn_unplaceable(f"task {task.spec[m.T_NAME]}", task.resources,
+                                   "that much", task.shape)
+
+    def _rebalance(self, workers: list) -> None:
+        """Idle CPUs while other workers hold queued tasks: ask for some back.
+
+        Short tasks are queued ahead at workers; one long task can then hold
+        others back while another rank idles. Only tasks still in a worker
+        rank's own queue come back (not those an executor already holds).
+        """
+        spare = [w for w in workers if w.inflight < w.total.get("CPU", 0) + w.blocked]
+        for idle in spare:
+            room = int(idle.total.get("CPU", 0) + idle.blocked - idle.inflight)
+            donors = [w for w in workers if not w.steal_pending and w is not idle
+                      and w.inflight > w.total.get("CPU", 0) + w.blocked]
+            if not donors or room <= 0:
+                return
+            donor = max(donors, key=lambda w: w.inflight - w.total.get("CPU", 0))
+            excess = int(donor.inflight - donor.total.get("CPU", 0) - donor.blocked)
+            donor.steal_pending = True
+            self.send(donor.rank, (m.STEAL, max(1, min(room + idle.prefetch, excess // 2))))
+
+    def _arg_nodes(self, task: TaskEntry) -> dict[int, int] | None:
+        deps = task.spec[m.T_DEPS]
+        if not deps:
+            return None
+        sizes: dict[int, int] = {}
+        entries = self.objects.entries
+        for _, oid in deps:
+            e = entries.get(oid)
+            if e is not None and e.record is not None and e.record[0] == SHM:
+                sizes[e.record[1]] = sizes.get(e.record[1], 0) + e.record[3]
+        return sizes or None
+
+    def _warn_unplaceable(self, what: str, resources: dict, until: str, key) -> None:
+        """Warn once per kind of request that no worker rank can take."""
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        have = scheduler.largest_worker(self.workers.values())
+        warnings.warn(f"{what} needs {resources}, but no worker rank has {until} "
+                      f"(largest: {have}); it stays pending until it fits. Pass resources "
+                      f"to init() or start ranks with more CPUs/GPUs.", stacklevel=2)
+
+    def _wire(self, spec: list, w: WorkerInfo, gpu_ids: list[int], resources: dict) -> list:
+        """The spec as sent to ``w``: function shipped once per rank, deps resolved."""
+        wire = list(spec)
+        fn_id = spec[m.T_FN]
+        if fn_id is not None and fn_id not in w.known_fns:
+            w.known_fns.add(fn_id)
+            wire[m.T_BLOB] = self.fn_blobs.get(fn_id)
+        else:
+            wire[m.T_BLOB] = None
+        deps = spec[m.T_DEPS]
+        if deps:
+            record_for = self.objects.record_for
+            wire[m.T_DEPS] = [(pos, oid, record_for(oid, w.node)) for pos, oid in deps]
+        wire[m.T_RES] = (gpu_ids, resources)
+        return wire
+
+    def _dispatch(self, task: TaskEntry, w: WorkerInfo) -> None:
+        self._set_task_state(task, RUNNING)
+        task.rank = w.rank
+        task.attempts += 1
+        task.placed = True
+        task.gpu_ids = hold(w, task.resources)
+        w.inflight += 1
+        self.send(w.rank, (m.EXECUTE, self._wire(task.spec, w, task.gpu_ids, task.resources)))
+
+    def _unplace(self, task: TaskEntry) -> None:
+        """A RUNNING task is no longer at its rank: give back what it held there (once)."""
+        if not task.placed:
+            return
+        task.placed = False
+        if task.spec[m.T_ACTOR] is not None:
+            actor = self.actors.get(task.spec[m.T_ACTOR])
+            if actor is not None:
+                actor.inflight.pop(task.spec[m.T_ID], None)
+            return
+        w = self.workers.get(task.rank)
+        if w is not None:
+            w.inflight -= 1
+            give_back(w, task.resources, task.gpu_ids)
+            if not w.refill and scheduler.low_water(w):
+                w.refill = True
+        task.gpu_ids = []

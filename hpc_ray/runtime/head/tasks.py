@@ -19,7 +19,15 @@ nothing is released twice.
 from __future__ import annotations
 
 import enum
+import logging
 import time
+
+from ...exceptions import ActorDiedError, WorkerCrashedError
+from ...transport import messages as m
+from ...transport.serialization import ERROR, SHM, dumps
+from .. import scheduler
+
+logger = logging.getLogger(__name__)
 
 
 class TaskState(enum.Enum):
@@ -82,3 +90,228 @@ def summary(task: TaskEntry) -> tuple:
     spec = task.spec
     return (spec[0], spec[3], task.state.value, task.rank, task.attempts, tuple(spec[6]),
             task.t_submit, task.t_start, task.t_end, task.pid)
+
+
+class TaskLifecycle:
+    """The ``Head``'s task events: submission, results, failures, crashes, retries.
+
+    A mixin of ``Head`` (``head/__init__.py``), which owns the tables it uses:
+    ``self.tasks``, ``self.objects``, ``self.workers``, ``self.actors``.
+    """
+
+    def _set_task_state(self, task: TaskEntry, new: TaskState) -> None:
+        """The only place a task's state changes; see ``tasks.py`` for the edges."""
+        check_transition(task, new)
+        task.state = new
+        if new is READY:
+            self.ready.push(task)
+        elif new in TERMINAL:
+            self._task_ended(task)
+
+    def _task_ended(self, task: TaskEntry) -> None:
+        """FINISHED or FAILED: give back what the task held, keep a summary."""
+        spec = task.spec
+        deps = spec[m.T_DEPS]
+        if deps:
+            self.objects.release([oid for _, oid in deps])
+        if spec[m.T_CONTAINED]:
+            self.objects.release(spec[m.T_CONTAINED])
+        tid = spec[m.T_ID]
+        if self.tasks.get(tid) is task:
+            del self.tasks[tid]
+        history = self.history
+        history.task_finished(summary(task))
+        if task.t_end:
+            history.event((spec[m.T_NAME], task.rank, task.t_start, task.t_end, task.pid,
+                           tid))
+        spec[m.T_PAYLOAD] = None
+
+    def submit(self, spec: list) -> None:
+        """A task or actor call was submitted; its return ids are held by the submitter.
+
+        The task takes one hold on each argument ref and each nested ref (given
+        back when it ends), counts the arguments not ready yet, and fails at once
+        (after taking every hold) when an argument already holds an error.
+        """
+        if self.broken:
+            self._fail_task_now(spec, self._broken_error(spec))
+            return
+        fn_id = spec[m.T_FN]
+        blob = spec[m.T_BLOB]
+        if blob is not None:
+            self.fn_blobs.setdefault(fn_id, blob)
+            spec[m.T_BLOB] = None
+        if fn_id not in self.fn_names:
+            self.fn_names[fn_id] = spec[m.T_NAME]
+        opts = spec[m.T_RES]
+        resources = opts if opts is not None else scheduler.DEFAULT_TASK_RESOURCES
+        actor_id = spec[m.T_ACTOR]
+        actor = self.actors.get(actor_id) if actor_id is not None else None
+        retries = spec[m.T_RETRIES]
+        if actor is not None and not retries:
+            retries = actor.max_task_retries
+        task = TaskEntry(spec, resources, scheduler.shape_of(resources), retries)
+        self.tasks[spec[m.T_ID]] = task
+        objects = self.objects
+        objects.hold(spec[m.T_RETURNS])
+        deps = spec[m.T_DEPS]
+        if deps:
+            for _, oid in deps:
+                e = objects.entry(oid)
+                e.refs += 1
+                if e.record is None:
+                    task.missing += 1
+                    e.waiters.append(("task", task))
+                elif e.record[0] == ERROR and task.failed_dep is None:
+                    task.failed_dep = e.record
+        contained = spec[m.T_CONTAINED]
+        if contained:
+            objects.hold(contained)
+        if task.failed_dep is not None:
+            self._fail_task(task, task.failed_dep)
+            return
+        if actor_id is not None:
+            if actor is None:
+                dead = self.history.dead_actors.get(actor_id)
+                why = f"it died: {dead[1]}" if dead else "no such actor"
+                self._fail_task(task, (ERROR, dumps(ActorDiedError(
+                    f"actor {spec[m.T_NAME]} is dead: {why}"))))
+                return
+            actor.queue.append(task)
+            self._dispatch_actor(actor)
+            return
+        if task.missing == 0:
+            self._set_task_state(task, READY)
+
+    def _fail_task(self, task: TaskEntry, err: tuple) -> None:
+        """Seal the task's returns with ``err`` and end it (no-op if it already ended)."""
+        if task.state in TERMINAL:
+            return
+        self._unplace(task)
+        for oid in task.spec[m.T_RETURNS]:
+            self.put_object(oid, err, None)
+        if task.state not in TERMINAL:
+            self._set_task_state(task, FAILED)
+
+    def _fail_task_now(self, spec: list, err: Exception) -> None:
+        task = TaskEntry(spec, {}, (), 0)
+        self.tasks[spec[m.T_ID]] = task
+        self.objects.hold(spec[m.T_RETURNS])
+        contained = spec[m.T_CONTAINED]
+        if spec[m.T_DEPS]:
+            self.objects.hold([oid for _, oid in spec[m.T_DEPS]])
+        if contained:
+            self.objects.hold(contained)
+        self._fail_task(task, (ERROR, dumps(err)))
+
+    def task_done(self, rank: int, tid: int, results: list, contained: list,
+                  t0: float, t1: float, pid: int) -> None:
+        task = self.tasks.get(tid)
+        if task is None or task.state is not RUNNING:
+            self._drop_results(rank, results)
+            return
+        self._finish(task, t0, t1, pid)
+        for oid, rec in zip(task.spec[m.T_RETURNS], results):
+            self.put_object(oid, rec, contained)
+            contained = None  # the contained refs are held once, by the first return
+        self._set_task_state(task, FINISHED)
+
+    def _drop_results(self, rank: int, results: list) -> None:
+        """Results of a task that already ended (failed when the job broke): free them."""
+        for rec in results:
+            if rec[0] == SHM:
+                self.objects.free_block(rec[1], rec[2], rec[3])
+
+    def task_failed(self, rank: int, tid: int, err: tuple, t0: float, t1: float,
+                    pid: int) -> None:
+        task = self.tasks.get(tid)
+        if task is None or task.state is not RUNNING:
+            return
+        self._finish(task, t0, t1, pid)
+        self._error_signal(task, err)
+        self._fail_task(task, err)
+
+    def _finish(self, task: TaskEntry, t0: float, t1: float, pid: int) -> None:
+        task.t_start, task.t_end, task.pid = t0, t1, pid
+        self.avg_task_seconds = 0.9 * self.avg_task_seconds + 0.1 * (t1 - t0)
+        self._unplace(task)
+        if task.spec[m.T_ACTOR] is None:
+            w = self.workers.get(task.rank)
+            if w is not None:
+                w.prefetch = scheduler.prefetch_depth(self.avg_task_seconds,
+                                                      scheduler.PREFETCH_SECONDS,
+                                                      scheduler.MAX_PREFETCH)
+
+    def worker_crashed(self, rank: int, tids: list[int], exitcode: int, pid: int,
+                       actor_id: int | None) -> None:
+        """An executor died; its tasks are retried or fail with WorkerCrashedError."""
+        for tid in tids:
+            task = self.tasks.get(tid)
+            if task is None or task.state is not RUNNING or task.spec[m.T_ACTOR] is not None:
+                continue  # actor calls are handled by actor_died
+            self._unplace(task)
+            if task.retries_left != 0:
+                task.retries_left -= 1
+                logger.info("retrying %s after its process died on rank %d",
+                            task.spec[m.T_NAME], rank)
+                self._set_task_state(task, READY)
+            else:
+                err = WorkerCrashedError(
+                    f"the process running {task.spec[m.T_NAME]} on worker rank {rank} "
+                    f"({self.host_of[rank]}, pid {pid}) died with {describe_exit(exitcode)} "
+                    f"after {task.attempts} attempt(s); the rank goes on serving. "
+                    f"Set max_retries to retry crashed tasks.")
+                self._fail_task(task, (ERROR, dumps(err)))
+        if actor_id is not None:
+            self.actor_died(actor_id, f"its process (pid {pid}) died with "
+                            f"{describe_exit(exitcode)}", allow_restart=True)
+
+    def tasks_returned(self, rank: int, tids: list[int]) -> None:
+        """Answer to STEAL: these tasks never started on ``rank``; queue them first."""
+        w = self.workers.get(rank)
+        if w is not None:
+            w.steal_pending = False
+        for tid in reversed(tids):
+            task = self.tasks.get(tid)
+            if task is None or task.state is not RUNNING or task.rank != rank:
+                continue
+            self._unplace(task)
+            task.attempts -= 1
+            check_transition(task, READY)
+            task.state = READY
+            self.ready.push_front(task)
+
+    def _broken_error(self, spec: list) -> Exception:
+        return WorkerCrashedError(f"cannot run {spec[m.T_NAME]}: {self.broken}")
+
+    def mark_broken(self, why: str) -> None:
+        """Fail every pending task and request at once (the job cannot go on)."""
+        if self.broken:
+            return
+        self.broken = why
+        for task in list(self.tasks.values()):
+            self._fail_task(task, (ERROR, dumps(WorkerCrashedError(
+                f"{task.spec[m.T_NAME]} was lost: {why}"))))
+        self.cond.notify_all()
+
+    def _error_signal(self, task: TaskEntry, err: tuple) -> None:
+        from ..values import error_from_record
+        from ..signals import ErrorSignal
+        try:
+            blob = dumps(ErrorSignal(error_from_record(err)))
+        except Exception:
+            return
+        actor_id = task.spec[m.T_ACTOR]
+        self.add_signal(actor_id, None if actor_id is not None else task.spec[m.T_ID], blob)
+
+
+def describe_exit(code: int | None) -> str:
+    import signal
+    if code is None:
+        return "an unknown status"
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
