@@ -24,6 +24,7 @@ from conftest import (LAUNCH_MARKER, SCRIPTS_DIR, _kill_launch, _launch_processe
 @pytest.mark.mpi
 @pytest.mark.faults
 @pytest.mark.slow
+@pytest.mark.timeout(180)
 def test_tune_examples_embedded(run):
     result = run("tune_examples.py", 3, mode="embedded", timeout=150)
     values = result.assert_ok("tune_examples")

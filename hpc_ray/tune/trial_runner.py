@@ -55,6 +55,8 @@ _COMPACT_PER_TRIAL = 4
 #: (the templates send it 300 s before the end) and on SIGTERM (KillWait, 30 s
 #: by default, is all that is left then).
 _PREEMPT_WAIT_S = 60.0
+#: Seconds a trainable's ``_stop`` may take before its actor is killed anyway.
+_STOP_TIMEOUT_S = 10.0
 #: Under a scheduler that decides nothing per result (FIFO), one train() call
 #: runs up to this many iterations or seconds: short trials then cost one round
 #: trip each, while the status table and a preemption still hear back soon.
@@ -93,12 +95,12 @@ def _demand(resources: dict) -> dict:
 class TrialRunner:
     """Runs the trials of one experiment to completion (or preemption)."""
 
-    def __init__(self, trainables: dict[str, tuple[bytes, bool]], search_alg,
+    def __init__(self, trainables: dict[str, tuple[bytes, bool, bool]], search_alg,
                  scheduler: TrialScheduler | None, experiment_dir: str,
                  reuse_actors: bool = True, verbose: int = 2,
                  metadata: dict | None = None) -> None:
-        #: trainable name -> (pickled trainable, is a function).  Function
-        #: trainables cannot be checkpointed (as in Ray 0.7).
+        #: trainable name -> (pickled trainable, is a function, overrides
+        #: reset_config).  Function trainables cannot be checkpointed (as in Ray 0.7).
         self._trainables = trainables
         self._search_alg = search_alg
         self._scheduler = scheduler or FIFOScheduler()
@@ -123,6 +125,11 @@ class TrialRunner:
 
     def _is_function(self, trial: Trial) -> bool:
         return self._trainables[trial.trainable_name][1]
+
+    def _reusable(self, trial: Trial) -> bool:
+        """Its actor may take another trial: ``reuse_actors`` and a trainable
+        whose ``reset_config`` can succeed (as in Ray, others get a new process)."""
+        return self._reuse and self._trainables[trial.trainable_name][2]
 
     # --- the interface schedulers and search algorithms use -----------------------
 
@@ -323,11 +330,12 @@ class TrialRunner:
         actor goes on to it without waiting for the driver.  A trial that did not
         end after all makes its successor come back as "busy", to start later."""
         if not self._reuse:
-            return
+            return  # (the per-trainable check is _reusable, below)
         pending = (t for t in self._trials if t.status == Trial.PENDING
                    and not t.has_checkpoint() and not t._needs_truncate)
         for trial in list(self._trials):
-            if (trial.status != Trial.RUNNING or trial._successor is not None
+            if (trial.status != Trial.RUNNING or not self._reusable(trial)
+                    or trial._successor is not None
                     or trial._predecessor is not None or trial._inflight is None
                     or trial.checkpoint_freq or trial._outlived_call
                     or not self._batched(trial)):
@@ -488,7 +496,7 @@ class TrialRunner:
             self._unqueue(successor)
         if actor is None:
             return
-        if reusable and self._reuse:
+        if reusable and self._reusable(trial):
             self._idle.append((_resource_key(trial), actor))
             self._used_cache = None
         elif reusable:
@@ -500,9 +508,15 @@ class TrialRunner:
                 pass
 
     def _terminate(self, actor) -> None:
+        """Run the trainable's ``_stop``, then end the actor.  With ``ray.kill``,
+        not ``__ray_terminate__``: an actor created right after another ended
+        that way was never placed (hpc_ray runtime bug, see the tune notes)."""
         try:
-            actor.stop.remote()
-            actor.__ray_terminate__.remote()
+            _ray.get(actor.stop.remote(), timeout=_STOP_TIMEOUT_S)
+        except RayError:
+            pass  # a _stop that fails or hangs must not hold up the experiment
+        try:
+            _kill(actor)
         except RayError:
             pass
 

@@ -112,8 +112,8 @@ def run_experiments(experiments, search_alg=None, scheduler=None, with_server: b
     search_alg = search_alg or BasicVariantGenerator()
     scheduler = scheduler or FIFOScheduler()
     experiment_dir = experiments[0].experiment_dir
-    trainables = {e.trainable_name: (pack_trainable(e.run), not isinstance(e.run, type))
-                  for e in experiments}
+    trainables = {e.trainable_name: (pack_trainable(e.run), not isinstance(e.run, type),
+                                     _resets(e.run)) for e in experiments}
     runner = TrialRunner(trainables, search_alg, scheduler, experiment_dir,
                          reuse_actors=reuse_actors, verbose=verbose,
                          metadata={"name": experiments[0].name})
@@ -152,6 +152,14 @@ def run_experiments(experiments, search_alg=None, scheduler=None, with_server: b
     if errored and raise_on_failed_trial and not _preempt.preempted():
         raise TuneError(f"trials did not complete: {errored} (see each trial's error.txt)")
     return trials
+
+
+def _resets(trainable) -> bool:
+    """Can a trial of ``trainable`` take over another's actor (``reset_config``)?"""
+    from .trainable import Trainable
+    if not isinstance(trainable, type):
+        return True  # function trainables restart their thread
+    return trainable.reset_config is not Trainable.reset_config
 
 
 def _seed_restore(search_alg, experiment: Experiment) -> None:
