@@ -15,6 +15,7 @@ __all__ = [
     "RayConnectionError",
     "RayletError",
     "ObjectStoreFullError",
+    "InfeasibleTaskError",
     "WorkerCrashedError",
     "RayWorkerError",
     "ActorDiedError",
@@ -168,6 +169,10 @@ class RayConnectionError(RayError):
 class RayletError(RayError):
     """Ray 0.7's error for a failed raylet (kept for ``except`` clauses; hpc_ray has
     no raylet)."""
+
+
+class InfeasibleTaskError(RayError, ValueError):
+    """A task asks for more than any worker rank can ever hold (it would wait forever)."""
 
 
 class ObjectStoreFullError(RayError, MemoryError):

@@ -27,10 +27,12 @@ def test_custom_resources_and_infeasible(run, mode, n):
     workers = n - 1
     res = values["cluster_resources"]
     assert res["CPU"] == workers
-    # Each worker rank has the custom resources given to init().
-    assert res["custom"] == 2 * workers
+    # The custom resources given to init() are the job's total (as in Ray), not
+    # multiplied by the number of ranks.
+    assert res["custom"] == 2
     assert res.get("GPU", 0) == 0
-    assert values["custom_concurrent"] == workers
+    assert values["custom_concurrent"] == 2
+    assert values["custom_all_overlaps"] == 0
     _assert_named(result, values, "infeasible_custom", "custom")
     _assert_named(result, values, "infeasible_tpu", "TPU")
     _assert_named(result, values, "infeasible_cpu", "CPU")

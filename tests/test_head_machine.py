@@ -72,7 +72,7 @@ def make_head(gpus: int = 0) -> Head:
     head = Head(len(WORKERS) + 1, [0] * (len(WORKERS) + 1), STORE,
                 ["host"] * (len(WORKERS) + 1))
     for r in WORKERS:
-        head.add_worker(r, {"CPU": 1, "GPU": gpus}, list(range(gpus)), 1000 + r)
+        head.add_worker(r, {"CPU": 1, "GPU": gpus, "lic": 2}, list(range(gpus)), 1000 + r)
     return head
 
 
@@ -149,6 +149,20 @@ def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: di
             assert abs(total - w.avail.get(k, 0) - used.get(k, 0)) < 1e-9, \
                 f"rank {r} {k}: total {total}, avail {w.avail.get(k)}, in use {used.get(k)}"
         assert sorted(gpus + w.gpu_free) == list(range(int(w.total.get("GPU", 0))))
+    # A node's custom resources: the job's total, held by tasks and actors of all its ranks.
+    for node, pool in head.pools.items():
+        used = collections.Counter()
+        for task in head.tasks.values():
+            if task.placed and task.spec[m.T_ACTOR] is None and \
+                    head.workers[task.rank].node == node:
+                used.update({k: v for k, v in task.resources.items() if k == "lic"})
+        for actor in head.actors.values():
+            if actor.state in (ActorState.STARTING, ActorState.ALIVE) and \
+                    head.workers[actor.rank].node == node:
+                used.update({k: v for k, v in actor.resources.items() if k == "lic"})
+        for k, total in pool.total.items():
+            assert abs(total - pool.avail.get(k, 0) - used.get(k, 0)) < 1e-9, \
+                f"node {node} {k}: total {total}, avail {pool.avail.get(k)}, in use {used.get(k)}"
     # --- store bytes ---
     live = sum(rounded(e.record[3]) for e in objects.entries.values()
                if e.record is not None and e.record[0] == SHM)
@@ -192,13 +206,16 @@ class HeadMachine(RuleBasedStateMachine):
         self.driver_holds[oid] += 1
 
     @rule(data=st.data(), ndeps=st.integers(0, 3), retries=st.integers(0, 2),
-          returns=st.integers(1, 2), gpu=st.booleans(), contain=st.booleans())
-    def submit(self, data, ndeps, retries, returns, gpu, contain):
+          returns=st.integers(1, 2), gpu=st.booleans(), lic=st.integers(0, 3),
+          contain=st.booleans())
+    def submit(self, data, ndeps, retries, returns, gpu, lic, contain):
         held = self._held()
         deps = [data.draw(st.sampled_from(held)) for _ in range(ndeps)] if held else []
         contained = [data.draw(st.sampled_from(held))] if held and contain else []
-        s = spec(deps, returns, retries, contained=contained,
-                 resources={"CPU": 1, "GPU": 1} if gpu else None)
+        resources = None
+        if gpu or lic:   # lic=3 never fits anywhere: the task fails at submission
+            resources = {"CPU": 1, "GPU": 1 if gpu else 0, "lic": lic}
+        s = spec(deps, returns, retries, contained=contained, resources=resources)
         self.head.submit(s)
         self.driver_holds.update(s[m.T_RETURNS])
 
@@ -275,8 +292,10 @@ class HeadMachine(RuleBasedStateMachine):
         deps = [data.draw(st.sampled_from(held))] if held and data.draw(st.booleans()) else []
         actor_id = new_id()
         s = spec(deps, actor=actor_id, fn="A")
-        self.head.create_actor(s, {"GPU": 1} if gpu else {}, restarts, None, "A",
-                               task_retries)
+        resources = {"GPU": 1} if gpu else {}
+        if data.draw(st.booleans()):
+            resources["lic"] = 1
+        self.head.create_actor(s, resources, restarts, None, "A", task_retries)
         self.actor_ids.append(actor_id)
 
     @rule(data=st.data())

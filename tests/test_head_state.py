@@ -6,8 +6,8 @@ import warnings
 
 import pytest
 
-from hpc_ray.exceptions import (ActorDiedError, GetTimeoutError, ObjectStoreFullError,
-                                TaskError, WorkerCrashedError)
+from hpc_ray.exceptions import (ActorDiedError, GetTimeoutError, InfeasibleTaskError,
+                                ObjectStoreFullError, TaskError, WorkerCrashedError)
 from hpc_ray.runtime import scheduler
 from hpc_ray.runtime.head import Head
 from hpc_ray.runtime.store import Allocator
@@ -143,12 +143,25 @@ def test_contained_refs_live_as_long_as_their_container():
     assert 5 not in head.objects and 6 not in head.objects
 
 
-def test_infeasible_task_warns_naming_the_resource():
+def test_infeasible_task_fails_at_once_naming_the_resource():
     head = make_head()
-    head.submit(spec_for(resources={"CPU": 1, "TPU": 1}))
-    with pytest.warns(UserWarning, match="TPU"):
-        head.schedule()
+    s = spec_for(resources={"CPU": 1, "TPU": 1})
+    head.submit(s)
+    head.schedule()
     assert executes(head) == []
+    err = loads(head.objects[s[m.T_RETURNS][0]].record[1])
+    assert isinstance(err, InfeasibleTaskError) and "TPU" in str(err)
+
+
+def test_custom_resources_are_the_jobs_total_shared_by_a_nodes_ranks():
+    head = Head(3, [0, 0, 0], 1 << 20, ["h"] * 3)
+    head.add_worker(1, {"CPU": 1, "lic": 2}, [], 1)
+    head.add_worker(2, {"CPU": 1, "lic": 2}, [], 2)
+    specs = [spec_for(args=(i,), resources={"CPU": 1, "lic": 2}) for i in range(2)]
+    for s in specs:
+        head.submit(s)
+    head.schedule()
+    assert len(executes(head)) == 1            # 2 licences in all, not 2 per rank
 
 
 def test_prefetch_queues_short_tasks_beyond_cpus():

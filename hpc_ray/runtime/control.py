@@ -63,6 +63,10 @@ def _cluster_resources(head: Head) -> dict:
             for k, v in w.total.items():
                 if v:
                     total[k] = total.get(k, 0) + v
+    for pool in head.pools.values():       # custom resources: once per node
+        for k, v in pool.total.items():
+            if v:
+                total[k] = total.get(k, 0) + v
     return total
 
 
@@ -74,6 +78,10 @@ def _available_resources(head: Head) -> dict:
         for k, v in w.avail.items():
             # Queued tasks reserve CPUs too (avail can go below zero): clamp.
             v = min(v + (w.blocked if k == "CPU" else 0), w.total.get(k, 0))
+            if v > 0:
+                avail[k] = avail.get(k, 0) + v
+    for pool in head.pools.values():
+        for k, v in pool.avail.items():
             if v > 0:
                 avail[k] = avail.get(k, 0) + v
     return avail
@@ -93,6 +101,11 @@ def _nodes(head: Head) -> list[dict]:
         for k, v in w.total.items():
             if v:
                 n["Resources"][k] = n["Resources"].get(k, 0) + v
+    for node, pool in head.pools.items():
+        if node in by_node:
+            for k, v in pool.total.items():
+                if v:
+                    by_node[node]["Resources"][k] = v
     if 0 not in by_node:
         by_node[0] = {"NodeID": "node-0", "NodeManagerHostname": head.host_of[0],
                       "NodeManagerAddress": head.host_of[0], "Alive": True,

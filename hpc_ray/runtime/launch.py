@@ -278,7 +278,12 @@ def worker_resources(cfg: dict, rank: int, size: int) -> tuple[dict, list[int]]:
         # Split the node's GPUs round-robin over the spawned worker ranks.
         gpu_ids = [g for g in range(int(gpus_total)) if g % (size - 1) == rank - 1]
     elif gpus_total is not None:
-        gpu_ids = list(range(int(gpus_total)))
+        # init(num_gpus=G) under a launcher: the node has G GPUs; its worker ranks
+        # split them round-robin, so each id is handed out once per node.
+        node_of = cfg["node_of"]
+        peers = [r for r in range(1, size) if node_of[r] == node_of[rank]]
+        index = peers.index(rank)
+        gpu_ids = [g for g in range(int(gpus_total)) if g % len(peers) == index]
     else:
         gpu_ids = _my_share_of_node_gpus(cfg, rank)
     res["GPU"] = len(gpu_ids)

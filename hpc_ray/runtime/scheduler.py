@@ -24,24 +24,43 @@ def shape_of(resources: dict) -> tuple:
     return tuple(sorted(resources.items()))
 
 
-def fits(avail: dict, need: dict) -> bool:
+#: Resources a worker rank holds itself. Every other (custom) resource belongs to
+#: the rank's node (``w.pool``), shared by the node's ranks: ``init(resources=
+#: {"Resource1": 4})`` makes 4 in all, as in Ray, not 4 per rank.
+RANK_KEYS = frozenset(("CPU", "GPU"))
+
+
+def fits(w, need: dict) -> bool:
+    """Whether ``need`` is free now on ``w`` (its own CPUs/GPUs, its node's custom)."""
     for k, v in need.items():
-        if v and avail.get(k, 0) + _EPS < v:
-            return False
+        if v:
+            have = w.avail.get(k, 0) if k in RANK_KEYS else w.pool.avail.get(k, 0)
+            if have + _EPS < v:
+                return False
+    return True
+
+
+def fits_ever(w, need: dict) -> bool:
+    """Whether ``need`` fits ``w`` when nothing else runs there."""
+    for k, v in need.items():
+        if v:
+            have = w.total.get(k, 0) if k in RANK_KEYS else w.pool.total.get(k, 0)
+            if have + _EPS < v:
+                return False
     return True
 
 
 def reserve(w, need: dict) -> None:
-    avail = w.avail
     for k, v in need.items():
         if v:
+            avail = w.avail if k in RANK_KEYS else w.pool.avail
             avail[k] = avail.get(k, 0) - v
 
 
 def unreserve(w, need: dict) -> None:
-    avail = w.avail
     for k, v in need.items():
         if v:
+            avail = w.avail if k in RANK_KEYS else w.pool.avail
             avail[k] = avail.get(k, 0) + v
 
 
@@ -57,8 +76,10 @@ def _capacity_ok(w, need: dict) -> bool:
     """
     cpu = need.get("CPU", 0)
     for k, v in need.items():
-        if k != "CPU" and v and w.avail.get(k, 0) + _EPS < v:
-            return False
+        if k != "CPU" and v:
+            have = w.avail.get(k, 0) if k in RANK_KEYS else w.pool.avail.get(k, 0)
+            if have + _EPS < v:
+                return False
     if not cpu:
         return True
     total = w.total.get("CPU", 0)
@@ -94,7 +115,7 @@ def pick_actor_worker(workers: list, need: dict):
     """Spread actors least-loaded first among the workers where they fit."""
     best = None
     for w in workers:
-        if not fits(w.avail, need):
+        if not fits(w, need):
             continue
         if best is None or (w.actors, w.inflight) < (best.actors, best.inflight):
             best = w
@@ -102,7 +123,7 @@ def pick_actor_worker(workers: list, need: dict):
 
 
 def feasible_anywhere(workers: Iterable, need: dict) -> bool:
-    return any(fits(w.total, need) for w in workers)
+    return any(fits_ever(w, need) for w in workers)
 
 
 def all_saturated(workers: list) -> bool:
@@ -113,7 +134,7 @@ def all_saturated(workers: list) -> bool:
 def largest_worker(workers: Iterable) -> dict:
     best: dict = {}
     for w in workers:
-        for k, v in w.total.items():
+        for k, v in list(w.total.items()) + list(w.pool.total.items()):
             best[k] = max(best.get(k, 0), v)
     return best
 

@@ -66,13 +66,27 @@ if variant == "custom":
     def needs_two():
         return sorted(ray.get_resource_ids())
 
+    @ray.remote(resources={"custom": 2})
+    def hold_all(directory, i):
+        t0 = time.time()
+        time.sleep(0.2)
+        with open(os.path.join(directory, f"span-{i}"), "w") as f:
+            f.write(f"{t0} {time.time()}")
+
     with section("custom resources"):
-        # One task per rank can hold two units of 'custom': every worker has them.
-        both = ray.get([rendezvous.options(resources={"custom": 2}).remote(TMPDIR, "c", NUM_WORKERS)
-                        for _ in range(NUM_WORKERS)])
+        # init(resources={"custom": 2}) is the job's total, as in Ray: two tasks
+        # holding one unit each run at once (on two ranks) ...
+        both = ray.get([rendezvous.options(resources={"custom": 1}).remote(TMPDIR, "c", 2)
+                        for _ in range(2)], timeout=60)
         report("custom_concurrent", len({pid for pid, *_ in both}))
         ids = ray.get(needs_two.remote())
         check("custom" in ids, f"get_resource_ids() in a task that holds 'custom': {ids}")
+        # ... and tasks that each need both units run one after another.
+        ray.get([hold_all.remote(TMPDIR, i) for i in range(NUM_WORKERS)], timeout=60)
+        spans = sorted(tuple(map(float, open(os.path.join(TMPDIR, f"span-{i}")).read().split()))
+                       for i in range(NUM_WORKERS))
+        overlaps = [(a, b) for a, b in zip(spans, spans[1:]) if b[0] < a[1]]
+        report("custom_all_overlaps", len(overlaps))
 
     for name, kwargs in [("custom", {"resources": {"custom": 1000}}),
                          ("tpu", {"resources": {"TPU": 1}}),

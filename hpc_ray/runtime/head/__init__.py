@@ -37,7 +37,8 @@ from ...transport.serialization import ERROR
 from .actors import A_ALIVE, A_PENDING, A_RESTARTING, ActorEntry, ActorLifecycle, ActorState
 from .history import DEFAULT_BUDGET, History
 from .objects import ObjectEntry, ObjectTable
-from .resources import Placement, ReadyQueue, WorkerInfo
+from ..scheduler import RANK_KEYS
+from .resources import NodePool, Placement, ReadyQueue, WorkerInfo
 from .tasks import PENDING, READY, IllegalTransition, TaskEntry, TaskLifecycle, TaskState
 
 logger = logging.getLogger(__name__)
@@ -70,6 +71,8 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         self.fn_blobs: dict[Any, bytes] = {}
         self.fn_names: dict[Any, str] = {}
         self.workers: dict[int, WorkerInfo] = {}
+        self.pools: dict[int, NodePool] = {}          # node -> its custom resources
+        self.custom_node: int | None = None           # the node init()'s custom ones went to
         self._alive: list[WorkerInfo] = []
         self.actors: dict[int, ActorEntry] = {}       # live actors only
         self.named_actors: dict[str, int] = {}
@@ -107,8 +110,19 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
     # --- workers ------------------------------------------------------------------
 
     def add_worker(self, rank: int, resources: dict, gpu_ids: list[int], pid: int) -> None:
-        self.workers[rank] = WorkerInfo(rank, self.node_of[rank], self.host_of[rank],
-                                        resources, gpu_ids, pid)
+        """A worker rank joined. Custom resources (anything but CPU and GPU) are what
+        ``init(resources=...)`` gave the whole job, as in Ray: they go once to the
+        node of the first worker rank that reports them, shared by its ranks."""
+        node = self.node_of[rank]
+        pool = self.pools.get(node)
+        if pool is None:
+            pool = self.pools[node] = NodePool()
+        custom = {k: v for k, v in resources.items() if k not in RANK_KEYS and v}
+        if custom and self.custom_node in (None, node):
+            self.custom_node = node
+            pool.add(custom)
+        self.workers[rank] = WorkerInfo(rank, node, self.host_of[rank], resources, gpu_ids,
+                                        pid, pool)
         self._alive = [w for w in self.workers.values() if w.alive]
 
     def worker_stopped(self, rank: int) -> None:

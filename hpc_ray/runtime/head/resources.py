@@ -18,19 +18,41 @@ from .tasks import READY, RUNNING, TaskEntry
 
 
 
+class NodePool:
+    """A node's custom resources, shared by its worker ranks (``scheduler.RANK_KEYS``
+    are per rank instead)."""
+
+    __slots__ = ("total", "avail")
+
+    def __init__(self) -> None:
+        self.total: dict = {}
+        self.avail: dict = {}
+
+    def add(self, resources: dict) -> None:
+        """The node has ``resources`` (each rank reports the same: counted once)."""
+        for k, v in resources.items():
+            extra = v - self.total.get(k, 0)
+            if extra > 0:
+                self.total[k] = v
+                self.avail[k] = self.avail.get(k, 0) + extra
+
+
 class WorkerInfo:
     __slots__ = ("rank", "node", "host", "total", "avail", "gpu_free", "inflight",
                  "blocked", "prefetch", "actors", "alive", "known_fns", "pid",
-                 "steal_pending", "refill")
+                 "steal_pending", "refill", "pool")
 
     def __init__(self, rank: int, node: int, host: str, resources: dict,
-                 gpu_ids: list[int], pid: int) -> None:
+                 gpu_ids: list[int], pid: int, pool: NodePool | None = None) -> None:
         self.rank = rank
         self.node = node
         self.host = host
         self.pid = pid
-        self.total = dict(resources)          #: {"CPU": 1, "GPU": 0, custom: n}
-        self.avail = dict(resources)          #: what tasks and actors do not hold
+        own = {k: v for k, v in resources.items() if k in scheduler.RANK_KEYS}
+        self.total = dict(own)                #: {"CPU": 1, "GPU": 0}
+        self.avail = dict(own)                #: what tasks and actors do not hold
+        #: The node's custom resources (shared with the node's other ranks).
+        self.pool = pool if pool is not None else NodePool()
         self.gpu_free = list(gpu_ids)
         self.inflight = 0                     #: tasks sent and not finished
         self.blocked = 0                      #: executors blocked in get()

@@ -22,7 +22,7 @@ import enum
 import logging
 import time
 
-from ...exceptions import ActorDiedError, WorkerCrashedError
+from ...exceptions import ActorDiedError, InfeasibleTaskError, WorkerCrashedError
 from ...transport import messages as m
 from ...transport.serialization import ERROR, SHM, dumps
 from .. import scheduler
@@ -179,6 +179,13 @@ class TaskLifecycle:
                 return
             actor.queue.append(task)
             self._dispatch_actor(actor)
+            return
+        if self._alive and not scheduler.feasible_anywhere(self._alive, resources):
+            self._fail_task(task, (ERROR, dumps(InfeasibleTaskError(
+                f"{spec[m.T_NAME]} needs {resources}, but no worker rank can ever hold "
+                f"that (largest: {scheduler.largest_worker(self._alive)}); it would wait "
+                f"forever. Pass resources to init(), or start ranks with more CPUs or "
+                f"GPUs (SLURM_CPUS_PER_TASK, --gpus-per-node)."))))
             return
         if task.missing == 0:
             self._set_task_state(task, READY)
