@@ -85,7 +85,7 @@ class ProgressReporter:
             counts[t.status] = counts.get(t.status, 0) + 1
         cpu = gpu = 0.0
         for t in trials:
-            if t.status == Trial.RUNNING:
+            if t.status == Trial.RUNNING and t._predecessor is None:
                 cpu += t.resources.get("cpu", 1) + t.resources.get("extra_cpu", 0)
                 gpu += t.resources.get("gpu", 0) + t.resources.get("extra_gpu", 0)
         lines = ["== Status =="]

@@ -7,13 +7,20 @@
     search_alg.next_trials() ─▶ PENDING trials
     scheduler.choose_trial_to_run() ─▶ start: an actor (new, or an idle one
         when reuse_actors) gets setup() + train() ──▶ TrialActor.train()
-    ray.wait(in-flight train refs) ◀─── (result, checkpoint bytes) ─┘
-        log the result, store the checkpoint, then by stop criteria and
+    ray.wait(in-flight train refs) ◀─── [(result, checkpoint bytes)] ┘
+        log each result, store the checkpoints, then by stop criteria and
         scheduler.on_trial_result: next train() | PAUSE (save, release) |
         STOP (release) | an error: restart from the last checkpoint while
         num_failures <= max_failures, else ERROR
+
     every trial state change ─▶ one line appended to experiment_state.journal
         (a snapshot, experiment_state.json, replaces it atomically now and then)
+
+Under FIFO a train() call runs several iterations (up to 0.25 s, ending at a
+checkpoint), and the next pending trial is queued on the actor of a running
+one that should end within its call (TrialActor.start), so the actor goes on
+to it without a round trip to the driver; the queued trial holds no resources
+of its own until its predecessor ends.
 
 Trials hold resources (``resources_per_trial``) from start to pause or end; the
 runner starts a trial only when the cluster's totals (``ray.cluster_resources``)
