@@ -159,9 +159,15 @@ class ActorClass:
         placement = m.IN_RANK if opts.get("in_rank") else 0
         spec = build_spec(self._class_id, self._blob, self.__name__, args, kwargs, 1,
                           resources, 0, placement, actor_id, 0, ctx.put_serialized, keep)
+        # The actor lives while some process holds a handle to it (as in Ray): each
+        # handle carries a ref to this token, counted like any object ref; when the
+        # head frees the token, the actor ends once its pending calls are done.
+        # Named and detached actors live until killed.
+        detached = name is not None or opts.get("lifetime") == "detached"
+        lifetime = None if detached else ctx.put(None)
         ctx.control("create_actor", spec, resources, restarts, name, self.__name__,
-                    task_retries, self._meta)
-        return ActorHandle(actor_id, self.__name__, self._meta, self._checks)
+                    task_retries, self._meta, None if lifetime is None else lifetime.id)
+        return ActorHandle(actor_id, self.__name__, self._meta, self._checks, lifetime)
 
     def __reduce__(self):
         return (ActorClass, (self._cls, self._options, self._class_id))
@@ -214,10 +220,12 @@ class ActorHandle:
     """A reference to an actor; pass it to tasks and other actors freely."""
 
     def __init__(self, actor_id: int, class_name: str, meta: dict[str, int],
-                 checks: dict | None = None) -> None:
+                 checks: dict | None = None, lifetime=None) -> None:
         self._actor_id = actor_id
         self._class_name = class_name
         self._meta = meta or {}
+        #: A ref to the actor's lifetime token (None: named or detached).
+        self._lifetime = lifetime
         #: Argument checks per method (travel with the handle; not in handles
         #: from get_actor(), which has only the method table).
         self._checks = checks or {}
@@ -244,7 +252,8 @@ class ActorHandle:
         return refs[0] if num_returns == 1 else refs
 
     def __reduce__(self):
-        return (ActorHandle, (self._actor_id, self._class_name, self._meta, self._checks))
+        return (ActorHandle, (self._actor_id, self._class_name, self._meta, self._checks,
+                              self._lifetime))
 
     def __repr__(self) -> str:
         return f"ActorHandle({self._class_name}, {self._actor_id:016x})"

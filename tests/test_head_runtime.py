@@ -95,3 +95,10 @@ def test_a_one_node_job_listens_on_loopback_only(run, mode):
 def test_many_driver_threads_share_rank_0s_mpi(run, mode):
     values = run("driver_threads.py", 3, mode=mode, timeout=180).assert_ok("driver_threads")
     assert values["iterations"] == 8 * 150
+
+
+@pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
+def test_actors_end_with_their_last_handle(run, mode):
+    values = run("actor_lifetime.py", 3, mode=mode, timeout=120).assert_ok("actor_lifetime")
+    assert values["second_gpu_actor"] == [0]
+    assert values["unreferenced_actor_exited"] is True

@@ -38,9 +38,9 @@ def call(head: Head, name: str, args: tuple) -> Any:
 
 
 def _create_actor(head: Head, spec, resources, max_restarts, name, class_name,
-                  max_task_retries, meta=None) -> None:
+                  max_task_retries, meta=None, lifetime_oid=None) -> None:
     head.create_actor(spec, resources, max_restarts, name, class_name, max_task_retries,
-                      meta)
+                      meta, lifetime_oid)
 
 
 def _get_actor(head: Head, name: str):

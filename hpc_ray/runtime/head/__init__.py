@@ -66,6 +66,7 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         for r, n in enumerate(node_of):
             self.node_leader.setdefault(n, r)
         self.objects = ObjectTable(set(node_of), store_size, self.node_leader)
+        self.objects.on_free = self.handles_gone
         self.store_size = store_size
         self.tasks: dict[int, TaskEntry] = {}         # live tasks only
         self.fn_blobs: dict[Any, bytes] = {}
@@ -76,6 +77,7 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         self._alive: list[WorkerInfo] = []
         self.actors: dict[int, ActorEntry] = {}       # live actors only
         self.named_actors: dict[str, int] = {}
+        self.lifetimes: dict[int, int] = {}           # lifetime token id -> actor id
         self.pending_actors: dict[int, float] = {}    # actors waiting for room on a rank
         self.joins: dict[str, dict] = {}              # group name -> rank -> member
         self.ready = ReadyQueue()

@@ -56,7 +56,7 @@ ALLOWED: dict[ActorState, frozenset] = {
 class ActorEntry:
     __slots__ = ("actor_id", "class_id", "spec", "resources", "rank", "state", "queue",
                  "inflight", "max_restarts", "restarts", "name", "gpu_ids", "error",
-                 "class_name", "pid", "max_task_retries", "meta")
+                 "class_name", "pid", "max_task_retries", "meta", "unreferenced")
 
     def __init__(self, actor_id: int, spec: list, resources: dict, max_restarts: int,
                  name: str | None, class_name: str, max_task_retries: int) -> None:
@@ -77,6 +77,8 @@ class ActorEntry:
         self.pid = 0
         self.max_task_retries = max_task_retries
         self.meta = None
+        #: No handle is left: the actor ends when its queued and running calls are done.
+        self.unreferenced = False
 
 
 def check_transition(actor: ActorEntry, new: ActorState) -> None:
@@ -128,7 +130,7 @@ class ActorLifecycle:
 
     def create_actor(self, spec: list, resources: dict, max_restarts: int,
                      name: str | None, class_name: str, max_task_retries: int = 0,
-                     meta=None) -> None:
+                     meta=None, lifetime_oid: int | None = None) -> None:
         actor_id = spec[m.T_ACTOR]
         if name is not None and name in self.named_actors:
             raise ValueError(f"an actor named {name!r} already exists")
@@ -147,6 +149,9 @@ class ActorLifecycle:
             self.objects.hold([oid for _, oid in deps])
         if spec[m.T_CONTAINED]:
             self.objects.hold(spec[m.T_CONTAINED])
+        if lifetime_oid is not None:
+            self.lifetimes[lifetime_oid] = actor_id
+            self.objects.watched.add(lifetime_oid)
         self._place_actor(actor)
 
     def _place_actor(self, actor: ActorEntry) -> None:
@@ -252,7 +257,8 @@ class ActorLifecycle:
         self._set_actor_state(actor, A_DEAD)
         self.retry_pending_actors()
 
-    def kill_actor(self, actor_id: int, no_restart: bool = True) -> None:
+    def kill_actor(self, actor_id: int, no_restart: bool = True,
+                   reason: str = "killed by kill()") -> None:
         actor = self.actors.get(actor_id)
         if actor is None:
             return
@@ -260,4 +266,18 @@ class ActorLifecycle:
             self.send(actor.rank, (m.KILL_ACTOR, actor_id, no_restart))
         if no_restart:
             actor.max_restarts = 0
-            self.actor_died(actor_id, "killed by kill()", allow_restart=False)
+            self.actor_died(actor_id, reason, allow_restart=False)
+
+    def handles_gone(self, lifetime_oid: int) -> None:
+        """The last handle to an actor went out of scope (its lifetime token was freed)."""
+        actor_id = self.lifetimes.pop(lifetime_oid, None)
+        actor = self.actors.get(actor_id) if actor_id is not None else None
+        if actor is not None:
+            actor.unreferenced = True
+            self.end_if_unreferenced(actor)
+
+    def end_if_unreferenced(self, actor: ActorEntry) -> None:
+        """An actor no handle reaches ends once it has no call queued or running."""
+        if actor.unreferenced and not actor.inflight and \
+                not any(t.state is PENDING for t in actor.queue):
+            self.kill_actor(actor.actor_id, reason="its last handle went out of scope")

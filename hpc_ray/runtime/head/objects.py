@@ -37,6 +37,9 @@ class ObjectTable:
         self.node_leader = node_leader
         #: Objects freed so far (for tests and objects()).
         self.freed = 0
+        #: Ids whose freeing ``on_free(oid)`` is told of (actors' lifetime tokens).
+        self.watched: set[int] = set()
+        self.on_free = None
 
     def __contains__(self, oid: int) -> bool:
         return oid in self.entries
@@ -92,6 +95,9 @@ class ObjectTable:
             self.allocators[rec[1]].free(rec[2], rec[3])
         for copy in e.locations.values():
             self.allocators[copy[1]].free(copy[2], copy[3])
+        if oid in self.watched:
+            self.watched.discard(oid)
+            self.on_free(oid)
         return e.contained or ()
 
     # --- values -----------------------------------------------------------------

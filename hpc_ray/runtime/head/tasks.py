@@ -242,6 +242,11 @@ class TaskLifecycle:
         task.t_start, task.t_end, task.pid = t0, t1, pid
         self.avg_task_seconds = 0.9 * self.avg_task_seconds + 0.1 * (t1 - t0)
         self._unplace(task)
+        actor_id = task.spec[m.T_ACTOR]
+        if actor_id is not None:
+            actor = self.actors.get(actor_id)
+            if actor is not None and actor.unreferenced:
+                self.end_if_unreferenced(actor)
         if task.spec[m.T_ACTOR] is None:
             w = self.workers.get(task.rank)
             if w is not None:

@@ -1,0 +1,91 @@
+"""Actor lifetime as in Ray: an actor ends when the last handle to it (in the driver
+and in every task that got a copy) goes out of scope, after its pending calls; its
+resources, GPUs included, go back to the pool. Named actors live until killed."""
+import faulthandler, os
+faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
+
+import gc
+import time
+
+from _harness import check, expect_raises, init_kwargs, ok, poll_for, report, section
+
+import hpc_ray as ray
+
+ray.init(**init_kwargs(num_gpus=1))
+T = 30
+
+
+@ray.remote(num_gpus=1)
+class GPUActor:
+    def gpus(self):
+        return ray.get_gpu_ids()
+
+
+@ray.remote
+class Counter:
+    def __init__(self):
+        self.n = 0
+
+    def inc(self):
+        self.n += 1
+        return self.n
+
+    def pid(self):
+        return os.getpid()
+
+
+@ray.remote
+def use_later(counter, seconds):
+    time.sleep(seconds)
+    return ray.get(counter.inc.remote())
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+with section("a dropped GPU actor gives its GPU to the next one"):
+    first = GPUActor.remote()
+    check(ray.get(first.gpus.remote(), timeout=T) == [0])
+    del first
+    gc.collect()
+    second = GPUActor.remote()
+    got = ray.get(second.gpus.remote(), timeout=T)   # waited forever before
+    check(got == [0], got)
+    report("second_gpu_actor", got)
+    del second
+
+with section("calls pending when the last handle goes still run"):
+    ref = Counter.remote().inc.remote()
+    check(ray.get(ref, timeout=T) == 1)
+
+with section("the actor ends once no handle is left"):
+    c = Counter.remote()
+    pid = ray.get(c.pid.remote(), timeout=T)
+    del c
+    gc.collect()
+    gone = poll_for(lambda: not alive(pid), 15)
+    check(gone, f"actor process {pid} still alive without handles")
+    report("unreferenced_actor_exited", bool(gone))
+
+with section("a handle in a running task keeps the actor alive"):
+    c = Counter.remote()
+    r = use_later.remote(c, 0.5)
+    del c
+    gc.collect()
+    check(ray.get(r, timeout=T) == 1, "the task's copy of the handle did not keep it")
+
+with section("named actors live until killed"):
+    Counter.options(name="keeper").remote()
+    gc.collect()
+    time.sleep(0.3)
+    keeper = ray.get_actor("keeper")
+    check(ray.get(keeper.inc.remote(), timeout=T) == 1)
+    ray.kill(keeper)
+
+ray.shutdown()
+ok("actor_lifetime")
