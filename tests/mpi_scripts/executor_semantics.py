@@ -49,10 +49,12 @@ def leaf(x):
     return x + 1
 
 
-def hammer(i, rounds):
+def hammer(i, rounds, shared=None):
     """get/put/wait/.remote() in a loop; the sum of what came back."""
     total = 0
     for j in range(rounds):
+        if shared is not None and int(ray.get(shared)[-1]) != 7:  # one ref, every thread
+            raise AssertionError("wrong shared array")
         ref = leaf.remote(ray.put(i * 1000 + j))
         ready, _ = ray.wait([ref], timeout=60)
         if ready != [ref]:
@@ -72,10 +74,11 @@ def expected(i, rounds=ROUNDS):
 def threaded(n, rounds):
     """n threads hammering the API while the calling thread does too."""
     out = [None] * n
+    shared = ray.put(np.full(30000, 7, dtype=np.int64))
 
     def run(i):
         try:
-            out[i] = hammer(i, rounds)
+            out[i] = hammer(i, rounds, shared)
         except BaseException as exc:  # reported as a value the driver checks
             out[i] = repr(exc)
 
@@ -95,8 +98,32 @@ def threaded_task(n, rounds):
 
 @ray.remote
 class ThreadedActor:
+    def __init__(self):
+        # A thread that outlives every call: it uses the API while the actor's
+        # main thread waits for the next call.
+        self.background = []
+        self.stop = False
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        k = 0
+        while not self.stop:
+            self.background.append(ray.get(leaf.remote(k)) - k)
+            k += 1
+            time.sleep(0.01)
+
     def run(self, n, rounds):
         return threaded(n, rounds)
+
+    def background_results(self):
+        seen = len(self.background)
+        deadline = time.monotonic() + 30
+        while len(self.background) < seen + 5 and time.monotonic() < deadline:
+            time.sleep(0.01)  # still going while no call runs
+        self.stop = True
+        self.thread.join(30)
+        return len(self.background) > seen, set(self.background)
 
 
 with section("threads"):
@@ -108,6 +135,8 @@ with section("threads"):
     out, mine = ray.get(actor.run.remote(THREADS, ROUNDS), timeout=120)
     check(out == want, f"actor threads: {out}")
     check(mine == expected(99), f"actor main thread: {mine}")
+    time.sleep(0.2)  # the actor idle: its background thread alone talks to the rank
+    check(ray.get(actor.background_results.remote(), timeout=60) == (True, {1}))
     # Both still answer one call at a time afterwards.
     check(ray.get(threaded_task.remote(2, 3), timeout=60) == ([expected(0, 3), expected(1, 3)],
                                                               expected(99, 3)))
