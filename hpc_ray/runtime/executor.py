@@ -12,6 +12,14 @@ the launcher's PMI variables are removed from its environment).
 An executor blocked in ``get()`` keeps reading its pipe and runs the tasks the
 rank sends meanwhile (it tells the rank and head with BLOCKED), so nested tasks
 never deadlock a fixed pool of ranks.
+
+Threads of the user's code may call the API at once. Every send goes out under
+one lock; a thread waiting for its reply reads the socket itself unless another
+thread already does, and whoever reads files replies by request id and leaves
+the rest (EXECUTE, ...) for the main thread, the only one that runs tasks. A
+thread other than the main one never runs nested work nor reports BLOCKED.
+
+stdout and stderr are pipes to the rank (log_to_driver), line-buffered.
 """
 from __future__ import annotations
 

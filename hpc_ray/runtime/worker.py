@@ -4,6 +4,8 @@
     rank ──[executor messages, req ids renumbered]──▶ head
     rank ◀──FETCH──▶ ranks of other nodes (raw store bytes on Tag.OBJECT_DATA)
     rank ══ socketpair ══ executor (one per CPU for tasks, one per actor)
+    rank ◀── stdout/stderr pipes ── executor; whole lines ──CONTROL_CALL worker_log──▶ head,
+             printed on rank 0 as "(pid=P, rank=R) line" (log_to_driver)
 
 The loop never runs user code. It blocks in ``multiprocessing.connection.wait``
 on the executors' pipes with a back-off timeout and polls MPI in between, so an
