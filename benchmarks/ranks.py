@@ -10,10 +10,11 @@ For each N the parent runs, one after the other (never together):
 
 Each child first runs one warm-up batch (2 tasks per worker, so the function has
 reached every rank), then times the TASKS batch and prints one ``@@ranks {json}``
-line. The parent also records the wall time of the whole mpiexec (start-up and
-shutdown included) and the CPU seconds all its processes used (RUSAGE_CHILDREN:
-mpiexec reaps its ranks, the ranks their executors), so idle polling shows up
-as CPU per task.
+line with the CPU its processes used during the batch, by role (rank 0, the
+other ranks, their child processes: hpc_ray's executors), read with psutil. The
+parent also records the wall time of the whole mpiexec (start-up and shutdown
+included) and the CPU seconds all its processes used (RUSAGE_CHILDREN: mpiexec
+reaps its ranks, the ranks their executors): "CPU µs/task all".
 
     python benchmarks/ranks.py                       # N = 3, 8, 16, 32; 20,000 tasks
     python benchmarks/ranks.py --ranks 3,8 --reps 2 --systems hpc_ray,futures
@@ -41,6 +42,39 @@ def f(x):
     return x
 
 
+def job_cpu() -> dict:
+    """CPU seconds so far of this job's processes, by role (rank 0, other ranks, their children).
+
+    Every rank is a child of the launcher's proxy (our parent); an hpc_ray rank's
+    executors are its children.
+    """
+    import psutil
+    me = os.getpid()
+    out = {"rank0": 0.0, "ranks": 0.0, "executors": 0.0}
+
+    def cpu(p):
+        try:
+            t = p.cpu_times()
+            return t.user + t.system
+        except psutil.Error:
+            return 0.0
+
+    for p in psutil.Process(os.getppid()).children():
+        role = "rank0" if p.pid == me else "ranks"
+        out[role] += cpu(p)
+        try:
+            kids = p.children(recursive=True)
+        except psutil.Error:
+            kids = []
+        for k in kids:
+            out["executors"] += cpu(k)
+    return out
+
+
+def _cpu_delta(a: dict, b: dict, tasks: int) -> dict:
+    return {f"cpu_us_{k}": round((b[k] - a[k]) / tasks * 1e6, 1) for k in a}
+
+
 # --- children: run inside mpiexec ------------------------------------------------------
 
 def child_hpc_ray(tasks: int) -> None:
@@ -49,11 +83,13 @@ def child_hpc_ray(tasks: int) -> None:
     workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
     g = ray.remote(f)
     assert ray.get([g.remote(i) for i in range(2 * workers)]) == list(range(2 * workers))
+    c0 = job_cpu()
     t = time.perf_counter()
     out = ray.get([g.remote(i) for i in range(tasks)])
     dt = time.perf_counter() - t
+    cpu = _cpu_delta(c0, job_cpu(), tasks)
     assert out == list(range(tasks)), "wrong results"
-    print(MARK + json.dumps({"seconds": dt, "workers": workers}), flush=True)
+    print(MARK + json.dumps({"seconds": dt, "workers": workers, **cpu}), flush=True)
     ray.shutdown()
 
 
@@ -62,11 +98,13 @@ def child_futures(tasks: int) -> None:
     with MPIPoolExecutor() as ex:
         workers = ex.num_workers
         assert list(ex.map(f, range(2 * workers))) == list(range(2 * workers))
+        c0 = job_cpu()
         t = time.perf_counter()
         out = list(ex.map(f, range(tasks)))
         dt = time.perf_counter() - t
+        cpu = _cpu_delta(c0, job_cpu(), tasks)
     assert out == list(range(tasks)), "wrong results"
-    print(MARK + json.dumps({"seconds": dt, "workers": workers}), flush=True)
+    print(MARK + json.dumps({"seconds": dt, "workers": workers, **cpu}), flush=True)
 
 
 # --- parent ------------------------------------------------------------------------------
@@ -107,7 +145,8 @@ def run_one(system: str, n: int, tasks: int, timeout: float) -> dict:
             "seconds": round(res["seconds"], 3),
             "tasks_per_s": round(tasks / res["seconds"]),
             "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
-            "cpu_us_per_task": round(cpu / tasks * 1e6)}
+            "cpu_us_per_task": round(cpu / tasks * 1e6),
+            **{k: v for k, v in res.items() if k.startswith("cpu_us_")}}
 
 
 def table(rows: list[dict], systems: list[str]) -> str:
@@ -121,7 +160,8 @@ def table(rows: list[dict], systems: list[str]) -> str:
     ranks = sorted({r["ranks"] for r in rows})
     head = ["N (ranks)"]
     for s in systems:
-        head += [f"{s} tasks/s", f"{s} s", f"{s} wall s", f"{s} CPU µs/task"]
+        head += [f"{s} tasks/s", f"{s} s", f"{s} wall s",
+                 f"{s} CPU µs/task in batch: rank 0 / ranks / executors", f"{s} CPU µs/task all"]
     if "hpc_ray" in systems and "futures" in systems:
         head.append("hpc_ray/futures")
     lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
@@ -129,8 +169,10 @@ def table(rows: list[dict], systems: list[str]) -> str:
         cells = [str(n)]
         for s in systems:
             r = best.get((s, n))
-            cells += ([f"{r['tasks_per_s']:,}", str(r["seconds"]), str(r["wall_s"]),
-                       f"{r['cpu_us_per_task']:,}"] if r else ["ERR", "", "", ""])
+            split = (" / ".join(f"{r.get('cpu_us_' + k, 0):.0f}"
+                                for k in ("rank0", "ranks", "executors")) if r else "")
+            cells += ([f"{r['tasks_per_s']:,}", str(r["seconds"]), str(r["wall_s"]), split,
+                       f"{r['cpu_us_per_task']:,}"] if r else ["ERR", "", "", "", ""])
         if "hpc_ray" in systems and "futures" in systems:
             a, b = best.get(("hpc_ray", n)), best.get(("futures", n))
             cells.append(f"{a['tasks_per_s'] / b['tasks_per_s']:.2f}x" if a and b else "")
@@ -179,7 +221,8 @@ def main() -> None:
                f"- cpus: {os.cpu_count()}; 1-min load average {load0:.2f} at start, "
                f"{os.getloadavg()[0]:.2f} at end\n"
                f"- best of {args.reps} run(s) per cell; `s`: the timed batch; `wall s`: the "
-               f"whole mpiexec; `CPU µs/task`: CPU of every process of the run "
+               f"whole mpiexec; `CPU µs/task in batch`: CPU of the job's processes during the "
+               f"timed batch / tasks, by role; `all`: CPU of every process of the run "
                f"(start-up included) / tasks\n- total: {time.time() - started:.0f} s\n\n")
         errors = [r for r in rows if "error" in r]
         tail = "".join(f"\n- {r['system']} N={r['ranks']}: {r['error']}\n" for r in errors)
