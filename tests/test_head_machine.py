@@ -469,3 +469,29 @@ def test_history_is_bounded_by_its_budget():
     assert head.history.tasks.bytes <= (1 << 20) // 2
     assert head.history.tasks.dropped > 0
     assert len(head.tasks) == 0 and len(head.objects) == 0
+
+
+def test_actor_calls_are_ordered_per_caller_and_callers_take_turns():
+    # A task floods an actor with calls; the driver's one call must not wait
+    # behind all of them: callers are served in turn once the actor has room.
+    head = make_head()
+    head.create_actor(spec(actor=50, fn="A"), {}, 0, None, "A")
+    head.actor_ready(50, 1)
+    head.take_outbox()
+    flood = []
+    for _ in range(500):
+        s = spec(actor=50, fn="A.inc")
+        s[m.T_ID] |= 7 << 40                    # submitted by another process
+        head.submit(s)
+        flood.append(s)
+    first = [msg[1][m.T_ID] for msgs in head.take_outbox().values() for msg in msgs
+             if msg[0] == m.EXECUTE]
+    assert first == [s[m.T_ID] for s in flood[:len(first)]]   # in order, bounded
+    mine = spec(actor=50, fn="A.get")
+    head.submit(mine)
+    for tid in first[:len(first) // 2 + 1]:     # half of the sent calls finish
+        head.task_done(1, tid, [(RAW, None)], None, 0.0, 1.0, 1)
+    sent = [msg[1][m.T_ID] for msgs in head.take_outbox().values() for msg in msgs
+            if msg[0] == m.EXECUTE]
+    assert len(first) < len(flood)
+    assert mine[m.T_ID] in sent[:2], "the driver's call waited behind the flood"

@@ -53,6 +53,85 @@ ALLOWED: dict[ActorState, frozenset] = {
 }
 
 
+#: Calls sent to an actor's process and not finished, at most. The rest wait in
+#: the head, so a caller that floods an actor cannot bury another caller's calls
+#: behind its own in the actor's inbox; the queue is topped up in bursts, once
+#: it is down to half (one message per batch, not per finished call).
+MAX_ACTOR_INFLIGHT = 64
+
+#: Bits of a task id below the submitting process's prefix (``context.COUNTER_BITS``).
+_CALLER_SHIFT = 40
+
+
+class CallQueue:
+    """An actor's calls not sent yet: in order per caller, callers served in turn.
+
+    Ray orders an actor's calls per caller (the process that submitted them,
+    named by the prefix of the task id). Serving callers round-robin keeps the
+    driver's calls moving while tasks flood the same actor.
+    """
+
+    __slots__ = ("by_caller", "turn", "count")
+
+    def __init__(self) -> None:
+        self.by_caller: dict[int, collections.deque] = {}
+        self.turn: collections.deque = collections.deque()   # callers with calls waiting
+        self.count = 0
+
+    def append(self, task) -> None:
+        caller = task.spec[m.T_ID] >> _CALLER_SHIFT
+        q = self.by_caller.get(caller)
+        if q is None:
+            q = self.by_caller[caller] = collections.deque()
+            self.turn.append(caller)
+        q.append(task)
+        self.count += 1
+
+    def put_back(self, tasks) -> None:
+        """Calls lost with the actor's process go back first, in their order."""
+        for task in reversed(tasks):
+            caller = task.spec[m.T_ID] >> _CALLER_SHIFT
+            q = self.by_caller.get(caller)
+            if q is None:
+                q = self.by_caller[caller] = collections.deque()
+                self.turn.appendleft(caller)
+            q.appendleft(task)
+            self.count += 1
+
+    def __iter__(self):
+        for q in self.by_caller.values():
+            yield from q
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def clear(self) -> None:
+        self.by_caller.clear()
+        self.turn.clear()
+        self.count = 0
+
+    def next_call(self, waiting) -> object | None:
+        """The next call to send: the front call of the next caller in turn whose
+        arguments are ready. ``waiting(task)`` is told of a front call that is not."""
+        for _ in range(len(self.turn)):
+            caller = self.turn[0]
+            q = self.by_caller[caller]
+            while q and q[0].state is not PENDING:
+                q.popleft()          # failed or cancelled while queued
+                self.count -= 1
+            if not q:
+                self.turn.popleft()
+                del self.by_caller[caller]
+                continue
+            self.turn.rotate(-1)
+            if q[0].missing:
+                waiting(q[0])        # this caller's calls wait in order
+                continue
+            self.count -= 1
+            return q.popleft()
+        return None
+
+
 class ActorEntry:
     __slots__ = ("actor_id", "class_id", "spec", "resources", "rank", "state", "queue",
                  "inflight", "max_restarts", "restarts", "name", "gpu_ids", "error",
@@ -66,7 +145,7 @@ class ActorEntry:
         self.resources = resources            #: held while STARTING or ALIVE
         self.rank = -1
         self.state = A_PENDING
-        self.queue: collections.deque = collections.deque()  #: calls not sent yet, in order
+        self.queue = CallQueue()                              #: calls not sent yet
         self.inflight: dict = {}                              #: calls sent, by task id
         self.max_restarts = max_restarts
         self.restarts = 0
@@ -196,23 +275,22 @@ class ActorLifecycle:
         self._dispatch_actor(actor)
 
     def _dispatch_actor(self, actor: ActorEntry) -> None:
-        if actor.state is not A_ALIVE:
+        """Send the actor calls that may go: in order per caller, callers in turn."""
+        if actor.state is not A_ALIVE or not actor.queue or \
+                len(actor.inflight) > MAX_ACTOR_INFLIGHT // 2:
             return
         w = self.workers[actor.rank]
-        queue = actor.queue
-        while queue:
-            task = queue[0]
-            if task.state is not PENDING:
-                queue.popleft()
-                continue
-            if task.missing:
-                # Calls run in submission order: wait for this one's arguments.
-                for _, oid in task.spec[m.T_DEPS]:
-                    e = self.objects.entry(oid)
-                    if e.record is None and ("actor", actor) not in e.waiters:
-                        e.waiters.append(("actor", actor))
+
+        def wait_for_arguments(task) -> None:
+            for _, oid in task.spec[m.T_DEPS]:
+                e = self.objects.entry(oid)
+                if e.record is None and ("actor", actor) not in e.waiters:
+                    e.waiters.append(("actor", actor))
+
+        while len(actor.inflight) < MAX_ACTOR_INFLIGHT:
+            task = actor.queue.next_call(wait_for_arguments)
+            if task is None:
                 return
-            queue.popleft()
             self._set_task_state(task, RUNNING)
             task.rank = w.rank
             task.attempts += 1
@@ -245,7 +323,7 @@ class ActorLifecycle:
             self._fail_task(task, (ERROR, dumps(ActorDiedError(
                 f"{msg}; the call {task.spec[m.T_NAME]} was lost"
                 + ("; the actor is being restarted" if restart else "")))))
-        actor.queue.extendleft(reversed(requeue))
+        actor.queue.put_back(requeue)
         if restart:
             actor.restarts += 1
             self._set_actor_state(actor, A_RESTARTING)

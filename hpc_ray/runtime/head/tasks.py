@@ -245,8 +245,11 @@ class TaskLifecycle:
         actor_id = task.spec[m.T_ACTOR]
         if actor_id is not None:
             actor = self.actors.get(actor_id)
-            if actor is not None and actor.unreferenced:
-                self.end_if_unreferenced(actor)
+            if actor is not None:
+                if actor.unreferenced:
+                    self.end_if_unreferenced(actor)
+                else:
+                    self._dispatch_actor(actor)   # room for more of its calls
         if task.spec[m.T_ACTOR] is None:
             w = self.workers.get(task.rank)
             if w is not None:
