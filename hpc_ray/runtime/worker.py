@@ -548,6 +548,7 @@ class WorkerLoop:
 
     def on_executor_died(self, ex: ExecutorProc) -> None:
         code = self._reap(ex)
+        self.send_logs()  # its last lines (a traceback, a fault) before the crash report
         self._reclaim(ex)
         # The first task it held was running; tasks sent while it was blocked in
         # get() may have been running nested. The rest never started: run them again.
