@@ -201,6 +201,9 @@ def spawn_workers(n: int):
                                         args=["-m", "hpc_ray.runtime.spawned"], maxprocs=n)
     except MPI.Exception as exc:
         from ..exceptions import RayError
+        # Open MPI's singleton (as root) has made its sm_segment.* in /dev/shm and
+        # would leave it there: no worker will ever attach to it now.
+        unlink_mapped_shm()
         raise RayError(
             f"could not start {n} worker processes with MPI_Comm_spawn ({exc}). "
             f"Spawning needs an MPI that supports it as this user (the 'mpich' wheel "
