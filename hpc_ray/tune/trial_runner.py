@@ -102,12 +102,12 @@ def _demand(resources: dict) -> dict:
 class TrialRunner:
     """Runs the trials of one experiment to completion (or preemption)."""
 
-    def __init__(self, trainables: dict[str, tuple[bytes, bool, bool]], search_alg,
+    def __init__(self, trainables: dict[str, tuple[bytes, bool]], search_alg,
                  scheduler: TrialScheduler | None, experiment_dir: str,
                  reuse_actors: bool = True, verbose: int = 2,
                  metadata: dict | None = None) -> None:
-        #: trainable name -> (pickled trainable, is a function, overrides
-        #: reset_config).  Function trainables cannot be checkpointed (as in Ray 0.7).
+        #: trainable name -> (pickled trainable, is a function).  Function
+        #: trainables cannot be checkpointed (as in Ray 0.7).
         self._trainables = trainables
         self._search_alg = search_alg
         self._scheduler = scheduler or FIFOScheduler()
@@ -126,6 +126,12 @@ class TrialRunner:
         self._preempted = False
         self._draining = False
         self._used_cache: dict[str, float] | None = None
+        #: The journal, appended with one os.write per state change, and the
+        #: sequence number of the last line (the snapshot records it too).
+        self._journal_fd: int | None = None
+        self._seq = 0
+        #: Trials before this index are all finished (they never come back).
+        self._first_open = 0
         self._progress = ProgressReporter(verbose, experiment_dir, self._scheduler,
                                           self._total)
         os.makedirs(experiment_dir, exist_ok=True)
@@ -134,14 +140,24 @@ class TrialRunner:
         return self._trainables[trial.trainable_name][1]
 
     def _reusable(self, trial: Trial) -> bool:
-        """Its actor may take another trial: ``reuse_actors`` and a trainable
-        whose ``reset_config`` can succeed (as in Ray, others get a new process)."""
-        return self._reuse and self._trainables[trial.trainable_name][2]
+        """Its actor may take another trial (the actor resets or rebuilds the
+        trainable in place: TrialActor.setup)."""
+        return self._reuse
 
     # --- the interface schedulers and search algorithms use -----------------------
 
     def get_trials(self) -> list[Trial]:
         return self._trials
+
+    def unfinished_trials(self) -> list[Trial]:
+        """The trials from the first one not finished on (finished trials never
+        come back, so thousands of them cost no scan)."""
+        trials = self._trials
+        i = self._first_open
+        while i < len(trials) and trials[i].is_finished():
+            i += 1
+        self._first_open = i
+        return trials[i:]
 
     def has_resources(self, resources: dict) -> bool:
         shape = _shape(resources)
@@ -236,6 +252,7 @@ class TrialRunner:
         finally:
             self._shutdown_actors()
             self._snapshot()
+            self._close_journal()
             for trial in self._trials:
                 self._close_logger(trial)
             self._progress.report(self._trials, force=True)
@@ -338,9 +355,10 @@ class TrialRunner:
         end after all makes its successor come back as "busy", to start later."""
         if not self._reuse:
             return  # (the per-trainable check is _reusable, below)
-        pending = (t for t in self._trials if t.status == Trial.PENDING
+        open_trials = self.unfinished_trials()
+        pending = (t for t in open_trials if t.status == Trial.PENDING
                    and not t.has_checkpoint() and not t._needs_truncate)
-        for trial in list(self._trials):
+        for trial in open_trials:
             if (trial.status != Trial.RUNNING or not self._reusable(trial)
                     or trial._successor is not None
                     or trial._predecessor is not None or trial._inflight is None
@@ -588,16 +606,20 @@ class TrialRunner:
         """Append ``trial``'s state to the journal (one write: a kill keeps it or not).
         Every state change comes through here."""
         self._used_cache = None
-        line = json.dumps(trial.to_state()) + "\n"
-        with open(os.path.join(self._dir, JOURNAL_FILE), "a") as f:
-            f.write(line)
+        self._seq += 1
+        state = trial.to_state()
+        state["seq"] = self._seq
+        if self._journal_fd is None:
+            self._journal_fd = os.open(os.path.join(self._dir, JOURNAL_FILE),
+                                       os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(self._journal_fd, (json.dumps(state) + "\n").encode())
         self._journal_lines += 1
         if self._journal_lines > _COMPACT_PER_TRIAL * len(self._trials) + 100:
             self._snapshot()
 
     def _snapshot(self) -> None:
         state = {"version": 1, "timestamp": time.time(), "metadata": self._metadata,
-                 "trials": [t.to_state() for t in self._trials]}
+                 "seq": self._seq, "trials": [t.to_state() for t in self._trials]}
         path = os.path.join(self._dir, STATE_FILE)
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
@@ -605,9 +627,18 @@ class TrialRunner:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        # The journal's lines are in the snapshot now.
-        open(os.path.join(self._dir, JOURNAL_FILE), "w").close()
+        # The journal's lines are in the snapshot now (a kill before this line
+        # leaves them there: the snapshot's seq tells the reader to skip them).
+        if self._journal_fd is None:
+            open(os.path.join(self._dir, JOURNAL_FILE), "w").close()
+        else:
+            os.ftruncate(self._journal_fd, 0)
         self._journal_lines = 0
+
+    def _close_journal(self) -> None:
+        if self._journal_fd is not None:
+            os.close(self._journal_fd)
+            self._journal_fd = None
 
     def restore_trials(self, trials: Iterable[Trial]) -> None:
         """Resume: finished trials stay; the others restart from their checkpoints."""
@@ -634,6 +665,7 @@ def load_experiment_state(experiment_dir: str) -> tuple[dict, list[Trial]] | Non
     with open(path) as f:
         state = json.load(f)
     trials: dict[str, dict] = {t["trial_id"]: t for t in state["trials"]}
+    seq = state.get("seq", 0)
     journal = os.path.join(experiment_dir, JOURNAL_FILE)
     if os.path.exists(journal):
         with open(journal) as f:
@@ -642,7 +674,8 @@ def load_experiment_state(experiment_dir: str) -> tuple[dict, list[Trial]] | Non
                     entry = json.loads(line)
                 except ValueError:
                     continue  # the last line, torn by a kill
-                trials[entry["trial_id"]] = entry
+                if entry.get("seq", seq + 1) > seq:  # else already in the snapshot
+                    trials[entry["trial_id"]] = entry
     return state.get("metadata", {}), [Trial.from_state(t) for t in trials.values()]
 
 

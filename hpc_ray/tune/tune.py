@@ -64,8 +64,11 @@ def run(run_or_experiment, name: str | None = None, stop: dict | None = None,
         resume: True: continue the experiment in ``local_dir/name`` from its
             state file (finished trials stay finished, the others continue from
             their checkpoints); without a state file it starts afresh.
-        reuse_actors: run a new trial in a finished trial's actor when its
-            trainable's ``reset_config`` accepts (function trainables do).
+        reuse_actors: run a new trial in a finished trial's actor (same
+            trainable and resources): through ``reset_config`` when the trainable
+            accepts it (function trainables do), else as a fresh instance of
+            the class in that process.  Starting an actor costs a process start
+            on the worker rank; reusing one costs nothing.
         raise_on_failed_trial: raise ``TuneError`` if any trial ended in ERROR.
 
     Returns:
@@ -112,8 +115,8 @@ def run_experiments(experiments, search_alg=None, scheduler=None, with_server: b
     search_alg = search_alg or BasicVariantGenerator()
     scheduler = scheduler or FIFOScheduler()
     experiment_dir = experiments[0].experiment_dir
-    trainables = {e.trainable_name: (pack_trainable(e.run), not isinstance(e.run, type),
-                                     _resets(e.run)) for e in experiments}
+    trainables = {e.trainable_name: (pack_trainable(e.run), not isinstance(e.run, type))
+                  for e in experiments}
     runner = TrialRunner(trainables, search_alg, scheduler, experiment_dir,
                          reuse_actors=reuse_actors, verbose=verbose,
                          metadata={"name": experiments[0].name})
@@ -152,14 +155,6 @@ def run_experiments(experiments, search_alg=None, scheduler=None, with_server: b
     if errored and raise_on_failed_trial and not _preempt.preempted():
         raise TuneError(f"trials did not complete: {errored} (see each trial's error.txt)")
     return trials
-
-
-def _resets(trainable) -> bool:
-    """Can a trial of ``trainable`` take over another's actor (``reset_config``)?"""
-    from .trainable import Trainable
-    if not isinstance(trainable, type):
-        return True  # function trainables restart their thread
-    return trainable.reset_config is not Trainable.reset_config
 
 
 def _seed_restore(search_alg, experiment: Experiment) -> None:

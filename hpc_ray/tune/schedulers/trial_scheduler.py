@@ -65,8 +65,9 @@ class FIFOScheduler(TrialScheduler):
         # One resources check per distinct request: thousands of pending trials
         # usually ask for the same thing.
         fits: dict[tuple, bool] = {}
+        trials = getattr(trial_runner, "unfinished_trials", trial_runner.get_trials)()
         for status in (Trial.PENDING, Trial.PAUSED):
-            for trial in trial_runner.get_trials():
+            for trial in trials:
                 if trial.status != status:
                     continue
                 key = tuple(sorted(trial.resources.items()))
