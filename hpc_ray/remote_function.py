@@ -178,7 +178,12 @@ class RemoteFunction:
                         f"use {self.__name__}.remote(...)")
 
     def _blob_for(self, ctx) -> bytes | None:
-        """The pickled function, sent with this process's first submission only."""
+        """The pickled function, sent until a submission of this process carried it.
+
+        ``remote()`` marks it shipped only once that submission was handed to the
+        context: a thread that then sees it shipped submits after it, on the same
+        ordered channel (two threads of a task may both send it; the head keeps one).
+        """
         if self._shipped_by is ctx:
             return None
         ctx.register_function(self._fn_id, self._function)  # local mode calls it directly
@@ -188,7 +193,6 @@ class RemoteFunction:
             except Exception as exc:
                 raise TypeError(f"could not serialize remote function {self._name}: "
                                 f"{type(exc).__name__}: {exc}") from exc
-        self._shipped_by = ctx
         return self._blob
 
     def remote(self, *args, **kwargs):
@@ -197,10 +201,13 @@ class RemoteFunction:
             check(args, kwargs)
         ctx = context.current()
         keep: list = []
-        spec = build_spec(self._fn_id, self._blob_for(ctx), self._name, args, kwargs,
+        blob = self._blob_for(ctx)
+        spec = build_spec(self._fn_id, blob, self._name, args, kwargs,
                           self._num_returns, self._resources, self._max_retries,
                           self._max_calls, None, 0, ctx.put_serialized, keep)
         ctx.submit(spec)
+        if blob is not None:
+            self._shipped_by = ctx
         refs = [context.ObjectRef(oid) for oid in spec[m.T_RETURNS]]
         return refs[0] if self._num_returns == 1 else refs
 
