@@ -49,6 +49,8 @@ EXECUTOR_BATCH = 64
 #: Bytes read from an executor's stdout/stderr at once; a line longer than this
 #: is passed on in pieces (a partial line is otherwise held until its newline).
 OUTPUT_CHUNK = 1 << 16
+#: Most chunks read from one pipe per pass of the loop (1 MiB): the rest waits.
+OUTPUT_READS = 16
 
 #: Requests whose replies the rank must look at before passing them on.
 _GET = 1
@@ -231,7 +233,7 @@ class WorkerLoop:
                 continue
             is_err, buf, f = pipe
             eof = False
-            while True:
+            for _ in range(OUTPUT_READS):  # bounded: a flood must not stall the loop
                 try:
                     chunk = os.read(pfd, OUTPUT_CHUNK)
                 except BlockingIOError:
@@ -245,7 +247,9 @@ class WorkerLoop:
                 buf += chunk
                 if len(chunk) < OUTPUT_CHUNK:
                     break
-            cut = len(buf) if eof or len(buf) >= OUTPUT_CHUNK else buf.rfind(b"\n") + 1
+            cut = buf.rfind(b"\n") + 1
+            if eof or (not cut and len(buf) >= OUTPUT_CHUNK):
+                cut = len(buf)
             if cut:
                 lines = buf[:cut].decode(errors="replace").split("\n")
                 del buf[:cut]
