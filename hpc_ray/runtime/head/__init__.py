@@ -72,6 +72,7 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         self.fn_blobs: dict[Any, bytes] = {}
         self.fn_names: dict[Any, str] = {}
         self.workers: dict[int, WorkerInfo] = {}
+        self.feasible_shapes: dict = {}               # resource shape -> fits some rank
         self.pools: dict[int, NodePool] = {}          # node -> its custom resources
         self.custom_node: int | None = None           # the node init()'s custom ones went to
         self._alive: list[WorkerInfo] = []
@@ -126,6 +127,7 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         self.workers[rank] = WorkerInfo(rank, node, self.host_of[rank], resources, gpu_ids,
                                         pid, pool)
         self._alive = [w for w in self.workers.values() if w.alive]
+        self.feasible_shapes.clear()
 
     def worker_stopped(self, rank: int) -> None:
         """The rank sent its last message (STOPPED): it takes no more work."""
@@ -133,6 +135,7 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         if w is not None:
             w.alive = False
             self._alive = [w for w in self.workers.values() if w.alive]
+        self.feasible_shapes.clear()
 
     def send(self, rank: int, msg: tuple) -> None:
         if not self.closing:

@@ -180,7 +180,7 @@ class TaskLifecycle:
             actor.queue.append(task)
             self._dispatch_actor(actor)
             return
-        if self._alive and not scheduler.feasible_anywhere(self._alive, resources):
+        if not self._feasible(task.shape, resources):
             self._fail_task(task, (ERROR, dumps(InfeasibleTaskError(
                 f"{spec[m.T_NAME]} needs {resources}, but no worker rank can ever hold "
                 f"that (largest: {scheduler.largest_worker(self._alive)}); it would wait "
@@ -189,6 +189,15 @@ class TaskLifecycle:
             return
         if task.missing == 0:
             self._set_task_state(task, READY)
+
+    def _feasible(self, shape, resources: dict) -> bool:
+        """Whether some worker rank could ever hold ``resources`` (cached per shape;
+        the cache is dropped when ranks come or go)."""
+        known = self.feasible_shapes.get(shape)
+        if known is None:
+            known = not self._alive or scheduler.feasible_anywhere(self._alive, resources)
+            self.feasible_shapes[shape] = known
+        return known
 
     def _fail_task(self, task: TaskEntry, err: tuple) -> None:
         """Seal the task's returns with ``err`` and end it (no-op if it already ended)."""
