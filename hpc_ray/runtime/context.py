@@ -115,8 +115,6 @@ def current() -> Context:
 def set_current(ctx) -> None:
     global _ctx
     _ctx = ctx
-    if getattr(ctx, "head", None) is not None:
-        _serve_worker_logs()
 
 
 # --- worker output on the driver (Ray's log_to_driver) ---------------------------
@@ -142,17 +140,6 @@ def print_worker_logs(rank: int, entries: list) -> None:
             stream.flush()
         except Exception:  # a closed, broken or missing stdout: the lines are lost
             pass
-
-
-def _serve_worker_logs() -> None:
-    # TODO(head owner): worker ranks send their executors' lines as
-    # CONTROL_CALL (req 0, "worker_log", (rank, entries)), answered by nobody;
-    # a message kind of its own (LOG: (k, entries), no reply) belongs in
-    # transport/messages.py with a HeadLoop handler calling print_worker_logs,
-    # and this registration into control._CALLS can then go.
-    from . import control
-    control._CALLS.setdefault(
-        "worker_log", lambda head, rank, entries: print_worker_logs(rank, entries))
 
 
 def is_set() -> bool:

@@ -37,9 +37,9 @@ from mpi4py import MPI
 from ..exceptions import GetTimeoutError, RayError
 from ..transport import messages as m
 from ..transport.comm import Backoff, Fetcher, Sender, recv_control, tighten_timer_slack
+from ..transport.messages import FETCH_PLAN
 from ..transport.serialization import RAW
 from . import context, interrupts, values
-from ..transport.messages import FETCH_PLAN
 from .head import Head
 from .interrupts import deferred
 
@@ -75,6 +75,8 @@ class HeadLoop(threading.Thread):
         #: True while the driver thread polls in get()/wait(); the comm thread idles.
         self.driver_polling = False
         self.last_flush = 0.0
+        #: Executors' lines (LOG), printed after the round, outside the head's lock.
+        self.logs: list = []
         self._handlers = self._make_handlers()
 
     def _make_handlers(self) -> dict:
@@ -102,6 +104,7 @@ class HeadLoop(threading.Thread):
             m.FETCH: lambda src, msg: self.fetcher.serve(src, msg[2], msg[3]),
             m.RETURNED: lambda src, msg: head.tasks_returned(src, msg[1]),
             m.STOPPED: self._on_stopped,
+            m.LOG: lambda src, msg: self.logs.append((src, msg[1])),
         }
 
     # --- handlers ---------------------------------------------------------------
@@ -185,6 +188,9 @@ class HeadLoop(threading.Thread):
                 head.schedule()
                 head.cond.notify_all()
             out = head.take_outbox() if head.outbox else None
+            logs = None
+            if self.logs:
+                logs, self.logs = self.logs, []
             if self.fetch_requests:
                 reqs, self.fetch_requests = self.fetch_requests, []
             else:
@@ -194,6 +200,9 @@ class HeadLoop(threading.Thread):
             for rank, msgs in out.items():
                 sender.send(rank, msgs)
             self.last_flush = time.monotonic()
+        if logs:
+            for src, entries in logs:
+                context.print_worker_logs(src, entries)
         if reqs:
             for oid, plan, done in reqs:
                 self.fetcher.start(oid, plan[1], plan[2], plan[3],

@@ -4,7 +4,7 @@
     rank ──[executor messages, req ids renumbered]──▶ head
     rank ◀──FETCH──▶ ranks of other nodes (raw store bytes on Tag.OBJECT_DATA)
     rank ══ socketpair ══ executor (one per CPU for tasks, one per actor)
-    rank ◀── stdout/stderr pipes ── executor; whole lines ──CONTROL_CALL worker_log──▶ head,
+    rank ◀── stdout/stderr pipes ── executor; whole lines ──LOG──▶ head,
              printed on rank 0 as "(pid=P, rank=R) line" (log_to_driver)
 
 The loop never runs user code. It blocks in ``multiprocessing.connection.wait``
@@ -270,10 +270,8 @@ class WorkerLoop:
         ex.pipes.clear()
 
     def send_logs(self) -> None:
-        # TODO(head owner): a LOG message kind of its own (no reply); until then a
-        # CONTROL_CALL with request id 0, whose reply _on_reply drops.
         if self.logs:
-            self.out.append((m.CONTROL_CALL, 0, "worker_log", (self.rank, self.logs)))
+            self.out.append((m.LOG, self.logs))
             self.logs = []
 
     # --- messages from the head and other ranks ---------------------------------

@@ -67,6 +67,7 @@ class Msg(enum.IntEnum):
     FREE_BLOCKS = 29
     FETCH = 30
     COLLECTIVE_OP = 31
+    LOG = 32
     EXEC_READY = 40
 
 
@@ -100,6 +101,7 @@ STOPPED = Msg.STOPPED.value
 FREE_BLOCKS = Msg.FREE_BLOCKS.value
 COLLECTIVE_OP = Msg.COLLECTIVE_OP.value
 EXEC_READY = Msg.EXEC_READY.value
+LOG = Msg.LOG.value
 
 
 # --- head (rank 0) -> worker rank (and the rank passes some on to an executor) -----
@@ -311,6 +313,13 @@ class Stopped(NamedTuple):
     kind: int
 
 
+class Log(NamedTuple):
+    """Whole lines executors printed: [(pid, is_stderr, [line, ...])] (log_to_driver).
+    Rank (``WorkerLoop.send_logs``) -> ``HeadLoop._on_log``, printed on rank 0."""
+    kind: int
+    entries: list
+
+
 class FreeBlocks(NamedTuple):
     """Store blocks a dead executor was given and never sealed: [(offset, size)].
     Rank (``WorkerLoop._reclaim``) -> ``Head.free_blocks``."""
@@ -354,14 +363,14 @@ SCHEMA: dict[int, type] = {
     HOLD: Hold, RELEASE: Release, BLOCKED: Blocked, ADD_LOCATION: AddLocation,
     ACTOR_READY: ActorReady, ACTOR_DIED: ActorDied, CONTROL_CALL: ControlCall,
     PROFILE: Profile, RETURNED: Returned, STOPPED: Stopped, FREE_BLOCKS: FreeBlocks,
-    FETCH: Fetch, COLLECTIVE_OP: CollectiveOp, EXEC_READY: ExecReady,
+    FETCH: Fetch, COLLECTIVE_OP: CollectiveOp, EXEC_READY: ExecReady, LOG: Log,
 }
 
 #: Kinds the head handles (``HeadLoop``'s handler table must cover exactly these).
 TO_HEAD = frozenset((TASK_DONE, TASK_FAILED, WORKER_CRASHED, SUBMIT, PUT, GET, WAIT,
                      WAIT_NOW, ALLOC, HOLD, RELEASE, BLOCKED, ADD_LOCATION, ACTOR_READY,
                      ACTOR_DIED, CONTROL_CALL, PROFILE, RETURNED, STOPPED, FREE_BLOCKS,
-                     FETCH))
+                     FETCH, LOG))
 #: Kinds a worker rank handles from MPI (``WorkerLoop.on_control``).
 TO_RANK = frozenset((EXECUTE, REPLY, CREATE_ACTOR, KILL_ACTOR, RUN_FUNCTION, SHUTDOWN,
                      GROUP_CREATE, STEAL, FETCH))

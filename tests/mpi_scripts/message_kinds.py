@@ -20,7 +20,7 @@ class FetchServer:
 
 
 loop = HeadLoop.__new__(HeadLoop)   # the handler table, without starting MPI traffic
-loop.head, loop.stopped, loop.fetcher = head, set(), FetchServer()
+loop.head, loop.stopped, loop.fetcher, loop.logs = head, set(), FetchServer(), []
 handlers = loop._make_handlers()
 assert set(handlers) == set(m.TO_HEAD), set(handlers) ^ set(m.TO_HEAD)
 
@@ -91,6 +91,9 @@ deliver(m.ControlCall(m.CONTROL_CALL, 6, "kill", (77, True)))
 deliver(m.ActorDied(m.ACTOR_DIED, 77, "bye", False))
 deliver(m.Profile(m.PROFILE, [{"name": "span", "ph": "X"}]))
 deliver(m.Fetch(m.FETCH, 501, shm_off, 256))
+deliver(m.Log(m.LOG, [(1234, False, ["hello from a task"])]))
+assert loop.logs == [(1, [(1234, False, ["hello from a task"])])], loop.logs
+loop.logs.clear()
 deliver(m.Stopped(m.STOPPED))
 
 assert handled == set(m.TO_HEAD), set(m.TO_HEAD) - handled
