@@ -479,7 +479,7 @@ def test_actor_calls_are_ordered_per_caller_and_callers_take_turns():
     head.actor_ready(50, 1)
     head.take_outbox()
     flood = []
-    for _ in range(500):
+    for _ in range(3000):
         s = spec(actor=50, fn="A.inc")
         s[m.T_ID] |= 7 << 40                    # submitted by another process
         head.submit(s)

@@ -57,7 +57,7 @@ ALLOWED: dict[ActorState, frozenset] = {
 #: the head, so a caller that floods an actor cannot bury another caller's calls
 #: behind its own in the actor's inbox; the queue is topped up in bursts, once
 #: it is down to half (one message per batch, not per finished call).
-MAX_ACTOR_INFLIGHT = 64
+MAX_ACTOR_INFLIGHT = 1024
 
 #: Bits of a task id below the submitting process's prefix (``context.COUNTER_BITS``).
 _CALLER_SHIFT = 40
