@@ -173,7 +173,7 @@ class ActorLifecycle:
     """
 
     def _set_actor_state(self, actor: ActorEntry, new: ActorState) -> None:
-        """The only place an actor's state changes; see ``actors.py`` for the edges."""
+        """The only place an actor's state changes (the edges: ``ALLOWED`` above)."""
         check_transition(actor, new)
         old = actor.state
         actor.state = new

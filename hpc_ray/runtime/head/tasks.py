@@ -100,7 +100,7 @@ class TaskLifecycle:
     """
 
     def _set_task_state(self, task: TaskEntry, new: TaskState) -> None:
-        """The only place a task's state changes; see ``tasks.py`` for the edges."""
+        """The only place a task's state changes (the edges: ``ALLOWED`` above)."""
         check_transition(task, new)
         task.state = new
         if new is READY:
