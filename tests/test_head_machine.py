@@ -95,6 +95,11 @@ def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: di
         assert actor.state is not ActorState.DEAD
         for _, oid in actor.spec[m.T_DEPS] or ():
             expected[oid] += 1
+        if actor.state is ActorState.PENDING and all(
+                objects.ready(oid) for _, oid in actor.spec[m.T_DEPS] or ()):
+            # Waiting for room: it must be tried again when room appears.
+            assert actor.actor_id in head.pending_actors, \
+                f"actor {actor.actor_id} waits for room but is never retried"
     for oid, e in objects.entries.items():
         for c in e.contained or ():
             expected[c] += 1
@@ -428,6 +433,19 @@ def test_regression_a_crash_report_for_an_actor_without_a_process_is_ignored():
     head.create_actor(spec([pending_arg], actor=31, fn="A"), {}, 1, None, "A")
     head.actor_died(31, "its process died", allow_restart=True)
     assert head.actors[31].state is ActorState.PENDING
+
+
+def test_regression_an_actor_waiting_for_room_is_placed_when_room_appears():
+    # Helper report: an actor created while another held the last CPU, whose
+    # holder then ended, stayed PENDING forever (it was never put on the retry list).
+    head = Head(2, [0, 0], STORE, ["h", "h"])
+    head.add_worker(1, {"CPU": 1}, [], 1)
+    head.create_actor(spec(actor=61, fn="A"), {"CPU": 1}, 0, None, "A")
+    head.actor_ready(61, 1)
+    head.create_actor(spec(actor=62, fn="A"), {"CPU": 1}, 0, None, "A")
+    assert head.actors[62].state is ActorState.PENDING
+    head.actor_died(61, "terminated by __ray_terminate__", allow_restart=False)
+    assert head.actors[62].state is ActorState.STARTING
 
 
 def test_scheduling_pass_costs_what_it_places():

@@ -250,6 +250,8 @@ class ActorLifecycle:
                                        ("actor",) + tuple(sorted(actor.resources.items())))
             if actor.state is not A_PENDING:
                 self._set_actor_state(actor, A_PENDING)
+            else:   # a new actor starts PENDING: no transition to record it
+                self.pending_actors.setdefault(actor.actor_id, time.time())
             return
         actor.rank = w.rank
         self._set_actor_state(actor, A_STARTING)
