@@ -51,7 +51,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+#: Where hpc_ray is imported from: this checkout, or a pinned copy (``--src``, e.g.
+#: ``git archive HEAD hpc_ray | tar -x -C DIR``) while others edit the head.
+SRC = os.environ.get("HEAD_SCALING_SRC") or str(ROOT)
+sys.path.insert(0, SRC)
 
 #: Batches one HeadLoop.poll_once() receives at most (transport.comm.recv_control).
 RECV_LIMIT = 64
@@ -88,6 +91,8 @@ class Fleet:
         self.head_seconds = 0.0
         self.rounds = 0
         self.done = 0
+        self.executes = 0                                     # EXECUTEs sent (re-sends included)
+        self.steal_msgs = 0                                   # STEALs sent
         self.clock = 1.0
         self._fn_sent = False
 
@@ -119,8 +124,10 @@ class Fleet:
                 if msg[0] == m.EXECUTE:
                     spec = msg[1]
                     q.append((spec[m.T_ID], spec[m.T_RETURNS]))
+                    self.executes += 1
                 elif msg[0] == m.STEAL:
                     self.steals.append((rank, msg[1]))
+                    self.steal_msgs += 1
             if q and not self.in_ring[rank]:
                 self.in_ring[rank] = True
                 self.ring.append(rank)
@@ -255,7 +262,9 @@ def _result(fleet: Fleet, tasks: int) -> dict:
             "head_s": round(fleet.head_seconds, 3),
             "us_per_task": round(fleet.head_seconds / tasks * 1e6, 2),
             "tasks_per_s_head_bound": round(tasks / fleet.head_seconds),
-            "tasks_per_round": round(tasks / max(1, fleet.rounds), 1)}
+            "tasks_per_round": round(tasks / max(1, fleet.rounds), 1),
+            "executes_per_task": round(fleet.executes / tasks, 3),
+            "steals": fleet.steal_msgs}
 
 
 # --- one configuration in this process ------------------------------------------
@@ -330,7 +339,9 @@ def _child(args, scenario: str, n: int, memory: bool, profile: bool = False) -> 
         cmd.append("--memory")
     if profile:
         cmd.append("--profile-here")
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    env = dict(os.environ, HEAD_SCALING_SRC=str(Path(args.src).resolve())) if args.src \
+        else None
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stdout}\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -340,7 +351,8 @@ def table(rows: list[dict]) -> str:
     cols = [("scenario", "scenario"), ("pick", "pick"), ("ranks", "ranks"), ("tasks", "tasks"),
             ("head CPU µs/task", "us_per_task"), ("µs/task 2nd half", "us_per_task_2nd_half"),
             ("head-bound tasks/s", "tasks_per_s_head_bound"),
-            ("tasks/round", "tasks_per_round"), ("of which GC s", "gc_s"),
+            ("tasks/round", "tasks_per_round"), ("EXECUTEs/task", "executes_per_task"),
+            ("STEALs", "steals"), ("of which GC s", "gc_s"),
             ("head s", "head_s"), ("RSS growth MB", "rss_growth_mb"),
             ("tracemalloc peak MB", "tracemalloc_peak_mb"),
             ("tracemalloc end MB", "tracemalloc_end_mb"),
@@ -372,6 +384,8 @@ def main() -> None:
     p.add_argument("--profile", type=int, default=0,
                    help="cProfile one configuration with this many ranks; print the top functions")
     p.add_argument("--save", action="store_true", help="write benchmarks/results/head-scaling-*")
+    p.add_argument("--src", default="",
+                   help="import hpc_ray from this directory (a pinned export of a commit)")
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--profile-here", action="store_true", help=argparse.SUPPRESS)
@@ -414,6 +428,8 @@ def main() -> None:
         out = ROOT / "benchmarks" / "results" / f"head-scaling-{stamp}"
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                                 capture_output=True, text=True).stdout.strip()
+        if args.src:
+            commit = f"{commit} (hpc_ray imported from {args.src})"
         head = (f"# Head against a simulated fleet, {stamp}\n\n"
                 f"Command: `python benchmarks/head_scaling.py {' '.join(sys.argv[1:])}`\n\n"
                 f"- hpc_ray commit: {commit}\n- python: {platform.python_version()}\n"
