@@ -215,6 +215,13 @@ def main() -> None:
         out = ROOT / "benchmarks" / "results" / f"ranks-{stamp}"
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                                 capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--short", "hpc_ray"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.split("\n")
+        dirty = [ln[3:] for ln in dirty if ln.strip()]
+        if dirty:
+            commit += f" (uncommitted changes at the end of the run: {', '.join(dirty)})"
+        if os.environ.get("PYTHONPATH"):
+            commit += f"; PYTHONPATH={os.environ['PYTHONPATH']}"
         hdr = (f"# {args.tasks:,} tiny tasks under mpiexec -n N, {stamp}\n\n"
                f"Command: `python benchmarks/ranks.py {' '.join(sys.argv[1:])}`\n\n"
                f"- hpc_ray commit: {commit}\n- python: {platform.python_version()}\n"
