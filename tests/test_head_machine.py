@@ -489,9 +489,11 @@ def test_history_is_bounded_by_its_budget():
     assert len(head.tasks) == 0 and len(head.objects) == 0
 
 
-def test_actor_calls_are_ordered_per_caller_and_callers_take_turns():
+def test_actor_calls_are_ordered_per_caller_and_callers_take_turns(monkeypatch):
     # A task floods an actor with calls; the driver's one call must not wait
     # behind all of them: callers are served in turn once the actor has room.
+    import hpc_ray.runtime.head.actors as head_actors
+    monkeypatch.setattr(head_actors, "MAX_ACTOR_INFLIGHT", 1024)
     head = make_head()
     head.create_actor(spec(actor=50, fn="A"), {}, 0, None, "A")
     head.actor_ready(50, 1)

@@ -74,25 +74,25 @@ def _single_node() -> bool:
 def confine_network() -> None:
     """Keep the MPI library's own listening sockets off the network where it can.
 
-    On one node ranks talk through shared memory, or through libfabric's tcp
-    provider on loopback for spawned workers: each rank's listener is bound to
-    127.0.0.1 (by default the MPICH wheel's ranks listen on the host's external
-    address too). On
-    several nodes ``HPC_RAY_NETWORK_IFACE`` names the fabric's interface. Called
-    before MPI starts; a site's or user's own FI_*/OMPI_MCA_* settings win.
+    On one node ranks talk through shared memory; the TCP listeners the MPI
+    library opens anyway (and uses for the workers an embedded driver spawns)
+    are bound to loopback: ``UCX_NET_DEVICES=lo`` for MPICH's default UCX
+    netmod (its shared-memory transports are unaffected), ``FI_TCP_IFACE=lo``
+    for its libfabric netmod, ``OMPI_MCA_btl_tcp_if_include=lo`` for Open MPI.
+    By default the MPICH wheel's ranks also listen on the host's external
+    address. On several nodes ``HPC_RAY_NETWORK_IFACE`` names the interface for
+    libfabric's and Open MPI's TCP (UCX sites set ``UCX_NET_DEVICES`` themselves).
+    Called before MPI starts; a site's or user's own settings win.
     """
     env = os.environ
     iface = env.get("HPC_RAY_NETWORK_IFACE")
     if not iface and _single_node():
         iface = "lo"
-        # MPICH's UCX netmod listens on every interface and has no knob for it;
-        # its libfabric netmod with the tcp provider binds where FI_TCP_IFACE says.
-        env.setdefault("MPIR_CVAR_CH4_NETMOD", "ofi")
-        env.setdefault("FI_PROVIDER", "tcp")
-        env.setdefault("OMPI_MCA_btl_tcp_if_include", "lo")
+        env.setdefault("UCX_NET_DEVICES", "lo")
     if iface:
         env.setdefault("FI_TCP_IFACE", iface)
         env.setdefault("FI_SOCKETS_IFACE", iface)
+        env.setdefault("OMPI_MCA_btl_tcp_if_include", iface)
 
 
 def mpi():

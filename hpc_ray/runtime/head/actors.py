@@ -56,8 +56,10 @@ ALLOWED: dict[ActorState, frozenset] = {
 #: Calls sent to an actor's process and not finished, at most. The rest wait in
 #: the head, so a caller that floods an actor cannot bury another caller's calls
 #: behind its own in the actor's inbox; the queue is topped up in bursts, once
-#: it is down to half (one message per batch, not per finished call).
-MAX_ACTOR_INFLIGHT = 1024
+#: it is down to half (one message per batch, not per finished call). Measured
+#: quiet on 2 cores: a bound of 1,024 cut 20,000 async calls from 53k to 43k
+#: calls/s, so the bound only guards against floods.
+MAX_ACTOR_INFLIGHT = 1 << 16
 
 #: Bits of a task id below the submitting process's prefix (``context.COUNTER_BITS``).
 _CALLER_SHIFT = 40
