@@ -522,7 +522,7 @@ class DriverContext(context.ContextBase):
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def ready_now():
-            get = objects.get
+            get = objects.entries.get   # the dict itself: this runs per id, per check
             ready = [i for i in ids if (e := get(i)) is not None and e.record is not None]
             return set(ready[:num_returns]) if len(ready) >= num_returns else None
 
