@@ -200,7 +200,7 @@ def use_round_robin_pick() -> None:
     """
     from hpc_ray.runtime import scheduler
     original = scheduler.pick_worker
-    capacity_ok = scheduler._capacity_ok
+    capacity_ok = getattr(scheduler, "capacity_ok", None) or scheduler._capacity_ok
     cursor = [0]
 
     def pick_worker(workers, need, arg_nodes):

@@ -448,30 +448,38 @@ def test_regression_an_actor_waiting_for_room_is_placed_when_room_appears():
     assert head.actors[62].state is ActorState.STARTING
 
 
-def test_scheduling_pass_costs_what_it_places():
-    # 20,000 queued tasks, 3 one-CPU workers already full: a pass looks at one task
-    # per resource shape, not at the whole backlog.
+def test_scheduling_pass_costs_what_it_places(monkeypatch):
+    # 20,000 queued tasks, 3 one-CPU workers already full: a pass looks at each
+    # worker once per resource shape, not at the whole backlog.
     head = make_head()
     for _ in range(20_000):
         head.submit(spec())
     head.schedule()
     head.take_outbox()
-    calls = []
     import hpc_ray.runtime.scheduler as scheduler
-    real = scheduler.pick_worker
+    calls = []
+    real = scheduler.capacity_ok
 
     def counting(*a):
         calls.append(1)
         return real(*a)
 
-    scheduler.pick_worker = counting
-    try:
-        for _ in range(100):
-            head.schedule()
-    finally:
-        scheduler.pick_worker = real
-    assert len(calls) == 100
+    monkeypatch.setattr(scheduler, "capacity_ok", counting)
+    for _ in range(100):
+        head.schedule()
+    assert len(calls) <= 100 * len(WORKERS)
     assert head.ready.count == 20_000 - sum(w.inflight for w in head.workers.values())
+
+
+def test_a_burst_is_spread_over_the_workers_with_room():
+    head = make_head()
+    for _ in range(30):
+        head.submit(spec())
+    head.schedule()
+    sent = [rank for rank, msgs in head.take_outbox().items() for msg in msgs
+            if msg[0] == m.EXECUTE]
+    per_rank = [sent.count(r) for r in WORKERS]
+    assert min(per_rank) > 0 and max(per_rank) - min(per_rank) <= 1, per_rank
 
 
 def test_history_is_bounded_by_its_budget():

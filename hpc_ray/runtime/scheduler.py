@@ -64,7 +64,7 @@ def unreserve(w, need: dict) -> None:
             avail[k] = avail.get(k, 0) + v
 
 
-def _capacity_ok(w, need: dict) -> bool:
+def capacity_ok(w, need: dict) -> bool:
     """A worker takes a task if the resources fit, counting queued tasks for CPUs.
 
     CPU-only tasks may be queued at a worker beyond its CPUs (``w.prefetch``
@@ -97,15 +97,19 @@ def low_water(w) -> bool:
     return w.inflight <= w.total.get("CPU", 0) + w.blocked + w.prefetch // 2
 
 
+def load(w) -> float:
+    """Tasks queued at ``w`` beyond what its CPUs (and blocked executors) run."""
+    return w.inflight - w.blocked - w.total.get("CPU", 0)
+
+
 def pick_worker(workers: list, need: dict, arg_nodes: dict | None):
     """The worker for a task: fits, on the node with most argument bytes, least loaded."""
     best = None
     best_key = None
     for w in workers:
-        if not _capacity_ok(w, need):
+        if not capacity_ok(w, need):
             continue
-        load = w.inflight - w.blocked - w.total.get("CPU", 0)
-        key = (-(arg_nodes.get(w.node, 0) if arg_nodes else 0), load)
+        key = (-(arg_nodes.get(w.node, 0) if arg_nodes else 0), load(w))
         if best_key is None or key < best_key:
             best, best_key = w, key
     return best
