@@ -14,7 +14,7 @@ import collections
 DEFAULT_BUDGET = 64 << 20
 
 # Estimated bytes per record: a tuple with its floats and ints, plus its deque
-# slot (checked against tracemalloc in tests/test_head_machine.py).
+# slot. benchmarks/head_memory.py measures what the budget does to rank 0's RSS.
 TASK_RECORD_BYTES = 400
 EVENT_BYTES = 350
 SIGNAL_BYTES = 120
