@@ -162,13 +162,17 @@ def collect() -> None:
 
 def _count_down_dead() -> None:
     while _dead:
-        oid = _dead.popleft()
-        c = _local.get(oid, 0) - 1
-        if c > 0:
-            _local[oid] = c
-        else:
-            _local.pop(oid, None)
-            released.append(oid)
+        _count_down(_dead.popleft())
+
+
+def _count_down(oid: int) -> None:
+    """One local ref to ``oid`` is gone (``_refs_lock`` held); the last one releases."""
+    c = _local.get(oid, 0) - 1
+    if c > 0:
+        _local[oid] = c
+    else:
+        _local.pop(oid, None)
+        released.append(oid)
 
 
 class ObjectRef:
@@ -200,12 +204,7 @@ class ObjectRef:
                 _dead.append(oid)
                 return
             try:
-                c = _local.get(oid, 0) - 1
-                if c > 0:
-                    _local[oid] = c
-                else:
-                    _local.pop(oid, None)
-                    released.append(oid)
+                _count_down(oid)
             finally:
                 _refs_lock.release()
         except Exception:  # interpreter shutdown: module globals may be gone

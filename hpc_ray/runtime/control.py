@@ -20,15 +20,6 @@ class TaskTable(dict):
 
     truncated = 0
 
-    def __reduce__(self):
-        return (_task_table, (dict(self), self.truncated))
-
-
-def _task_table(items: dict, truncated: int) -> TaskTable:
-    table = TaskTable(items)
-    table.truncated = truncated
-    return table
-
 
 def call(head: Head, name: str, args: tuple) -> Any:
     fn = _CALLS.get(name)

@@ -460,18 +460,13 @@ class DriverContext(context.ContextBase):
 
     def _fetch_remote(self, ids: list[int], recs: list) -> list:
         with deferred():
-            return self._fetch_remote_now(ids, recs)
-
-    def _fetch_remote_now(self, ids: list[int], recs: list) -> list:
-        waits = []
-        for i, rec in zip(ids, recs):
-            if rec[0] == FETCH_PLAN:
-                waits.append(self.loop.request_fetch(i, rec))
-        for ev in waits:
-            while not ev.wait(0.5):
-                self._check_broken()
-        with self.head.lock:
-            return [self.head.record_for(i, self.node) for i in ids]
+            waits = [self.loop.request_fetch(i, rec) for i, rec in zip(ids, recs)
+                     if rec[0] == FETCH_PLAN]
+            for ev in waits:
+                while not ev.wait(0.5):
+                    self._check_broken()
+            with self.head.lock:
+                return [self.head.record_for(i, self.node) for i in ids]
 
     def _alloc(self, size: int) -> tuple[int, int]:
         head = self.head

@@ -43,8 +43,6 @@ from ..transport.serialization import RAW, SHM, loads
 from . import context, hooks, taskspec, values
 from .store import Arena
 
-#: Executor -> rank only: the process finished start-up.
-EXEC_READY = m.EXEC_READY
 #: Flush buffered messages to the rank after this many (or at any blocking point).
 FLUSH_EVERY = 64
 #: While executing a batch, send results at least this often (seconds).
@@ -496,7 +494,7 @@ class ExecutorContext(context.ContextBase):
     # --- main loop --------------------------------------------------------------
 
     def serve(self) -> None:
-        self.emit((EXEC_READY, self.pid))
+        self.emit((m.EXEC_READY, self.pid))
         self.flush()
         while True:
             if not self.inbox:

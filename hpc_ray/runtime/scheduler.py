@@ -30,38 +30,36 @@ def shape_of(resources: dict) -> tuple:
 RANK_KEYS = frozenset(("CPU", "GPU"))
 
 
+def _within(own: dict, pooled: dict, need: dict) -> bool:
+    for k, v in need.items():
+        if v and (own if k in RANK_KEYS else pooled).get(k, 0) + _EPS < v:
+            return False
+    return True
+
+
 def fits(w, need: dict) -> bool:
     """Whether ``need`` is free now on ``w`` (its own CPUs/GPUs, its node's custom)."""
-    for k, v in need.items():
-        if v:
-            have = w.avail.get(k, 0) if k in RANK_KEYS else w.pool.avail.get(k, 0)
-            if have + _EPS < v:
-                return False
-    return True
+    return _within(w.avail, w.pool.avail, need)
 
 
 def fits_ever(w, need: dict) -> bool:
     """Whether ``need`` fits ``w`` when nothing else runs there."""
+    return _within(w.total, w.pool.total, need)
+
+
+def _add(w, need: dict, sign: int) -> None:
     for k, v in need.items():
         if v:
-            have = w.total.get(k, 0) if k in RANK_KEYS else w.pool.total.get(k, 0)
-            if have + _EPS < v:
-                return False
-    return True
+            avail = w.avail if k in RANK_KEYS else w.pool.avail
+            avail[k] = avail.get(k, 0) + sign * v
 
 
 def reserve(w, need: dict) -> None:
-    for k, v in need.items():
-        if v:
-            avail = w.avail if k in RANK_KEYS else w.pool.avail
-            avail[k] = avail.get(k, 0) - v
+    _add(w, need, -1)
 
 
 def unreserve(w, need: dict) -> None:
-    for k, v in need.items():
-        if v:
-            avail = w.avail if k in RANK_KEYS else w.pool.avail
-            avail[k] = avail.get(k, 0) + v
+    _add(w, need, 1)
 
 
 def capacity_ok(w, need: dict) -> bool:
@@ -128,11 +126,6 @@ def pick_actor_worker(workers: list, need: dict):
 
 def feasible_anywhere(workers: Iterable, need: dict) -> bool:
     return any(fits_ever(w, need) for w in workers)
-
-
-def all_saturated(workers: list) -> bool:
-    return all(w.inflight >= w.total.get("CPU", 0) + w.blocked + w.prefetch
-               for w in workers)
 
 
 def largest_worker(workers: Iterable) -> dict:

@@ -34,8 +34,6 @@ from ..transport import messages as m
 from ..transport.comm import Backoff, Fetcher, Sender, recv_control, tighten_timer_slack
 from ..transport.serialization import SHM, loads
 
-
-
 logger = logging.getLogger(__name__)
 
 #: Environment variables of the MPI launcher that an executor must not see: with
@@ -93,6 +91,21 @@ class ExecutorProc:
             if f is not None:
                 os.set_blocking(f.fileno(), False)
                 self.pipes[f.fileno()] = [is_err, bytearray(), f]
+
+    def took(self, oids) -> None:
+        """The process holds one more ref to each of ``oids`` at the head."""
+        holds = self.holds
+        for oid in oids:
+            holds[oid] = holds.get(oid, 0) + 1
+
+    def gave_back(self, oids) -> None:
+        holds = self.holds
+        for oid in oids:
+            n = holds.get(oid, 0) - 1
+            if n > 0:
+                holds[oid] = n
+            else:
+                holds.pop(oid, None)
 
     # The rank's end of the socket is non-blocking and buffered both ways: a rank
     # that blocked writing to a busy executor, while that executor blocked writing
@@ -424,28 +437,18 @@ class WorkerLoop:
                 if ex.retiring and not ex.assigned:
                     self._retire(ex)
             elif kind == m.HOLD:
-                holds = ex.holds
-                for oid in msg[1]:
-                    holds[oid] = holds.get(oid, 0) + 1
+                ex.took(msg[1])
                 out.append(msg)
             elif kind == m.RELEASE:
-                holds = ex.holds
-                for oid in msg[1]:
-                    n = holds.get(oid, 0) - 1
-                    if n > 0:
-                        holds[oid] = n
-                    else:
-                        holds.pop(oid, None)
+                ex.gave_back(msg[1])
                 out.append(msg)
             elif kind == m.PUT:
-                ex.holds[msg[1]] = ex.holds.get(msg[1], 0) + 1
+                ex.took((msg[1],))
                 if ex.unsealed:
                     self._sealed(ex, (msg[2],))
                 out.append(msg)
             elif kind == m.SUBMIT:
-                holds = ex.holds
-                for oid in msg[1][m.T_RETURNS]:
-                    holds[oid] = holds.get(oid, 0) + 1
+                ex.took(msg[1][m.T_RETURNS])
                 out.append(msg)
             elif kind in (m.GET, m.WAIT, m.ALLOC, m.CONTROL_CALL):
                 rreq = next(self.req_ids)

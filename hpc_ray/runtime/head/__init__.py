@@ -79,7 +79,7 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         self.actors: dict[int, ActorEntry] = {}       # live actors only
         self.named_actors: dict[str, int] = {}
         self.lifetimes: dict[int, int] = {}           # lifetime token id -> actor id
-        self.pending_actors: dict[int, float] = {}    # actors waiting for room on a rank
+        self.pending_actors: dict[int, None] = {}     # ordered set: actors waiting for room
         self.joins: dict[str, dict] = {}              # group name -> rank -> member
         self.ready = ReadyQueue()
         self.outbox: dict[int, list] = {}
@@ -102,10 +102,6 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
     def allocators(self):
         return self.objects.allocators
 
-    @property
-    def timeline_events(self):
-        return self.history.events
-
     def add_events(self, events) -> None:
         for ev in events:
             self.history.event(ev)
@@ -126,16 +122,18 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
             pool.add(custom)
         self.workers[rank] = WorkerInfo(rank, node, self.host_of[rank], resources, gpu_ids,
                                         pid, pool)
-        self._alive = [w for w in self.workers.values() if w.alive]
-        self.feasible_shapes.clear()
+        self._workers_changed()
 
     def worker_stopped(self, rank: int) -> None:
         """The rank sent its last message (STOPPED): it takes no more work."""
         w = self.workers.get(rank)
         if w is not None:
             w.alive = False
-            self._alive = [w for w in self.workers.values() if w.alive]
-        self.feasible_shapes.clear()
+            self._workers_changed()
+
+    def _workers_changed(self) -> None:
+        self._alive = [w for w in self.workers.values() if w.alive]
+        self.feasible_shapes.clear()      # which shapes fit depends on the ranks
 
     def send(self, rank: int, msg: tuple) -> None:
         if not self.closing:
@@ -150,9 +148,6 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         return out
 
     # --- objects --------------------------------------------------------------------
-
-    def entry(self, oid: int) -> ObjectEntry:
-        return self.objects.entry(oid)
 
     def hold(self, oids) -> None:
         self.objects.hold(oids)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import collections
 import enum
 import logging
-import time
 
 from ...exceptions import ActorDiedError
 from ...transport import messages as m
@@ -80,25 +79,25 @@ class CallQueue:
         self.turn: collections.deque = collections.deque()   # callers with calls waiting
         self.count = 0
 
-    def append(self, task) -> None:
+    def _calls_of(self, task, first: bool) -> collections.deque:
         caller = task.spec[m.T_ID] >> _CALLER_SHIFT
         q = self.by_caller.get(caller)
         if q is None:
             q = self.by_caller[caller] = collections.deque()
-            self.turn.append(caller)
-        q.append(task)
+            if first:
+                self.turn.appendleft(caller)
+            else:
+                self.turn.append(caller)
         self.count += 1
+        return q
+
+    def append(self, task) -> None:
+        self._calls_of(task, False).append(task)
 
     def put_back(self, tasks) -> None:
         """Calls lost with the actor's process go back first, in their order."""
         for task in reversed(tasks):
-            caller = task.spec[m.T_ID] >> _CALLER_SHIFT
-            q = self.by_caller.get(caller)
-            if q is None:
-                q = self.by_caller[caller] = collections.deque()
-                self.turn.appendleft(caller)
-            q.appendleft(task)
-            self.count += 1
+            self._calls_of(task, True).appendleft(task)
 
     def __iter__(self):
         for q in self.by_caller.values():
@@ -140,7 +139,8 @@ class ActorEntry:
                  "class_name", "pid", "max_task_retries", "meta", "unreferenced")
 
     def __init__(self, actor_id: int, spec: list, resources: dict, max_restarts: int,
-                 name: str | None, class_name: str, max_task_retries: int) -> None:
+                 name: str | None, class_name: str, max_task_retries: int,
+                 meta=None) -> None:
         self.actor_id = actor_id
         self.class_id = spec[m.T_FN]
         self.spec = spec                      #: the creation TaskSpec (kept for restarts)
@@ -157,7 +157,7 @@ class ActorEntry:
         self.class_name = class_name
         self.pid = 0
         self.max_task_retries = max_task_retries
-        self.meta = None
+        self.meta = meta                      #: method table, for get_actor()
         #: No handle is left: the actor ends when its queued and running calls are done.
         self.unreferenced = False
 
@@ -185,9 +185,7 @@ class ActorLifecycle:
                 give_back(w, actor.resources, actor.gpu_ids)
                 w.actors -= 1
             actor.gpu_ids = []
-        if new is A_PENDING:
-            self.pending_actors[actor.actor_id] = time.time()
-        else:
+        if new is not A_PENDING:
             self.pending_actors.pop(actor.actor_id, None)
         if new is A_DEAD:
             self._actor_ended(actor)
@@ -220,8 +218,7 @@ class ActorLifecycle:
             self.fn_blobs.setdefault(spec[m.T_FN], blob)
             spec[m.T_BLOB] = None
         actor = ActorEntry(actor_id, spec, resources, max_restarts, name, class_name,
-                           max_task_retries)
-        actor.meta = meta
+                           max_task_retries, meta)
         self.actors[actor_id] = actor
         if name is not None:
             self.named_actors[name] = actor_id
@@ -252,8 +249,7 @@ class ActorLifecycle:
                                        ("actor",) + tuple(sorted(actor.resources.items())))
             if actor.state is not A_PENDING:
                 self._set_actor_state(actor, A_PENDING)
-            else:   # a new actor starts PENDING: no transition to record it
-                self.pending_actors.setdefault(actor.actor_id, time.time())
+            self.pending_actors[actor.actor_id] = None   # tried again when room appears
             return
         actor.rank = w.rank
         self._set_actor_state(actor, A_STARTING)

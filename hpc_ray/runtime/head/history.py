@@ -70,28 +70,20 @@ class Signals:
                 self.task_of[oid] = source[1]
                 self.bytes += SIGNAL_BYTES
         while self.bytes > self.budget and len(self.by_source) > 1:
-            self._drop_oldest()
-
-    def _drop_oldest(self) -> None:
-        source, sigs = self.by_source.popitem(last=False)
-        self.bytes -= sum(SIGNAL_BYTES + len(b) for b in sigs)
-        self.dropped += len(sigs)
-        if source[0] == "task":
-            for oid in self.returns_of.pop(source[1], ()):
-                self.task_of.pop(oid, None)
-                self.bytes -= SIGNAL_BYTES
+            self.dropped += len(self.forget(next(iter(self.by_source))))
 
     def get(self, source: tuple) -> list:
         return self.by_source.get(source, [])
 
-    def forget(self, source: tuple) -> None:
-        sigs = self.by_source.pop(source, None)
-        if sigs is not None:
-            self.bytes -= sum(SIGNAL_BYTES + len(b) for b in sigs)
+    def forget(self, source: tuple) -> list:
+        """Drop ``source``'s signals (and its return ids' entries); returns them."""
+        sigs = self.by_source.pop(source, None) or []
+        self.bytes -= sum(SIGNAL_BYTES + len(b) for b in sigs)
         if source[0] == "task":
             for oid in self.returns_of.pop(source[1], ()):
                 self.task_of.pop(oid, None)
                 self.bytes -= SIGNAL_BYTES
+        return sigs
 
 
 class History:

@@ -35,8 +35,6 @@ class ObjectTable:
         self.allocators = {n: Allocator(store_size) for n in nodes}
         self.store_size = store_size
         self.node_leader = node_leader
-        #: Objects freed so far (for tests and objects()).
-        self.freed = 0
         #: Ids whose freeing ``on_free(oid)`` is told of (actors' lifetime tokens).
         self.watched: set[int] = set()
         self.on_free = None
@@ -89,7 +87,6 @@ class ObjectTable:
     def _free(self, oid: int, e: ObjectEntry):
         """Forget ``oid`` and give back its bytes; returns the refs it contained."""
         del self.entries[oid]
-        self.freed += 1
         rec = e.record
         if rec is not None and rec[0] == SHM:
             self.allocators[rec[1]].free(rec[2], rec[3])
@@ -126,11 +123,9 @@ class ObjectTable:
         """Called after a seal's waiters ran: nothing may hold the value."""
         e = self.entries.get(oid)
         if e is not None and e.refs <= 0 and e.record is not None and not e.waiters:
-            self.release_contained(self._free(oid, e))
-
-    def release_contained(self, contained) -> None:
-        if contained:
-            self.release(contained)
+            contained = self._free(oid, e)
+            if contained:
+                self.release(contained)
 
     # --- store bytes ------------------------------------------------------------
 
@@ -163,6 +158,3 @@ class ObjectTable:
             return (ERROR, dumps(store_full(rec[3], self.store_size, node)))
         local = (SHM, node, off, rec[3], rec[4], rec[5])
         return (FETCH_PLAN, self.node_leader[rec[1]], rec, local)
-
-    def used_bytes(self) -> dict[int, int]:
-        return {n: a.used for n, a in self.allocators.items()}

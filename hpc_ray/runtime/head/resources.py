@@ -94,18 +94,15 @@ class ReadyQueue:
     def __len__(self) -> int:
         return self.count
 
-    def push(self, task) -> None:
+    def push(self, task, first: bool = False) -> None:
+        """Queue ``task`` at the back of its shape's FIFO (the front if ``first``)."""
         q = self.fifos.get(task.shape)
         if q is None:
             q = self.fifos[task.shape] = collections.deque()
-        q.append(task)
-        self.count += 1
-
-    def push_front(self, task) -> None:
-        q = self.fifos.get(task.shape)
-        if q is None:
-            q = self.fifos[task.shape] = collections.deque()
-        q.appendleft(task)
+        if first:
+            q.appendleft(task)
+        else:
+            q.append(task)
         self.count += 1
 
     def place(self, pick, dispatch, blocked) -> None:

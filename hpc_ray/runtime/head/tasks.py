@@ -58,8 +58,7 @@ class IllegalTransition(RuntimeError):
 
 class TaskEntry:
     __slots__ = ("spec", "missing", "rank", "retries_left", "resources", "shape", "gpu_ids",
-                 "state", "t_submit", "t_start", "t_end", "pid", "attempts", "failed_dep",
-                 "placed")
+                 "state", "t_submit", "t_start", "t_end", "pid", "attempts", "placed")
 
     def __init__(self, spec: list, resources: dict, shape, retries: int) -> None:
         self.spec = spec                      #: the TaskSpec (a list while on the head)
@@ -75,7 +74,6 @@ class TaskEntry:
         self.t_end = 0.0
         self.pid = 0
         self.attempts = 0
-        self.failed_dep: tuple | None = None  #: an argument's error record, if any
         self.placed = False                   #: holds resources at ``rank`` (or its actor)
 
 
@@ -99,12 +97,16 @@ class TaskLifecycle:
     ``self.tasks``, ``self.objects``, ``self.workers``, ``self.actors``.
     """
 
-    def _set_task_state(self, task: TaskEntry, new: TaskState) -> None:
-        """The only place a task's state changes (the edges: ``ALLOWED`` above)."""
+    def _set_task_state(self, task: TaskEntry, new: TaskState, first: bool = False) -> None:
+        """The only place a task's state changes (the edges: ``ALLOWED`` above).
+
+        A task becoming READY joins the back of its ready FIFO, or the front when
+        ``first`` (tasks a rank gave back, which were due before the rest).
+        """
         check_transition(task, new)
         task.state = new
         if new is READY:
-            self.ready.push(task)
+            self.ready.push(task, first)
         elif new in TERMINAL:
             self._task_ended(task)
 
@@ -154,6 +156,7 @@ class TaskLifecycle:
         self.tasks[spec[m.T_ID]] = task
         objects = self.objects
         objects.hold(spec[m.T_RETURNS])
+        failed_dep = None                 # an argument's error record, if any
         deps = spec[m.T_DEPS]
         if deps:
             for _, oid in deps:
@@ -162,13 +165,13 @@ class TaskLifecycle:
                 if e.record is None:
                     task.missing += 1
                     e.waiters.append(("task", task))
-                elif e.record[0] == ERROR and task.failed_dep is None:
-                    task.failed_dep = e.record
+                elif e.record[0] == ERROR and failed_dep is None:
+                    failed_dep = e.record
         contained = spec[m.T_CONTAINED]
         if contained:
             objects.hold(contained)
-        if task.failed_dep is not None:
-            self._fail_task(task, task.failed_dep)
+        if failed_dep is not None:
+            self._fail_task(task, failed_dep)
             return
         if actor_id is not None:
             if actor is None:
@@ -301,9 +304,7 @@ class TaskLifecycle:
                 continue
             self._unplace(task)
             task.attempts -= 1
-            check_transition(task, READY)
-            task.state = READY
-            self.ready.push_front(task)
+            self._set_task_state(task, READY, first=True)
 
     def _broken_error(self, spec: list) -> Exception:
         return WorkerCrashedError(f"cannot run {spec[m.T_NAME]}: {self.broken}")
