@@ -33,6 +33,10 @@ def test_custom_resources_and_infeasible(run, mode, n):
     assert res.get("GPU", 0) == 0
     assert values["custom_concurrent"] == 2
     assert values["custom_all_overlaps"] == 0
+    assert values["wide_task_ran"] is True
+    assert values["wide_task_beside"] == []
+    assert values["wide_actor_answers"] is True
+    assert values["wide_after_actor"] is True
     _assert_named(result, values, "infeasible_custom", "custom")
     _assert_named(result, values, "infeasible_tpu", "TPU")
     _assert_named(result, values, "infeasible_cpu", "CPU")
@@ -44,6 +48,9 @@ def test_slurm_cpus_per_task(run):
                  env={"SLURM_CPUS_PER_TASK": "2"})
     values = result.assert_ok("resources custom")
     assert values["cluster_resources"]["CPU"] == 4
+    # A 4-CPU task on two 2-CPU ranks: one hosts it, the other lends its two.
+    assert values["wide_task_ran"] is True
+    assert values["wide_task_beside"] == []
 
 
 def test_embedded_gpus(run):

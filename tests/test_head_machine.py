@@ -139,6 +139,8 @@ def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: di
     for r, w in head.workers.items():
         assert w.inflight == inflight[r], f"rank {r}: inflight {w.inflight} != {inflight[r]}"
     # --- resources ---
+    grants = [t for t in head.tasks.values() if t.placed and t.spec[m.T_ACTOR] is None] + \
+        [a for a in head.actors.values() if a.state in (ActorState.STARTING, ActorState.ALIVE)]
     for r, w in head.workers.items():
         used = collections.Counter()
         gpus = []
@@ -150,6 +152,11 @@ def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: di
             if actor.state in (ActorState.STARTING, ActorState.ALIVE) and actor.rank == r:
                 used.update({k: v for k, v in actor.resources.items() if v})
                 gpus += actor.gpu_ids
+        # CPUs a wider-than-one-rank grant borrowed from this rank (``pick_wide``).
+        lent = [g for g in grants if w in g.lenders]
+        used["CPU"] += sum(w.total["CPU"] for _ in lent)
+        assert w.lending == len(lent), (r, w.lending, len(lent))
+        assert w.hosting == sum(1 for g in grants if g.lenders and g.rank == r)
         for k, total in w.total.items():
             assert abs(total - w.avail.get(k, 0) - used.get(k, 0)) < 1e-9, \
                 f"rank {r} {k}: total {total}, avail {w.avail.get(k)}, in use {used.get(k)}"
@@ -212,14 +219,16 @@ class HeadMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), ndeps=st.integers(0, 3), retries=st.integers(0, 2),
           returns=st.integers(1, 2), gpu=st.booleans(), lic=st.integers(0, 3),
-          contain=st.booleans())
-    def submit(self, data, ndeps, retries, returns, gpu, lic, contain):
+          contain=st.booleans(), cpus=st.sampled_from([1, 1, 1, 2, 3, 4]))
+    def submit(self, data, ndeps, retries, returns, gpu, lic, contain, cpus):
         held = self._held()
         deps = [data.draw(st.sampled_from(held)) for _ in range(ndeps)] if held else []
         contained = [data.draw(st.sampled_from(held))] if held and contain else []
         resources = None
-        if gpu or lic:   # lic=3 never fits anywhere: the task fails at submission
-            resources = {"CPU": 1, "GPU": 1 if gpu else 0, "lic": lic}
+        # lic=3 never fits anywhere, nor 4 CPUs (the node's 3 ranks have 3): such a
+        # task fails at submission. 2 or 3 CPUs run on one rank with siblings lending.
+        if gpu or lic or cpus > 1:
+            resources = {"CPU": cpus, "GPU": 1 if gpu else 0, "lic": lic}
         s = spec(deps, returns, retries, contained=contained, resources=resources)
         self.head.submit(s)
         self.driver_holds.update(s[m.T_RETURNS])
@@ -300,6 +309,8 @@ class HeadMachine(RuleBasedStateMachine):
         resources = {"GPU": 1} if gpu else {}
         if data.draw(st.booleans()):
             resources["lic"] = 1
+        if data.draw(st.booleans()):
+            resources["CPU"] = data.draw(st.sampled_from([1, 2]))
         self.head.create_actor(s, resources, restarts, None, "A", task_retries)
         self.actor_ids.append(actor_id)
 

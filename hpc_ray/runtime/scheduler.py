@@ -80,6 +80,10 @@ def capacity_ok(w, need: dict) -> bool:
                 return False
     if not cpu:
         return True
+    if w.hosting or w.lending:
+        # Its CPUs belong to a task wider than one rank (see ``pick_wide``): only
+        # an executor of it blocked in get lends one, and nothing is queued ahead.
+        return w.inflight + cpu <= w.hosting + w.blocked + _EPS
     total = w.total.get("CPU", 0)
     if cpu > total + _EPS:
         return False
@@ -124,8 +128,67 @@ def pick_actor_worker(workers: list, need: dict):
     return best
 
 
+def by_node(workers: Iterable) -> dict[int, list]:
+    nodes: dict[int, list] = {}
+    for w in workers:
+        nodes.setdefault(w.node, []).append(w)
+    return nodes
+
+
+def _cpu(w) -> float:
+    return w.total.get("CPU", 0)
+
+
 def feasible_anywhere(workers: Iterable, need: dict) -> bool:
-    return any(fits_ever(w, need) for w in workers)
+    """Whether some rank could ever hold ``need``, alone or with its node's
+    siblings lending their CPUs (``pick_wide``)."""
+    workers = list(workers)
+    if any(fits_ever(w, need) for w in workers):
+        return True
+    cpu = need.get("CPU", 0)
+    if not cpu:
+        return False
+    rest = {k: v for k, v in need.items() if k != "CPU"}
+    return any(sum(map(_cpu, ranks)) + _EPS >= cpu and any(fits_ever(w, rest) for w in ranks)
+               for ranks in by_node(workers).values())
+
+
+def is_wide(workers: Iterable, need: dict) -> bool:
+    """Whether ``need`` asks for more CPUs than any one rank has."""
+    cpu = need.get("CPU", 0)
+    return bool(cpu) and all(_cpu(w) + _EPS < cpu for w in workers)
+
+
+def pick_wide(workers: Iterable, need: dict):
+    """A rank and idle siblings on its node whose CPUs add up to ``need["CPU"]``.
+
+    Ray counts CPUs per node; hpc_ray gives each rank its share (one, or
+    ``SLURM_CPUS_PER_TASK``). A task or actor that needs more runs on one rank
+    (its host) while whole idle siblings lend it their CPUs: they take no CPU
+    work until it ends. Returns ``(host, lenders)`` or None. Costs O(workers),
+    paid only by such wide requests.
+    """
+    cpu = need["CPU"]
+    rest = {k: v for k, v in need.items() if k != "CPU"}
+    for ranks in by_node(workers).values():
+        idle = [w for w in ranks if not w.hosting and not w.lending
+                and w.avail.get("CPU", 0) + _EPS >= _cpu(w) > 0]
+        if sum(map(_cpu, idle)) + _EPS < cpu:
+            continue
+        hosts = [w for w in idle if fits(w, rest)]
+        if not hosts:
+            continue
+        host = max(hosts, key=_cpu)
+        lenders = []
+        have = _cpu(host)
+        for w in sorted(idle, key=_cpu, reverse=True):
+            if have + _EPS >= cpu:
+                break
+            if w is not host:
+                lenders.append(w)
+                have += _cpu(w)
+        return host, lenders
+    return None
 
 
 def largest_worker(workers: Iterable) -> dict:

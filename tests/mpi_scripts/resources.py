@@ -88,6 +88,40 @@ if variant == "custom":
         overlaps = [(a, b) for a, b in zip(spans, spans[1:]) if b[0] < a[1]]
         report("custom_all_overlaps", len(overlaps))
 
+    @ray.remote
+    def span(directory, name, seconds):
+        t0 = time.time()
+        time.sleep(seconds)
+        with open(os.path.join(directory, f"span-{name}"), "w") as f:
+            f.write(f"{t0} {time.time()}")
+        return os.getpid()
+
+    @ray.remote
+    class Wide:
+        def pid(self):
+            return os.getpid()
+
+    with section("a task wider than one rank"):
+        # CPUs count per node, as in Ray: a task asking for every CPU of the node
+        # runs on one rank while its siblings lend theirs, and nothing else
+        # that needs a CPU runs beside it.
+        node_cpus = int(ray.cluster_resources()["CPU"])
+        wide = span.options(num_cpus=node_cpus).remote(TMPDIR, "wide", 0.5)
+        narrow = [span.remote(TMPDIR, f"narrow-{i}", 0.1) for i in range(2 * NUM_WORKERS)]
+        ray.get(narrow + [wide], timeout=60)
+        read = lambda name: tuple(map(float, open(os.path.join(TMPDIR, f"span-{name}")).read().split()))
+        w0, w1 = read("wide")
+        beside = [i for i in range(2 * NUM_WORKERS)
+                  if read(f"narrow-{i}")[0] < w1 and read(f"narrow-{i}")[1] > w0]
+        report("wide_task_ran", True)
+        report("wide_task_beside", beside)
+        # An actor may be as wide; once it is gone, its CPUs come back.
+        actor = Wide.options(num_cpus=node_cpus).remote()
+        report("wide_actor_answers", ray.get(actor.pid.remote(), timeout=60) > 0)
+        ray.kill(actor)
+        again = span.options(num_cpus=node_cpus).remote(TMPDIR, "wide-again", 0.0)
+        report("wide_after_actor", ray.get(again, timeout=60) > 0)
+
     for name, kwargs in [("custom", {"resources": {"custom": 1000}}),
                          ("tpu", {"resources": {"TPU": 1}}),
                          ("cpu", {"num_cpus": 1000}),

@@ -136,7 +136,7 @@ class CallQueue:
 class ActorEntry:
     __slots__ = ("actor_id", "class_id", "spec", "resources", "rank", "state", "queue",
                  "inflight", "max_restarts", "restarts", "name", "gpu_ids", "error",
-                 "class_name", "pid", "max_task_retries", "meta", "unreferenced")
+                 "class_name", "pid", "max_task_retries", "meta", "unreferenced", "lenders")
 
     def __init__(self, actor_id: int, spec: list, resources: dict, max_restarts: int,
                  name: str | None, class_name: str, max_task_retries: int,
@@ -153,6 +153,7 @@ class ActorEntry:
         self.restarts = 0
         self.name = name
         self.gpu_ids: list[int] = []
+        self.lenders: list = ()               #: sibling ranks lending CPUs (resources.hold)
         self.error: str = ""
         self.class_name = class_name
         self.pid = 0
@@ -182,9 +183,10 @@ class ActorLifecycle:
         if old in HOLDING and new not in HOLDING:
             w = self.workers.get(actor.rank)
             if w is not None:
-                give_back(w, actor.resources, actor.gpu_ids)
+                give_back(w, actor.resources, actor.gpu_ids, actor.lenders)
                 w.actors -= 1
             actor.gpu_ids = []
+            actor.lenders = ()
         if new is not A_PENDING:
             self.pending_actors.pop(actor.actor_id, None)
         if new is A_DEAD:
@@ -241,7 +243,11 @@ class ActorLifecycle:
                     e.waiters.append(("actor_place", actor))
                     return  # placed when this argument is ready
         workers = self._alive
-        w = scheduler.pick_actor_worker(workers, actor.resources)
+        lenders = ()
+        if scheduler.is_wide(workers, actor.resources):
+            w, lenders = scheduler.pick_wide(workers, actor.resources) or (None, ())
+        else:
+            w = scheduler.pick_actor_worker(workers, actor.resources)
         if w is None:
             if not scheduler.feasible_anywhere(workers, actor.resources):
                 self._warn_unplaceable(f"actor {actor.class_name}", actor.resources,
@@ -253,7 +259,8 @@ class ActorLifecycle:
             return
         actor.rank = w.rank
         self._set_actor_state(actor, A_STARTING)
-        actor.gpu_ids = hold(w, actor.resources)
+        actor.gpu_ids = hold(w, actor.resources, lenders)
+        actor.lenders = lenders
         w.actors += 1
         self.send(w.rank, (m.CREATE_ACTOR,
                            self._wire(actor.spec, w, actor.gpu_ids, actor.resources)))

@@ -40,7 +40,7 @@ class NodePool:
 class WorkerInfo:
     __slots__ = ("rank", "node", "host", "total", "avail", "gpu_free", "inflight",
                  "blocked", "prefetch", "actors", "alive", "known_fns", "pid",
-                 "steal_pending", "refill", "pool")
+                 "steal_pending", "refill", "pool", "hosting", "lending")
 
     def __init__(self, rank: int, node: int, host: str, resources: dict,
                  gpu_ids: list[int], pid: int, pool: NodePool | None = None) -> None:
@@ -62,11 +62,20 @@ class WorkerInfo:
         self.known_fns: set = set()           #: function ids already shipped here
         self.steal_pending = False            #: a STEAL was sent, RETURNED not back yet
         self.refill = True                    #: filling its queue (see scheduler)
+        self.hosting = 0                      #: tasks/actors wider than one rank run here
+        self.lending = 0                      #: such grants its CPUs are lent to
 
 
-def hold(w: WorkerInfo, resources: dict) -> list[int]:
-    """Reserve ``resources`` on ``w``; returns the GPU ids handed out."""
+
+def hold(w: WorkerInfo, resources: dict, lenders: list = ()) -> list[int]:
+    """Reserve ``resources`` on ``w`` (with ``lenders``' CPUs when it is wider
+    than ``w``: see ``scheduler.pick_wide``); returns the GPU ids handed out."""
     scheduler.reserve(w, resources)
+    if lenders:
+        w.hosting += 1
+        for lender in lenders:
+            lender.lending += 1
+            scheduler.reserve(lender, {"CPU": lender.total["CPU"]})
     if not resources.get("GPU"):
         return []
     n = int(resources["GPU"] + 0.999)
@@ -74,9 +83,15 @@ def hold(w: WorkerInfo, resources: dict) -> list[int]:
     return gpu_ids
 
 
-def give_back(w: WorkerInfo, resources: dict, gpu_ids: list[int]) -> None:
+def give_back(w: WorkerInfo, resources: dict, gpu_ids: list[int],
+              lenders: list = ()) -> None:
     scheduler.unreserve(w, resources)
     w.gpu_free.extend(gpu_ids)
+    if lenders:
+        w.hosting -= 1
+        for lender in lenders:
+            lender.lending -= 1
+            scheduler.unreserve(lender, {"CPU": lender.total["CPU"]})
 
 
 class ReadyQueue:
@@ -162,14 +177,24 @@ class Placement:
         time at 1,024 ranks).
         """
         rooms: dict = {}                  # shape -> [workers with room, next index]
+        wide: dict = {}                   # shape -> wider than every rank
         arg_nodes = self._arg_nodes
         capacity_ok = scheduler.capacity_ok
 
         def pick(task):
+            need = task.resources
+            is_wide = wide.get(task.shape)
+            if is_wide is None:
+                is_wide = wide[task.shape] = scheduler.is_wide(workers, need)
+            if is_wide:
+                got = scheduler.pick_wide(workers, need)
+                if got is None:
+                    return None
+                task.lenders = got[1]
+                return got[0]
             nodes = arg_nodes(task)
             if nodes:
-                return scheduler.pick_worker(workers, task.resources, nodes)
-            need = task.resources
+                return scheduler.pick_worker(workers, need, nodes)
             entry = rooms.get(task.shape)
             if entry is None:
                 room = [w for w in workers if capacity_ok(w, need)]
@@ -201,7 +226,8 @@ class Placement:
         others back while another rank idles. Only tasks still in a worker
         rank's own queue come back (not those an executor already holds).
         """
-        spare = [w for w in workers if w.inflight < w.total.get("CPU", 0) + w.blocked]
+        spare = [w for w in workers if w.inflight < w.total.get("CPU", 0) + w.blocked
+                 and not w.hosting and not w.lending]
         for idle in spare:
             room = int(idle.total.get("CPU", 0) + idle.blocked - idle.inflight)
             donors = [w for w in workers if not w.steal_pending and w is not idle
@@ -256,7 +282,7 @@ class Placement:
         task.rank = w.rank
         task.attempts += 1
         task.placed = True
-        task.gpu_ids = hold(w, task.resources)
+        task.gpu_ids = hold(w, task.resources, task.lenders)
         w.inflight += 1
         self.send(w.rank, (m.EXECUTE, self._wire(task.spec, w, task.gpu_ids, task.resources)))
 
@@ -273,7 +299,8 @@ class Placement:
         w = self.workers.get(task.rank)
         if w is not None:
             w.inflight -= 1
-            give_back(w, task.resources, task.gpu_ids)
+            give_back(w, task.resources, task.gpu_ids, task.lenders)
             if not w.refill and scheduler.low_water(w):
                 w.refill = True
         task.gpu_ids = []
+        task.lenders = ()

@@ -58,7 +58,8 @@ class IllegalTransition(RuntimeError):
 
 class TaskEntry:
     __slots__ = ("spec", "missing", "rank", "retries_left", "resources", "shape", "gpu_ids",
-                 "state", "t_submit", "t_start", "t_end", "pid", "attempts", "placed")
+                 "state", "t_submit", "t_start", "t_end", "pid", "attempts", "placed",
+                 "lenders")
 
     def __init__(self, spec: list, resources: dict, shape, retries: int) -> None:
         self.spec = spec                      #: the TaskSpec (a list while on the head)
@@ -68,6 +69,7 @@ class TaskEntry:
         self.resources = resources
         self.shape = shape                    #: hashable key of ``resources`` (ready queues)
         self.gpu_ids: list[int] = []
+        self.lenders: list = ()               #: sibling ranks lending CPUs (resources.hold)
         self.state = PENDING
         self.t_submit = time.time()
         self.t_start = 0.0
@@ -185,7 +187,7 @@ class TaskLifecycle:
             return
         if not self._feasible(task.shape, resources):
             self._fail_task(task, (ERROR, dumps(InfeasibleTaskError(
-                f"{spec[m.T_NAME]} needs {resources}, but no worker rank can ever hold "
+                f"{spec[m.T_NAME]} needs {resources}, but no node can ever hold "
                 f"that (largest: {scheduler.largest_worker(self._alive)}); it would wait "
                 f"forever. Pass resources to init(), or start ranks with more CPUs or "
                 f"GPUs (SLURM_CPUS_PER_TASK, --gpus-per-node)."))))
