@@ -36,3 +36,16 @@ def test_actor_call_order(run, mode, n):
     """Calls from one caller run once each and in order, also when an earlier call
     waits for an argument (tests/mpi_scripts/actors_order.py)."""
     run("actors_order.py", n, mode=mode, timeout=90).assert_ok("actors_order")
+
+
+@pytest.mark.parametrize("mode,n", [("embedded", 3), ("mpiexec", 3), ("mpiexec", 4)])
+def test_driver_is_served_while_tasks_flood_an_actor(run, mode, n):
+    # The docs' "Passing Around Actor Handles" loop: get, a new actor and
+    # shutdown still answer (the runner's timeout catches a hang).
+    result = run("actor_flood.py", n, mode=mode, timeout=90)
+    values = result.assert_ok("actor_flood")
+    counts = values["counts"]
+    assert len(counts) == 8 and counts[-1] > counts[0], counts
+    assert values["new_actor"] == "pong"
+    assert values["rss_growth_mb"] < 200, values
+    assert "UCX" not in result.stderr, result.stderr[-2000:]

@@ -534,3 +534,43 @@ def test_actor_calls_are_ordered_per_caller_and_callers_take_turns(monkeypatch):
             if msg[0] == m.EXECUTE]
     assert len(first) < len(flood)
     assert mine[m.T_ID] in sent[:2], "the driver's call waited behind the flood"
+
+
+def test_a_caller_with_too_many_queued_calls_is_throttled_until_they_drain(monkeypatch):
+    # A task looping on actor.inc.remote(): once it has CALLER_QUEUE_HIGH calls
+    # queued at the head, its rank is told to stop reading it; it is read again
+    # once they are down to CALLER_QUEUE_LOW, or at once when the actor dies.
+    import hpc_ray.runtime.head.actors as head_actors
+    monkeypatch.setattr(head_actors, "MAX_ACTOR_INFLIGHT", 16)
+    monkeypatch.setattr(head_actors, "CALLER_QUEUE_HIGH", 100)
+    monkeypatch.setattr(head_actors, "CALLER_QUEUE_LOW", 10)
+    head = make_head()
+    for actor_id in (50, 51):
+        head.create_actor(spec(actor=actor_id, fn="A"), {}, 0, None, "A")
+        head.actor_ready(actor_id, 1)
+    head.take_outbox()
+    caller = (2 << 20) | 5                      # rank 2's executor with serial 5
+
+    def throttles():
+        return [msg for msgs in head.take_outbox().values() for msg in msgs
+                if msg[0] == m.THROTTLE]
+
+    def flood(actor_id, n):
+        calls = []
+        for _ in range(n):
+            s = spec(actor=actor_id, fn="A.inc")
+            s[m.T_ID] |= caller << 40
+            head.submit(s)
+            calls.append(s)
+        return calls
+
+    calls = flood(50, 100 + 16)
+    assert throttles() == [(m.THROTTLE, 5, True)]
+    flood(51, 100 + 16)                         # over at a second actor: no second message
+    assert throttles() == []
+    for s in calls[:100 + 16 - 10]:             # actor 50 runs its calls
+        head.task_done(1, s[m.T_ID], [(RAW, None)], None, 0.0, 1.0, 1)
+    assert throttles() == []                    # still too many at actor 51
+    head.actor_died(51, "its process was killed", False)   # its queue is dropped
+    assert throttles() == [(m.THROTTLE, 5, False)]
+    assert head.throttled == {}

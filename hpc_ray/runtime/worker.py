@@ -50,6 +50,13 @@ OUTPUT_CHUNK = 1 << 16
 #: Most chunks read from one pipe per pass of the loop (1 MiB): the rest waits.
 OUTPUT_READS = 16
 
+#: Batches sent to the head and not yet received by it, at most. Beyond this the
+#: rank stops reading its executors' requests until the head catches up, so
+#: executors that flood the head (a task looping on ``actor.f.remote()``) are
+#: slowed to what the head can take, and what the head has to read before the
+#: driver's own messages stays bounded.
+HEAD_WINDOW = 4
+
 #: Requests whose replies the rank must look at before passing them on.
 _GET = 1
 _ALLOC = 2
@@ -190,6 +197,8 @@ class WorkerLoop:
         self.deferred: list = []          # messages that arrived during an in-rank call
         self.rank_ctx = None              # API context of in-rank actors, made on demand
         self.groups: dict = {}            # collective group name -> (comm, rank in group)
+        #: Serials of executors whose requests are not read now (THROTTLE).
+        self.throttled: set[int] = set()
         self.driver_pid = cfg.get("driver_pid") if cfg.get("driver_host") == socket.gethostname() else None
         #: Executors' prints go to the driver (Ray's log_to_driver); otherwise they
         #: go wherever this rank's own output goes.
@@ -320,6 +329,11 @@ class WorkerLoop:
             while self.queue and len(given) < msg[1]:
                 given.append(self.queue.pop()[m.T_ID])
             self.out.append((m.RETURNED, given))
+        elif kind == m.THROTTLE:
+            if msg[2]:
+                self.throttled.add(msg[1])
+            else:
+                self.throttled.discard(msg[1])
         elif kind == m.RUN_FUNCTION:
             self.run_functions.append(msg[1])
             for ex in self.all_executors():
@@ -637,7 +651,7 @@ class WorkerLoop:
             self.dispatch()
             if self.out:
                 out, self.out = self.out, []
-                self.sender.send(0, out)
+                self.sender.send_sync(0, out)
                 active = True
             self.sender.progress()
             if self.fetcher.progress():
@@ -647,9 +661,13 @@ class WorkerLoop:
             by_fd = {ex.fd: ex for ex in executors}
             pipes = {fd: ex for ex in executors for fd in ex.pipes}
             writers = [ex.fd for ex in executors if ex.outbuf]
+            readers = list(pipes)
+            if self.sender.unmatched_count() < HEAD_WINDOW:
+                readers += [fd for fd, ex in by_fd.items() if ex.serial not in self.throttled]
+            elif not active:
+                timeout = 1e-4       # the head is behind: look again soon
             try:
-                ready, writable, _ = select.select(list(pipes) + list(by_fd), writers, [],
-                                                   timeout)
+                ready, writable, _ = select.select(readers, writers, [], timeout)
             except (OSError, ValueError):
                 ready, writable = list(pipes) + list(by_fd), []
             for fd in writable:
@@ -679,7 +697,7 @@ class WorkerLoop:
                 self.dispatch()
                 if self.out:
                     out, self.out = self.out, []
-                    self.sender.send(0, out)
+                    self.sender.send_sync(0, out)
             if self.rank_ctx is not None and (self.rank_ctx.out or context_released()):
                 self.rank_ctx.flush()
             if active:

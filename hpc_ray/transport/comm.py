@@ -83,9 +83,20 @@ class Sender:
     def __init__(self, comm: MPI.Comm) -> None:
         self.comm = comm
         self.pending: list = []
+        self.unmatched: list = []   # synchronous sends (``send_sync``) not yet received
 
     def send(self, dest: int, obj, tag: int = Tag.CONTROL) -> None:
         self.pending.append(self.comm.isend(obj, dest, tag))
+
+    def send_sync(self, dest: int, obj, tag: int = Tag.CONTROL) -> None:
+        """A send that completes once ``dest`` has received it (MPI's synchronous
+        mode): ``unmatched_count()`` is how far the receiver is behind."""
+        self.unmatched.append(self.comm.issend(obj, dest, tag))
+
+    def unmatched_count(self) -> int:
+        if self.unmatched:
+            self.unmatched = [req for req in self.unmatched if not req.Test()]
+        return len(self.unmatched)
 
     def send_raw(self, dest: int, buf, tag: int = Tag.OBJECT_DATA) -> None:
         mv = memoryview(buf)
@@ -105,7 +116,7 @@ class Sender:
 
     def drain(self, timeout: float = 5.0) -> None:
         deadline = time.monotonic() + timeout
-        while self.pending and time.monotonic() < deadline:
+        while (self.pending or self.unmatched_count()) and time.monotonic() < deadline:
             self.progress()
             time.sleep(1e-4)
 

@@ -45,6 +45,7 @@ class Msg(enum.IntEnum):
     SHUTDOWN = 6
     GROUP_CREATE = 7
     STEAL = 8
+    THROTTLE = 9
     TASK_DONE = 10
     TASK_FAILED = 11
     WORKER_CRASHED = 12
@@ -96,6 +97,7 @@ TASK_DONE, TASK_FAILED, WORKER_CRASHED, SUBMIT, PUT, GET, WAIT, WAIT_NOW, ALLOC,
 FETCH = Msg.FETCH.value
 GROUP_CREATE = Msg.GROUP_CREATE.value
 STEAL = Msg.STEAL.value
+THROTTLE = Msg.THROTTLE.value
 RETURNED = Msg.RETURNED.value
 STOPPED = Msg.STOPPED.value
 FREE_BLOCKS = Msg.FREE_BLOCKS.value
@@ -162,6 +164,15 @@ class Steal(NamedTuple):
     ``WorkerLoop.on_control``, answered with RETURNED."""
     kind: int
     n: int
+
+
+class Throttle(NamedTuple):
+    """Stop (``on``) or go back to reading the requests of the rank's executor
+    ``serial``: it has queued too many calls at some actor. Head
+    (``ActorLifecycle._throttle``) -> ``WorkerLoop.on_control``."""
+    kind: int
+    serial: int
+    on: bool
 
 
 # --- worker rank (or an executor, through its rank) -> head --------------------------
@@ -358,6 +369,7 @@ class ExecReady(NamedTuple):
 SCHEMA: dict[int, type] = {
     EXECUTE: Execute, REPLY: Reply, CREATE_ACTOR: CreateActor, KILL_ACTOR: KillActor,
     RUN_FUNCTION: RunFunction, SHUTDOWN: Shutdown, GROUP_CREATE: GroupCreate, STEAL: Steal,
+    THROTTLE: Throttle,
     TASK_DONE: TaskDone, TASK_FAILED: TaskFailed, WORKER_CRASHED: WorkerCrashed,
     SUBMIT: Submit, PUT: Put, GET: Get, WAIT: Wait, WAIT_NOW: WaitNow, ALLOC: Alloc,
     HOLD: Hold, RELEASE: Release, BLOCKED: Blocked, ADD_LOCATION: AddLocation,
@@ -373,7 +385,7 @@ TO_HEAD = frozenset((TASK_DONE, TASK_FAILED, WORKER_CRASHED, SUBMIT, PUT, GET, W
                      FETCH, LOG))
 #: Kinds a worker rank handles from MPI (``WorkerLoop.on_control``).
 TO_RANK = frozenset((EXECUTE, REPLY, CREATE_ACTOR, KILL_ACTOR, RUN_FUNCTION, SHUTDOWN,
-                     GROUP_CREATE, STEAL, FETCH))
+                     GROUP_CREATE, STEAL, THROTTLE, FETCH))
 
 #: Check every received message against SCHEMA (a debugging aid; off by default).
 CHECKING = os.environ.get("HPC_RAY_CHECK_MESSAGES") == "1"

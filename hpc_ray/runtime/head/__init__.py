@@ -80,6 +80,7 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         self.named_actors: dict[str, int] = {}
         self.lifetimes: dict[int, int] = {}           # lifetime token id -> actor id
         self.pending_actors: dict[int, None] = {}     # ordered set: actors waiting for room
+        self.throttled: dict[int, int] = {}           # caller -> actors it has too many calls at
         self.joins: dict[str, dict] = {}              # group name -> rank -> member
         self.ready = ReadyQueue()
         self.outbox: dict[int, list] = {}

@@ -55,13 +55,24 @@ ALLOWED: dict[ActorState, frozenset] = {
 #: Calls sent to an actor's process and not finished, at most. The rest wait in
 #: the head, so a caller that floods an actor cannot bury another caller's calls
 #: behind its own in the actor's inbox; the queue is topped up in bursts, once
-#: it is down to half (one message per batch, not per finished call). Measured
-#: quiet on 2 cores: a bound of 1,024 cut 20,000 async calls from 53k to 43k
-#: calls/s, so the bound only guards against floods.
-MAX_ACTOR_INFLIGHT = 1 << 16
+#: it is down to half (one message per batch, not per finished call). With
+#: 65,536 the driver's call in the docs' flood example waited seconds behind the
+#: flood. An earlier quiet measurement put 1,024 at 53k -> 43k async calls/s; the
+#: A/B with this change (microbenchmark actor_async, 2 runs each, machine busy)
+#: gave 15-18k calls/s for 1,024 against 9.8-9.9k for 65,536.
+MAX_ACTOR_INFLIGHT = 1 << 10
 
 #: Bits of a task id below the submitting process's prefix (``context.COUNTER_BITS``).
 _CALLER_SHIFT = 40
+#: A caller's prefix is ``(rank << 20) | serial`` (``context.set_id_prefix``).
+_SERIAL_BITS = 20
+
+#: Calls one caller may have queued at one actor before the head stops reading
+#: its requests (``THROTTLE``), and the level at which it reads them again. A
+#: task looping on ``actor.f.remote()`` would otherwise grow the head's memory
+#: by every call the actor has not run yet.
+CALLER_QUEUE_HIGH = 10_000
+CALLER_QUEUE_LOW = 1_000
 
 
 class CallQueue:
@@ -72,12 +83,14 @@ class CallQueue:
     driver's calls moving while tasks flood the same actor.
     """
 
-    __slots__ = ("by_caller", "turn", "count")
+    __slots__ = ("by_caller", "turn", "count", "over", "below")
 
     def __init__(self) -> None:
         self.by_caller: dict[int, collections.deque] = {}
         self.turn: collections.deque = collections.deque()   # callers with calls waiting
         self.count = 0
+        self.over: set = set()        # callers with CALLER_QUEUE_HIGH calls queued
+        self.below: list = []         # callers of ``over`` since back to CALLER_QUEUE_LOW
 
     def _calls_of(self, task, first: bool) -> collections.deque:
         caller = task.spec[m.T_ID] >> _CALLER_SHIFT
@@ -91,8 +104,17 @@ class CallQueue:
         self.count += 1
         return q
 
-    def append(self, task) -> None:
-        self._calls_of(task, False).append(task)
+    def append(self, task) -> int | None:
+        """Queue a new call; returns its caller if that caller now has
+        ``CALLER_QUEUE_HIGH`` calls queued here (it should be throttled)."""
+        q = self._calls_of(task, False)
+        q.append(task)
+        if len(q) >= CALLER_QUEUE_HIGH:
+            caller = task.spec[m.T_ID] >> _CALLER_SHIFT
+            if caller not in self.over:
+                self.over.add(caller)
+                return caller
+        return None
 
     def put_back(self, tasks) -> None:
         """Calls lost with the actor's process go back first, in their order."""
@@ -110,6 +132,8 @@ class CallQueue:
         self.by_caller.clear()
         self.turn.clear()
         self.count = 0
+        self.below.extend(self.over)
+        self.over.clear()
 
     def next_call(self, waiting) -> object | None:
         """The next call to send: the front call of the next caller in turn whose
@@ -129,6 +153,9 @@ class CallQueue:
                 waiting(q[0])        # this caller's calls wait in order
                 continue
             self.count -= 1
+            if len(q) <= CALLER_QUEUE_LOW and caller in self.over:
+                self.over.discard(caller)
+                self.below.append(caller)
             return q.popleft()
         return None
 
@@ -199,6 +226,7 @@ class ActorLifecycle:
                 f"actor {actor.class_name} died: {actor.error}; the call "
                 f"{task.spec[m.T_NAME]} cannot run"))))
         actor.queue.clear()
+        self._unthrottle(actor.queue)
         if actor.name is not None and self.named_actors.get(actor.name) == actor.actor_id:
             del self.named_actors[actor.name]
         deps = actor.spec[m.T_DEPS]
@@ -297,7 +325,7 @@ class ActorLifecycle:
         while len(actor.inflight) < MAX_ACTOR_INFLIGHT:
             task = actor.queue.next_call(wait_for_arguments)
             if task is None:
-                return
+                break
             self._set_task_state(task, RUNNING)
             task.rank = w.rank
             task.attempts += 1
@@ -305,6 +333,28 @@ class ActorLifecycle:
             actor.inflight[task.spec[m.T_ID]] = task
             self.send(w.rank, (m.EXECUTE,
                                self._wire(task.spec, w, actor.gpu_ids, actor.resources)))
+        self._unthrottle(actor.queue)
+
+    def _throttle(self, caller: int) -> None:
+        """``caller`` has too many calls queued at an actor: stop reading it."""
+        n = self.throttled.get(caller, 0)
+        self.throttled[caller] = n + 1
+        rank = caller >> _SERIAL_BITS
+        if n == 0 and rank in self.workers:
+            self.send(rank, (m.THROTTLE, caller & ((1 << _SERIAL_BITS) - 1), True))
+
+    def _unthrottle(self, queue: CallQueue) -> None:
+        """Callers of ``queue`` back down to ``CALLER_QUEUE_LOW``: read them again
+        once no actor holds too many of their calls."""
+        for caller in queue.below:
+            n = self.throttled.pop(caller, 0) - 1
+            if n > 0:
+                self.throttled[caller] = n
+                continue
+            rank = caller >> _SERIAL_BITS
+            if rank in self.workers:
+                self.send(rank, (m.THROTTLE, caller & ((1 << _SERIAL_BITS) - 1), False))
+        queue.below.clear()
 
     def actor_died(self, actor_id: int, reason: str, allow_restart: bool) -> None:
         actor = self.actors.get(actor_id)

@@ -182,7 +182,9 @@ class TaskLifecycle:
                 self._fail_task(task, (ERROR, dumps(ActorDiedError(
                     f"actor {spec[m.T_NAME]} is dead: {why}"))))
                 return
-            actor.queue.append(task)
+            caller = actor.queue.append(task)
+            if caller is not None:
+                self._throttle(caller)
             self._dispatch_actor(actor)
             return
         if not self._feasible(task.shape, resources):
