@@ -36,9 +36,16 @@ def init_kwargs(**extra) -> dict:
     return kwargs
 
 
+def _line(text: str) -> None:
+    """Write one whole line: ``print`` writes the text and its newline separately,
+    and the comm thread's lines of worker output (log_to_driver) can land between."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 def report(key: str, value) -> None:
     """Print a ``RESULT key=<json>`` line for the test to check."""
-    print(f"RESULT {key}={json.dumps(value)}", flush=True)
+    _line(f"RESULT {key}={json.dumps(value)}")
 
 
 #: Failed checks so far. A script reports every failure it meets, not only the
@@ -96,7 +103,7 @@ def ok(name: str) -> None:
             log("  - " + text.splitlines()[0])
         sys.stdout.flush()
         sys.exit(1)
-    print(f"OK {name}", flush=True)
+    _line(f"OK {name}")
 
 
 def poll_for(pred, timeout: float, period: float = 0.02):
