@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from . import gpu_ids
+
 #: What a task holds while it runs when it asks for nothing (Ray's default).
 DEFAULT_TASK_RESOURCES = {"CPU": 1}
 _DEFAULT_SHAPE = tuple(sorted(DEFAULT_TASK_RESOURCES.items()))
@@ -37,9 +39,15 @@ def _within(own: dict, pooled: dict, need: dict) -> bool:
     return True
 
 
+def _gpu_ids_free(w, need: dict) -> bool:
+    """Whether ``w`` has GPU ids for ``need`` (fractions must fit on one id)."""
+    gpus = need.get("GPU")
+    return not gpus or gpu_ids.fits(w.gpu_free, gpus)
+
+
 def fits(w, need: dict) -> bool:
     """Whether ``need`` is free now on ``w`` (its own CPUs/GPUs, its node's custom)."""
-    return _within(w.avail, w.pool.avail, need)
+    return _within(w.avail, w.pool.avail, need) and _gpu_ids_free(w, need)
 
 
 def fits_ever(w, need: dict) -> bool:
@@ -78,6 +86,8 @@ def capacity_ok(w, need: dict) -> bool:
             have = w.avail.get(k, 0) if k in RANK_KEYS else w.pool.avail.get(k, 0)
             if have + _EPS < v:
                 return False
+    if not _gpu_ids_free(w, need):
+        return False
     if not cpu:
         return True
     total = w.total.get("CPU", 0)

@@ -13,7 +13,7 @@ import warnings
 
 from ...transport import messages as m
 from ...transport.serialization import SHM
-from .. import scheduler
+from .. import gpu_ids as gpus, scheduler
 from .tasks import READY, RUNNING, TaskEntry
 
 
@@ -53,7 +53,8 @@ class WorkerInfo:
         self.avail = dict(own)                #: what tasks and actors do not hold
         #: The node's custom resources (shared with the node's other ranks).
         self.pool = pool if pool is not None else NodePool()
-        self.gpu_free = list(gpu_ids)
+        #: GPU id -> the fraction of it not held (see runtime/gpu_ids.py).
+        self.gpu_free = gpus.new_pool(gpu_ids)
         self.inflight = 0                     #: tasks sent and not finished
         self.blocked = 0                      #: executors blocked in get()
         self.prefetch = 1                     #: extra tasks queued beyond CPUs
@@ -67,16 +68,14 @@ class WorkerInfo:
 def hold(w: WorkerInfo, resources: dict) -> list[int]:
     """Reserve ``resources`` on ``w``; returns the GPU ids handed out."""
     scheduler.reserve(w, resources)
-    if not resources.get("GPU"):
-        return []
-    n = int(resources["GPU"] + 0.999)
-    gpu_ids, w.gpu_free = w.gpu_free[:n], w.gpu_free[n:]
-    return gpu_ids
+    need = resources.get("GPU")
+    return gpus.take(w.gpu_free, need) if need else []
 
 
 def give_back(w: WorkerInfo, resources: dict, gpu_ids: list[int]) -> None:
     scheduler.unreserve(w, resources)
-    w.gpu_free.extend(gpu_ids)
+    if gpu_ids:
+        gpus.give_back(w.gpu_free, gpu_ids, resources["GPU"])
 
 
 class ReadyQueue:
