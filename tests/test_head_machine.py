@@ -132,7 +132,7 @@ def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: di
             assert task.placed
             if is_call:
                 assert tid in in_actor_flight
-            else:
+            elif task.resources.get("CPU"):
                 inflight[task.rank] += 1
         if is_call and task.state is TaskState.PENDING:
             assert tid in in_actor_queues
@@ -220,15 +220,15 @@ class HeadMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), ndeps=st.integers(0, 3), retries=st.integers(0, 2),
           returns=st.integers(1, 2), gpu=st.sampled_from([0, 0.5, 0.25, 1, 2]),
-          lic=st.integers(0, 3),
+          lic=st.integers(0, 3), cpu=st.sampled_from([1, 0]),
           contain=st.booleans())
-    def submit(self, data, ndeps, retries, returns, gpu, lic, contain):
+    def submit(self, data, ndeps, retries, returns, gpu, lic, cpu, contain):
         held = self._held()
         deps = [data.draw(st.sampled_from(held)) for _ in range(ndeps)] if held else []
         contained = [data.draw(st.sampled_from(held))] if held and contain else []
         resources = None
-        if gpu or lic:   # lic=3 never fits anywhere: the task fails at submission
-            resources = {"CPU": 1, "GPU": gpu, "lic": lic}
+        if gpu or lic or not cpu:   # lic=3 never fits anywhere: fails at submission
+            resources = {"CPU": cpu, "GPU": gpu, "lic": lic}
         s = spec(deps, returns, retries, contained=contained, resources=resources)
         self.head.submit(s)
         self.driver_holds.update(s[m.T_RETURNS])

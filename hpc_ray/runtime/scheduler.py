@@ -73,8 +73,9 @@ def unreserve(w, need: dict) -> None:
 def capacity_ok(w, need: dict) -> bool:
     """A worker takes a task if the resources fit, counting queued tasks for CPUs.
 
-    CPU-only tasks may be queued at a worker beyond its CPUs (``w.prefetch``
-    more, plus one per executor blocked in ``get``); other resources must be
+    CPU-only tasks may be queued at a worker beyond the CPUs its actors do not
+    hold (``w.prefetch`` more, plus one per task blocked in ``get``; an actor
+    waiting in ``get`` keeps its CPU); other resources must be
     free now. A queue is refilled in bursts: once full, a worker takes no more
     tasks until it is down to half its extra depth (``w.refill``, set again by
     the head when a task leaves), so a long burst goes out in large batches
@@ -93,21 +94,26 @@ def capacity_ok(w, need: dict) -> bool:
     total = w.total.get("CPU", 0)
     if cpu > total + _EPS:
         return False
-    base = total + w.blocked
+    base = task_cpus(w) + w.blocked
     if w.inflight + cpu > base + w.prefetch + _EPS:
         w.refill = False
         return False
     return w.refill or w.inflight <= base + w.prefetch // 2
 
 
+def task_cpus(w) -> float:
+    """``w``'s CPUs that its actors do not hold."""
+    return w.total.get("CPU", 0) - w.actor_cpus
+
+
 def low_water(w) -> bool:
     """Whether ``w``'s queue is down to where it should be refilled."""
-    return w.inflight <= w.total.get("CPU", 0) + w.blocked + w.prefetch // 2
+    return w.inflight <= task_cpus(w) + w.blocked + w.prefetch // 2
 
 
 def load(w) -> float:
     """Tasks queued at ``w`` beyond what its CPUs (and blocked executors) run."""
-    return w.inflight - w.blocked - w.total.get("CPU", 0)
+    return w.inflight - w.blocked - task_cpus(w)
 
 
 def pick_worker(workers: list, need: dict, arg_nodes: dict | None):

@@ -74,6 +74,7 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
         "embedded": embedded,
         "job_id": job_id,
         "pretouch": _config.os_environ_get("PRETOUCH", 128 << 20, _config.parse_bytes),
+        "extra_idle": _config.os_environ_get("EXTRA_EXECUTOR_IDLE", None, float),
         "log_to_driver": context.log_to_driver,
     }
     cfg, node_of, node, arena = launch.setup_world(comm, cfg)

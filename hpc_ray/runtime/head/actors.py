@@ -184,6 +184,7 @@ class ActorLifecycle:
             if w is not None:
                 give_back(w, actor.resources, actor.gpu_ids)
                 w.actors -= 1
+                w.actor_cpus -= actor.resources.get("CPU", 0)
             actor.gpu_ids = []
         if new is not A_PENDING:
             self.pending_actors.pop(actor.actor_id, None)
@@ -255,6 +256,7 @@ class ActorLifecycle:
         self._set_actor_state(actor, A_STARTING)
         actor.gpu_ids = hold(w, actor.resources)
         w.actors += 1
+        w.actor_cpus += actor.resources.get("CPU", 0)
         self.send(w.rank, (m.CREATE_ACTOR,
                            self._wire(actor.spec, w, actor.gpu_ids, actor.resources)))
 
