@@ -152,9 +152,12 @@ def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: di
         for task in head.tasks.values():
             if task.placed and task.spec[m.T_ACTOR] is None and task.rank == r:
                 holds(task.resources, task.gpu_ids)
+        actor_cpus = 0
         for actor in head.actors.values():
             if actor.state in (ActorState.STARTING, ActorState.ALIVE) and actor.rank == r:
                 holds(actor.resources, actor.gpu_ids)
+                actor_cpus += actor.resources.get("CPU", 0)
+        assert w.actor_cpus == actor_cpus, f"rank {r}: actor_cpus {w.actor_cpus} != {actor_cpus}"
         for k, total in w.total.items():
             assert abs(total - w.avail.get(k, 0) - used.get(k, 0)) < 1e-9, \
                 f"rank {r} {k}: total {total}, avail {w.avail.get(k)}, in use {used.get(k)}"
@@ -309,6 +312,8 @@ class HeadMachine(RuleBasedStateMachine):
         resources = {"GPU": gpu} if gpu else {}
         if data.draw(st.booleans()):
             resources["lic"] = 1
+        if data.draw(st.booleans()):
+            resources["CPU"] = 1
         self.head.create_actor(s, resources, restarts, None, "A", task_retries)
         self.actor_ids.append(actor_id)
 
