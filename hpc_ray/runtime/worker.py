@@ -653,16 +653,23 @@ class WorkerLoop:
 
     def _dispatch_zero_cpu(self) -> None:
         """num_cpus=0 tasks: to idle extra executors, to new ones while fewer than
-        ``MAX_EXTRA_EXECUTORS`` run, then nested in extras that wait in ``get``."""
+        ``MAX_EXTRA_EXECUTORS`` run, then nested in extras that wait in ``get``.
+
+        As many extras start at once as the rank has CPUs (Ray's
+        ``maximum_startup_concurrency``), so a burst does not start dozens of
+        interpreters together; each takes its task with it."""
         queue = self.zero_cpu_queue
         idle = [ex for ex in self.extras if ex.ready and not ex.retiring and not ex.assigned]
         self._dispatch(queue, idle, per_executor=1)
-        while queue and len(self.extras) < MAX_EXTRA_EXECUTORS:
+        starting = sum(1 for ex in self.extras if not ex.ready)
+        while queue and len(self.extras) < MAX_EXTRA_EXECUTORS and \
+                starting < max(1, self.cpus):
+            starting += 1
             ex = self.spawn()
             ex.extra = True
             self.extras.append(ex)
             self._dispatch(queue, [ex], per_executor=1)  # read once it has started
-        if queue:
+        if queue and len(self.extras) >= MAX_EXTRA_EXECUTORS:
             self._dispatch(queue, [ex for ex in self.extras if ex.ready and ex.blocked
                                    and not ex.retiring])
 
