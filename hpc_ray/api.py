@@ -338,7 +338,9 @@ def get_resource_ids() -> dict:
             out[name] = [(i, 1.0) for i in range(whole)] + ([(whole, part)] if part else [])
     gpus = get_gpu_ids()
     if gpus:
-        out["GPU"] = [(g, 1.0) for g in gpus]
+        # A fraction of a GPU is a share of one id (runtime/gpu_ids.py).
+        share = min(1.0, (context.current().resources or {}).get("GPU", 1.0))
+        out["GPU"] = [(g, share) for g in gpus]
     return out
 
 

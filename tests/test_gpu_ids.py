@@ -41,8 +41,9 @@ def test_fractional_gpus_and_actors(run, mode, n):
                  env={"CUDA_VISIBLE_DEVICES": None})
     values = result.assert_ok("gpu_ids fractions")
     assert values["gpus"] == 1
-    # Two num_gpus=0.5 tasks at once share GPU 0, as in Ray.
-    assert values["halves"] == [[[0], "0"], [[0], "0"]]
+    # Two num_gpus=0.5 tasks at once share GPU 0, as in Ray (get_resource_ids()
+    # says which share).
+    assert values["halves"] == [[[0], "0", [[0, 0.5]]], [[0], "0", [[0, 0.5]]]]
     # The actor holds GPU 0 from its constructor on, in every call.
     assert values["actor"] == [[[0], [0], "0"]] * 2
     assert values["after_kill"] == [[0], "0"]

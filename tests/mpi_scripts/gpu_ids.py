@@ -30,7 +30,8 @@ def meet(directory, name, expected):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if sum(f.startswith(f"met-{name}-") for f in os.listdir(directory)) >= expected:
-            return ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
+            return (ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES"),
+                    ray.get_resource_ids()["GPU"])
         time.sleep(0.01)
     raise TimeoutError(f"only some of {expected} tasks ran at once")
 
@@ -74,8 +75,9 @@ else:
     ray.init(**init_kwargs(num_gpus=2))
     report("gpus", ray.cluster_resources().get("GPU"))
     with section("ids from CUDA_VISIBLE_DEVICES"):
-        report("tasks", ray.get([meet.options(num_gpus=1).remote(TMPDIR, "whole", 2)
-                                 for _ in range(2)], timeout=60))
+        report("tasks", [seen[:2] for seen in ray.get(
+            [meet.options(num_gpus=1).remote(TMPDIR, "whole", 2) for _ in range(2)],
+            timeout=60)])
         a = GPUActor.options(num_gpus=1).remote()
         report("actor", ray.get(a.seen.remote(), timeout=60))
         check(ray.get(gpus_seen.remote(), timeout=60) == ([], ""))
