@@ -17,18 +17,33 @@ ACTOR_OPTIONS = ("num_cpus", "num_gpus", "resources", "max_restarts", "max_recon
                  "max_task_retries", "name", "lifetime", "memory", "object_store_memory",
                  "namespace", "get_if_exists", "runtime_env", "max_concurrency",
                  "scheduling_strategy", "in_rank")
-METHOD_OPTIONS = ("num_returns", "num_return_vals", "max_retries")
+#: ``max_task_retries`` is modern Ray's name of a method's ``max_retries``.
+METHOD_OPTIONS = ("num_returns", "num_return_vals", "max_retries", "max_task_retries")
+
+
+def _method_retries(options: dict, default: int) -> int:
+    retries = options.get("max_retries", options.get("max_task_retries", default))
+    if not isinstance(retries, int) or isinstance(retries, bool) or retries < -1:
+        raise ValueError(f"max_retries must be an int >= -1, got {retries!r}")
+    return retries
 
 
 def method(*args, **kwargs):
-    """Annotate an actor method: ``@method(num_returns=2)``."""
+    """Annotate an actor method: ``@method(num_returns=2, max_retries=1)``.
+
+    ``max_retries`` (or ``max_task_retries``): how often a call lost with the
+    actor's process runs again on the restarted actor (-1: always; 0, the
+    default: as the actor's ``max_task_retries`` says).
+    """
     if args and callable(args[0]) and len(args) == 1 and not kwargs:
         return args[0]
     check_options(kwargs, METHOD_OPTIONS, "method")
-    num_returns_from(kwargs)
+    num_returns = num_returns_from(kwargs)
+    retries = _method_retries(kwargs, 0)
 
     def decorate(fn):
-        fn.__hpc_ray_num_returns__ = num_returns_from(kwargs)
+        fn.__hpc_ray_num_returns__ = num_returns
+        fn.__hpc_ray_max_retries__ = retries
         return fn
     return decorate
 
@@ -195,9 +210,7 @@ class ActorMethod:
 
     def options(self, **options) -> "ActorMethod":
         check_options(options, METHOD_OPTIONS, f"method {self._name}")
-        retries = options.get("max_retries", self._max_retries)
-        if not isinstance(retries, int) or isinstance(retries, bool) or retries < -1:
-            raise ValueError(f"max_retries must be an int >= -1, got {retries!r}")
+        retries = _method_retries(options, self._max_retries)
         num_returns = (num_returns_from(options) if "num_returns" in options
                        or "num_return_vals" in options else self._num_returns)
         return ActorMethod(self._handle, self._name, num_returns, self._check, retries)
@@ -219,7 +232,7 @@ class ActorMethod:
 class ActorHandle:
     """A reference to an actor; pass it to tasks and other actors freely."""
 
-    def __init__(self, actor_id: int, class_name: str, meta: dict[str, int],
+    def __init__(self, actor_id: int, class_name: str, meta: dict[str, tuple[int, int]],
                  checks: dict | None = None, lifetime=None) -> None:
         self._actor_id = actor_id
         self._class_name = class_name
@@ -235,7 +248,8 @@ class ActorHandle:
             raise AttributeError(name)
         if name not in self._meta and name != "__ray_terminate__":
             raise AttributeError(f"actor {self._class_name} has no method {name!r}")
-        method = ActorMethod(self, name, self._meta.get(name, 1), self._checks.get(name))
+        num_returns, retries = self._meta.get(name, (1, 0))
+        method = ActorMethod(self, name, num_returns, self._checks.get(name), retries)
         # Cached on the instance: the next `handle.name` is a plain attribute lookup.
         self.__dict__[name] = method
         return method

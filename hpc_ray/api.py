@@ -55,7 +55,11 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
             ``SLURM_CPUS_PER_TASK``). ``0`` makes a cluster without CPUs, as in
             Ray: only ``num_cpus=0`` tasks and actors run (embedded: on one
             worker process that holds no CPU); ``local_mode`` ignores it.
-        num_gpus: GPUs per worker rank (embedded: in all, split over the workers).
+        num_gpus: GPUs per node (embedded: of this machine), their ids split
+            over the node's worker ranks. Where ``CUDA_VISIBLE_DEVICES`` is set
+            the ids are its first ``num_gpus`` (``"2,3"`` and ``num_gpus=2``:
+            tasks get GPUs 2 and 3, as in Ray); more than it lists is a
+            ``ValueError``.
         resources: custom resources of each worker rank, e.g. ``{"ssd": 1}``.
         object_store_memory: bytes of shared memory per node for large objects.
         local_mode: run every task serially in this process, for debugging.
@@ -334,7 +338,9 @@ def get_resource_ids() -> dict:
             out[name] = [(i, 1.0) for i in range(whole)] + ([(whole, part)] if part else [])
     gpus = get_gpu_ids()
     if gpus:
-        out["GPU"] = [(g, 1.0) for g in gpus]
+        # A fraction of a GPU is a share of one id (runtime/gpu_ids.py).
+        share = min(1.0, (context.current().resources or {}).get("GPU", 1.0))
+        out["GPU"] = [(g, share) for g in gpus]
     return out
 
 

@@ -64,3 +64,15 @@ def test_embedded_gpus(run):
     assert ids[0] != ids[1], tasks          # two tasks, two different GPUs
     for gpu_ids, visible in tasks:           # each task sees only its GPU
         assert visible == ",".join(gpu_ids), tasks
+
+
+@pytest.mark.parametrize("mode,n", [("embedded", 3), ("mpiexec", 4)])
+def test_zero_cpu_tasks_and_waiting_actors(run, mode, n):
+    result = run("zero_cpu.py", n, mode=mode, timeout=120,
+                 env={"HPC_RAY_EXTRA_EXECUTOR_IDLE": "1"})
+    values = result.assert_ok("zero_cpu")
+    # 4 num_cpus=0 tasks ran at once, in 4 processes, while every CPU was held.
+    assert values["zero_cpu_overlap"] == 4
+    assert values["zero_cpu_waits"] == "ok"
+    assert values["actor_keeps_cpu"] == "ok"
+    assert values["extras_retired"] == "ok"

@@ -16,6 +16,7 @@ def test_executor_semantics(run, mode):
     result = run("executor_semantics.py", 3, mode=mode, timeout=120)
     values = result.assert_ok("executor_semantics")
     assert values["threads"] == "ok" and values["retries"] == "ok"
+    assert values["method_retries"] == "ok"
     pid = values["prints"]["pid"]
     # Each printed line reaches the output once, prefixed: under mpiexec the
     # executor's output is not also passed on by the launcher.

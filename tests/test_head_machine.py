@@ -132,7 +132,7 @@ def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: di
             assert task.placed
             if is_call:
                 assert tid in in_actor_flight
-            else:
+            elif task.resources.get("CPU"):
                 inflight[task.rank] += 1
         if is_call and task.state is TaskState.PENDING:
             assert tid in in_actor_queues
@@ -143,15 +143,23 @@ def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: di
         [a for a in head.actors.values() if a.state in (ActorState.STARTING, ActorState.ALIVE)]
     for r, w in head.workers.items():
         used = collections.Counter()
-        gpus = []
+        gpu_share = collections.Counter()   # GPU id -> the fraction of it held
+
+        def holds(resources, ids):
+            used.update({k: v for k, v in resources.items() if v})
+            need = resources.get("GPU", 0)
+            assert len(ids) == (1 if 0 < need < 1 else int(need)), (resources, ids)
+            gpu_share.update({g: min(need, 1) for g in ids})
+
         for task in head.tasks.values():
             if task.placed and task.spec[m.T_ACTOR] is None and task.rank == r:
-                used.update({k: v for k, v in task.resources.items() if v})
-                gpus += task.gpu_ids
+                holds(task.resources, task.gpu_ids)
+        actor_cpus = 0
         for actor in head.actors.values():
             if actor.state in (ActorState.STARTING, ActorState.ALIVE) and actor.rank == r:
-                used.update({k: v for k, v in actor.resources.items() if v})
-                gpus += actor.gpu_ids
+                holds(actor.resources, actor.gpu_ids)
+                actor_cpus += actor.resources.get("CPU", 0)
+        assert w.actor_cpus == actor_cpus, f"rank {r}: actor_cpus {w.actor_cpus} != {actor_cpus}"
         # CPUs a wider-than-one-rank grant borrowed from this rank (``pick_wide``).
         lent = [g for g in grants if w in g.lenders]
         used["CPU"] += sum(w.total["CPU"] for _ in lent)
@@ -160,7 +168,10 @@ def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: di
         for k, total in w.total.items():
             assert abs(total - w.avail.get(k, 0) - used.get(k, 0)) < 1e-9, \
                 f"rank {r} {k}: total {total}, avail {w.avail.get(k)}, in use {used.get(k)}"
-        assert sorted(gpus + w.gpu_free) == list(range(int(w.total.get("GPU", 0))))
+        assert sorted(w.gpu_free) == list(range(int(w.total.get("GPU", 0))))
+        for g, free in w.gpu_free.items():
+            assert abs(free + gpu_share[g] - 1) < 1e-9, f"rank {r} GPU {g}: {free} free, " \
+                f"{gpu_share[g]} held"
     # A node's custom resources: the job's total, held by tasks and actors of all its ranks.
     for node, pool in head.pools.items():
         used = collections.Counter()
@@ -218,17 +229,19 @@ class HeadMachine(RuleBasedStateMachine):
         self.driver_holds[oid] += 1
 
     @rule(data=st.data(), ndeps=st.integers(0, 3), retries=st.integers(0, 2),
-          returns=st.integers(1, 2), gpu=st.booleans(), lic=st.integers(0, 3),
-          contain=st.booleans(), cpus=st.sampled_from([1, 1, 1, 2, 3, 4]))
-    def submit(self, data, ndeps, retries, returns, gpu, lic, contain, cpus):
+          returns=st.integers(1, 2), gpu=st.sampled_from([0, 0.5, 0.25, 1, 2]),
+          lic=st.integers(0, 3), cpus=st.sampled_from([1, 1, 1, 0, 2, 3, 4]),
+          contain=st.booleans())
+    def submit(self, data, ndeps, retries, returns, gpu, lic, cpus, contain):
         held = self._held()
         deps = [data.draw(st.sampled_from(held)) for _ in range(ndeps)] if held else []
         contained = [data.draw(st.sampled_from(held))] if held and contain else []
         resources = None
         # lic=3 never fits anywhere, nor 4 CPUs (the node's 3 ranks have 3): such a
-        # task fails at submission. 2 or 3 CPUs run on one rank with siblings lending.
-        if gpu or lic or cpus > 1:
-            resources = {"CPU": cpus, "GPU": 1 if gpu else 0, "lic": lic}
+        # task fails at submission. 2 or 3 CPUs run on one rank with siblings
+        # lending theirs; 0 CPUs run beside the CPUs.
+        if gpu or lic or cpus != 1:
+            resources = {"CPU": cpus, "GPU": gpu, "lic": lic}
         s = spec(deps, returns, retries, contained=contained, resources=resources)
         self.head.submit(s)
         self.driver_holds.update(s[m.T_RETURNS])
@@ -299,14 +312,14 @@ class HeadMachine(RuleBasedStateMachine):
 
     # --- actors ---
 
-    @rule(data=st.data(), restarts=st.integers(0, 2), gpu=st.booleans(),
+    @rule(data=st.data(), restarts=st.integers(0, 2), gpu=st.sampled_from([0, 0.5, 1]),
           task_retries=st.integers(0, 1))
     def create_actor(self, data, restarts, gpu, task_retries):
         held = self._held()
         deps = [data.draw(st.sampled_from(held))] if held and data.draw(st.booleans()) else []
         actor_id = new_id()
         s = spec(deps, actor=actor_id, fn="A")
-        resources = {"GPU": 1} if gpu else {}
+        resources = {"GPU": gpu} if gpu else {}
         if data.draw(st.booleans()):
             resources["lic"] = 1
         if data.draw(st.booleans()):

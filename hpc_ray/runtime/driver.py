@@ -361,6 +361,9 @@ class DriverContext(context.ContextBase):
         with deferred(), self.head.lock:
             drain_refs(self.head)
             result = control.call(self.head, name, args)
+            # A call may free resources (kill() of an actor): place what waits
+            # for them now, not when some rank next sends a message.
+            self.head.schedule()
         self.loop.event.set()
         return result
 

@@ -339,12 +339,15 @@ class ExecutorContext(context.ContextBase):
         return values.from_record(rec, self.arena, context.ObjectRef(oid, _owned=False))
 
     def _set_gpus(self, held) -> None:
-        """Record what the task or actor holds: (GPU ids, resources) from the head."""
+        """Record what the task or actor holds: (GPU ids, resources) from the head.
+
+        As in Ray, CUDA_VISIBLE_DEVICES lists exactly those ids: "" for a task
+        that holds no GPU, the one shared id for a fraction of a GPU.
+        """
         gpu_ids, resources = held if held else ((), None)
         self.gpu_ids = list(gpu_ids)
         self.resources = dict(resources or {})
-        if gpu_ids:
-            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpu_ids)
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpu_ids)
 
     def execute(self, spec: list) -> None:
         t0 = time.time()

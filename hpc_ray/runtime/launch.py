@@ -277,16 +277,18 @@ def worker_resources(cfg: dict, rank: int, size: int) -> tuple[dict, list[int]]:
         cpus = slurm_cpus_per_task() or 1
     res["CPU"] = cpus
     gpus_total = cfg.get("num_gpus")
-    if cfg.get("embedded") and gpus_total:
-        # Split the node's GPUs round-robin over the spawned worker ranks.
-        gpu_ids = [g for g in range(int(gpus_total)) if g % (size - 1) == rank - 1]
-    elif gpus_total is not None:
-        # init(num_gpus=G) under a launcher: the node has G GPUs; its worker ranks
-        # split them round-robin, so each id is handed out once per node.
+    if gpus_total is not None:
+        # init(num_gpus=G): the node has G GPUs (embedded: the driver's machine);
+        # its worker ranks split them round-robin, so each id is handed out once
+        # per node. The ids are the first G of CUDA_VISIBLE_DEVICES where it is
+        # set (the driver's, embedded; each rank's own under a launcher), as in Ray.
+        embedded = cfg.get("embedded")
+        visible = cfg["visible_gpus"][0 if embedded else rank]
+        ids = visible[:int(gpus_total)] if visible else list(range(int(gpus_total)))
         node_of = cfg["node_of"]
-        peers = [r for r in range(1, size) if node_of[r] == node_of[rank]]
+        peers = [r for r in range(1, size) if embedded or node_of[r] == node_of[rank]]
         index = peers.index(rank)
-        gpu_ids = [g for g in range(int(gpus_total)) if g % len(peers) == index]
+        gpu_ids = [g for i, g in enumerate(ids) if i % len(peers) == index]
     else:
         gpu_ids = _my_share_of_node_gpus(cfg, rank)
     res["GPU"] = len(gpu_ids)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from . import gpu_ids
+
 #: What a task holds while it runs when it asks for nothing (Ray's default).
 DEFAULT_TASK_RESOURCES = {"CPU": 1}
 _DEFAULT_SHAPE = tuple(sorted(DEFAULT_TASK_RESOURCES.items()))
@@ -37,9 +39,15 @@ def _within(own: dict, pooled: dict, need: dict) -> bool:
     return True
 
 
+def _gpu_ids_free(w, need: dict) -> bool:
+    """Whether ``w`` has GPU ids for ``need`` (fractions must fit on one id)."""
+    gpus = need.get("GPU")
+    return not gpus or gpu_ids.fits(w.gpu_free, gpus)
+
+
 def fits(w, need: dict) -> bool:
     """Whether ``need`` is free now on ``w`` (its own CPUs/GPUs, its node's custom)."""
-    return _within(w.avail, w.pool.avail, need)
+    return _within(w.avail, w.pool.avail, need) and _gpu_ids_free(w, need)
 
 
 def fits_ever(w, need: dict) -> bool:
@@ -65,8 +73,9 @@ def unreserve(w, need: dict) -> None:
 def capacity_ok(w, need: dict) -> bool:
     """A worker takes a task if the resources fit, counting queued tasks for CPUs.
 
-    CPU-only tasks may be queued at a worker beyond its CPUs (``w.prefetch``
-    more, plus one per executor blocked in ``get``); other resources must be
+    CPU-only tasks may be queued at a worker beyond the CPUs its actors do not
+    hold (``w.prefetch`` more, plus one per task blocked in ``get``; an actor
+    waiting in ``get`` keeps its CPU); other resources must be
     free now. A queue is refilled in bursts: once full, a worker takes no more
     tasks until it is down to half its extra depth (``w.refill``, set again by
     the head when a task leaves), so a long burst goes out in large batches
@@ -78,6 +87,8 @@ def capacity_ok(w, need: dict) -> bool:
             have = w.avail.get(k, 0) if k in RANK_KEYS else w.pool.avail.get(k, 0)
             if have + _EPS < v:
                 return False
+    if not _gpu_ids_free(w, need):
+        return False
     if not cpu:
         return True
     if w.hosting or w.lending:
@@ -87,21 +98,26 @@ def capacity_ok(w, need: dict) -> bool:
     total = w.total.get("CPU", 0)
     if cpu > total + _EPS:
         return False
-    base = total + w.blocked
+    base = task_cpus(w) + w.blocked
     if w.inflight + cpu > base + w.prefetch + _EPS:
         w.refill = False
         return False
     return w.refill or w.inflight <= base + w.prefetch // 2
 
 
+def task_cpus(w) -> float:
+    """``w``'s CPUs that its actors do not hold."""
+    return w.total.get("CPU", 0) - w.actor_cpus
+
+
 def low_water(w) -> bool:
     """Whether ``w``'s queue is down to where it should be refilled."""
-    return w.inflight <= w.total.get("CPU", 0) + w.blocked + w.prefetch // 2
+    return w.inflight <= task_cpus(w) + w.blocked + w.prefetch // 2
 
 
 def load(w) -> float:
     """Tasks queued at ``w`` beyond what its CPUs (and blocked executors) run."""
-    return w.inflight - w.blocked - w.total.get("CPU", 0)
+    return w.inflight - w.blocked - task_cpus(w)
 
 
 def pick_worker(workers: list, need: dict, arg_nodes: dict | None):

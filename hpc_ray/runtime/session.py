@@ -34,6 +34,11 @@ class Session:
 
 def start_driver(num_cpus=None, num_gpus=None, resources=None,
                  object_store_memory=None, ranks_per_node=None) -> Session:
+    visible = launch.visible_gpus()
+    if num_gpus and visible and num_gpus > len(visible):
+        raise ValueError(f"init(num_gpus={num_gpus}) but CUDA_VISIBLE_DEVICES="
+                         f"{os.environ['CUDA_VISIBLE_DEVICES']!r} lists {len(visible)} "
+                         f"GPU(s); pass num_gpus <= {len(visible)} or unset it")
     MPI = launch.mpi()
     world = MPI.COMM_WORLD
     inter = None
@@ -69,6 +74,7 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
         "embedded": embedded,
         "job_id": job_id,
         "pretouch": _config.os_environ_get("PRETOUCH", 128 << 20, _config.parse_bytes),
+        "extra_idle": _config.os_environ_get("EXTRA_EXECUTOR_IDLE", None, float),
         "log_to_driver": context.log_to_driver,
     }
     cfg, node_of, node, arena = launch.setup_world(comm, cfg)

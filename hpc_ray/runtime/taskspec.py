@@ -82,11 +82,13 @@ def load_args(payload: tuple, deps: list, read: Callable[[int, tuple], Any]):
     return args, kwargs
 
 
-def method_meta(cls: type) -> dict[str, int]:
-    """An actor class's methods and their ``num_returns``, as handles carry them."""
+def method_meta(cls: type) -> dict[str, tuple[int, int]]:
+    """An actor class's methods and their ``(num_returns, max_retries)``, as handles
+    carry them (``@method`` sets both)."""
     import inspect
     meta = {}
     for name, member in inspect.getmembers(cls):
         if callable(member) and (not name.startswith("__") or name == "__call__"):
-            meta[name] = getattr(member, "__hpc_ray_num_returns__", 1)
+            meta[name] = (getattr(member, "__hpc_ray_num_returns__", 1),
+                          getattr(member, "__hpc_ray_max_retries__", 0))
     return meta

@@ -3,7 +3,8 @@
     head (rank 0) ──EXECUTE/REPLY/CREATE_ACTOR/KILL_ACTOR/RUN_FUNCTION/SHUTDOWN──▶ rank
     rank ──[executor messages, req ids renumbered]──▶ head
     rank ◀──FETCH──▶ ranks of other nodes (raw store bytes on Tag.OBJECT_DATA)
-    rank ══ socketpair ══ executor (one per CPU for tasks, one per actor)
+    rank ══ socketpair ══ executor (one per CPU for tasks, one per actor, and
+                                   extras for num_cpus=0 tasks, on demand)
     rank ◀── stdout/stderr pipes ── executor; whole lines ──LOG──▶ head,
              printed on rank 0 as "(pid=P, rank=R) line" (log_to_driver)
 
@@ -11,6 +12,14 @@ The loop never runs user code. It blocks in ``multiprocessing.connection.wait``
 on the executors' pipes with a back-off timeout and polls MPI in between, so an
 idle rank costs ~2% of a core. A dead executor (EOF on its pipe) is reported to
 the head with the tasks it held and replaced.
+
+Tasks that hold a CPU queue in ``queue`` and run on the rank's CPU executors,
+one per CPU, so at most that many run at once (plus nested ones while an
+executor waits in ``get``). A ``num_cpus=0`` task holds no CPU and does not wait
+for one (as in Ray): it queues in ``zero_cpu_queue`` and runs on an extra
+executor, started when none is idle (at most ``MAX_EXTRA_EXECUTORS``) and
+stopped after ``cfg["extra_idle"]`` seconds without work. An extra executor's
+``get`` lends no CPU, so its BLOCKED count stays on this rank.
 """
 from __future__ import annotations
 
@@ -18,6 +27,7 @@ import collections
 import itertools
 import json
 import logging
+import math
 import os
 import pickle
 import select
@@ -57,6 +67,16 @@ OUTPUT_READS = 16
 #: driver's own messages stays bounded.
 HEAD_WINDOW = 4
 
+#: Most extra executors a rank runs at once for num_cpus=0 tasks. Each is a
+#: Python process (tens of MB); beyond this many, num_cpus=0 tasks wait for one
+#: to be idle, or run nested in one that waits in ``get``.
+MAX_EXTRA_EXECUTORS = 32
+
+#: Default of ``cfg["extra_idle"]`` (``HPC_RAY_EXTRA_EXECUTOR_IDLE``): seconds an
+#: extra executor waits for another num_cpus=0 task before it stops. Longer keeps
+#: a process (tens of MB) around; shorter pays a start-up (~0.3 s) more often.
+EXTRA_IDLE_DEFAULT = 10.0
+
 #: Requests whose replies the rank must look at before passing them on.
 _GET = 1
 _ALLOC = 2
@@ -67,7 +87,7 @@ class ExecutorProc:
 
     __slots__ = ("proc", "conn", "serial", "known_fns", "assigned", "blocked", "actor_id",
                  "calls", "retiring", "ready", "pid", "fd", "outbuf", "inbuf", "holds",
-                 "unsealed", "pipes")
+                 "unsealed", "pipes", "extra", "idle_since", "cpus")
 
     def __init__(self, proc: subprocess.Popen, conn: Connection, serial: int,
                  actor_id: int | None) -> None:
@@ -83,6 +103,12 @@ class ExecutorProc:
         self.calls: collections.Counter = collections.Counter()
         self.retiring = False
         self.ready = False
+        #: An extra executor, for num_cpus=0 tasks only.
+        self.extra = False
+        #: CPUs its actor holds (an actor's executor only).
+        self.cpus = 0
+        #: When it last had nothing assigned (extras stop after a while idle).
+        self.idle_since = time.monotonic()
         self.fd = conn.fileno()
         os.set_blocking(self.fd, False)
         self.outbuf = bytearray()
@@ -179,13 +205,21 @@ class WorkerLoop:
         self.node = node
         self.arena = arena
         self.cfg = cfg
-        self.cpus = max(1, int(round(cfg["resources"].get("CPU", 1))))
+        cpus = cfg["resources"].get("CPU", 1)
+        self.cpus = max(1, int(round(cpus))) if cpus else 0
+        #: Seconds an extra executor may stay idle before it is stopped.
+        idle = cfg.get("extra_idle")
+        self.extra_idle = EXTRA_IDLE_DEFAULT if idle is None else idle
         self.sender = Sender(comm)
         self.fetcher = Fetcher(comm, self.sender, arena)
         self.out: list = []
         self.queue: collections.deque = collections.deque()
+        self.zero_cpu_queue: collections.deque = collections.deque()
         self.executors: list[ExecutorProc] = []
+        self.extras: list[ExecutorProc] = []
         self.actors: dict[int, ExecutorProc] = {}
+        #: CPUs the actors in ``actors`` hold: CPU tasks run on the rest.
+        self.actor_cpus = 0
         self.requests: dict[int, tuple] = {}     # rank req id -> (executor, its req id, kind)
         self.requests_ids: dict[int, list] = {}  # rank req id -> object ids of a GET
         self.req_ids = itertools.count(1)
@@ -316,7 +350,7 @@ class WorkerLoop:
             else:
                 self._after_fetches(spec, self._start_actor)
         elif kind == m.KILL_ACTOR:
-            ex = self.actors.pop(msg[1], None)
+            ex = self._forget_actor(msg[1])
             dropped = self.rank_ctx is not None and self.rank_ctx.drop(msg[1])
             if ex is not None:
                 self._kill(ex)
@@ -378,12 +412,20 @@ class WorkerLoop:
             ex.assigned[spec[m.T_ID]] = (False, spec)
             ex.send([(m.EXECUTE, self._ship_fn(ex, spec))])
             return
-        self.queue.append(spec)
+        (self.zero_cpu_queue if _no_cpu(spec) else self.queue).append(spec)
 
     def _start_actor(self, spec: list) -> None:
         ex = self.spawn(actor_id=spec[m.T_ACTOR])
         self.actors[spec[m.T_ACTOR]] = ex
+        ex.cpus = spec[m.T_RES][1].get("CPU", 0)
+        self.actor_cpus += ex.cpus
         ex.send([(m.CREATE_ACTOR, self._ship_fn(ex, spec))])
+
+    def _forget_actor(self, actor_id: int) -> ExecutorProc | None:
+        ex = self.actors.pop(actor_id, None)
+        if ex is not None:
+            self.actor_cpus -= ex.cpus
+        return ex
 
     def _rank_context(self):
         if self.rank_ctx is None:
@@ -448,8 +490,10 @@ class WorkerLoop:
                 if kind == m.TASK_DONE and ex.unsealed:
                     self._sealed(ex, msg[2])
                 out.append(msg)
-                if ex.retiring and not ex.assigned:
-                    self._retire(ex)
+                if not ex.assigned:
+                    ex.idle_since = time.monotonic()
+                    if ex.retiring:
+                        self._retire(ex)
             elif kind == m.HOLD:
                 ex.took(msg[1])
                 out.append(msg)
@@ -483,13 +527,14 @@ class WorkerLoop:
                 ex.send([(m.REPLY, msg[1], collective.rank_run_op(self, *msg[2:]))])
             elif kind == m.BLOCKED:
                 ex.blocked += msg[1]
-                out.append(msg)
+                if _lends_cpu(ex):
+                    out.append(msg)
             elif kind == m.EXEC_READY:
                 ex.ready = True
             elif kind == m.ACTOR_DIED:
                 out.append(msg)
                 if self.actors.get(msg[1]) is ex:
-                    del self.actors[msg[1]]
+                    self._forget_actor(msg[1])
                     ex.actor_id = None  # a clean exit: do not report a crash
             else:
                 out.append(msg)
@@ -526,15 +571,23 @@ class WorkerLoop:
                 self.on_executor(ex, loads(data))
 
     def _retire(self, ex: ExecutorProc) -> None:
-        """max_calls reached: replace the executor with a fresh process."""
+        """max_calls reached, or an extra executor idle too long: stop it (a CPU
+        executor is replaced with a fresh process)."""
         ex.send([(m.SHUTDOWN,)])
-        self.executors.remove(ex)
+        (self.extras if ex.extra else self.executors).remove(ex)
         self._reap(ex, close=False)
         ex.retiring = False  # its last messages must not retire it again
         self._drain(ex)
         self._close(ex)
         self._reclaim(ex)
-        self.executors.append(self.spawn())
+        if not ex.extra:
+            self.executors.append(self.spawn())
+
+    def retire_idle_extras(self) -> None:
+        now = time.monotonic()
+        for ex in list(self.extras):
+            if ex.ready and not ex.assigned and now - ex.idle_since > self.extra_idle:
+                self._retire(ex)
 
     def _kill(self, ex: ExecutorProc) -> None:
         try:
@@ -577,34 +630,71 @@ class WorkerLoop:
                 lost.append(tid)
             else:
                 requeue.append(spec)
-        if ex.blocked:
+        if ex.blocked and _lends_cpu(ex):
             self.out.append((m.BLOCKED, -ex.blocked))
         if ex.actor_id is not None and self.actors.get(ex.actor_id) is ex:
-            del self.actors[ex.actor_id]
+            self._forget_actor(ex.actor_id)
             self.out.append((m.WORKER_CRASHED, lost + [spec[m.T_ID] for spec in requeue],
                              code, ex.pid, ex.actor_id))
             return
         if ex.actor_id is not None:
             return
         self.out.append((m.WORKER_CRASHED, lost, code, ex.pid, None))
-        self.queue.extendleft(reversed(requeue))
+        (self.zero_cpu_queue if ex.extra else self.queue).extendleft(reversed(requeue))
         if ex in self.executors:
             self.executors.remove(ex)
             self.executors.append(self.spawn())
+        elif ex in self.extras:
+            self.extras.remove(ex)
 
     # --- dispatch ---------------------------------------------------------------
 
     def dispatch(self) -> None:
-        if not self.queue:
-            return
-        idle = [ex for ex in self.executors if ex.ready and not ex.retiring
-                and (not ex.assigned or ex.blocked)]
+        if self.zero_cpu_queue:
+            self._dispatch_zero_cpu()
+        if self.queue:
+            self._dispatch(self.queue, self._cpu_executors_to_use())
+
+    def _cpu_executors_to_use(self) -> list:
+        """CPU executors that may take a task now: idle ones, as many as the CPUs
+        that neither running tasks nor actors hold, and nested in those whose
+        task waits in ``get`` (its CPU is lent meanwhile)."""
+        ready = [ex for ex in self.executors if ex.ready and not ex.retiring]
+        busy = sum(1 for ex in self.executors if ex.assigned)
+        room = max(0, math.ceil(self.cpus - self.actor_cpus - 1e-9) - busy)
+        idle = [ex for ex in ready if not ex.assigned][:room]
+        return idle + [ex for ex in ready if ex.assigned and ex.blocked]
+
+    def _dispatch_zero_cpu(self) -> None:
+        """num_cpus=0 tasks: to idle extra executors, to new ones while fewer than
+        ``MAX_EXTRA_EXECUTORS`` run, then nested in extras that wait in ``get``.
+
+        As many extras start at once as the rank has CPUs (Ray's
+        ``maximum_startup_concurrency``), so a burst does not start dozens of
+        interpreters together; each takes its task with it."""
+        queue = self.zero_cpu_queue
+        idle = [ex for ex in self.extras if ex.ready and not ex.retiring and not ex.assigned]
+        self._dispatch(queue, idle, per_executor=1)
+        starting = sum(1 for ex in self.extras if not ex.ready)
+        while queue and len(self.extras) < MAX_EXTRA_EXECUTORS and \
+                starting < max(1, self.cpus):
+            starting += 1
+            ex = self.spawn()
+            ex.extra = True
+            self.extras.append(ex)
+            self._dispatch(queue, [ex], per_executor=1)  # read once it has started
+        if queue and len(self.extras) >= MAX_EXTRA_EXECUTORS:
+            self._dispatch(queue, [ex for ex in self.extras if ex.ready and ex.blocked
+                                   and not ex.retiring])
+
+    def _dispatch(self, queue: collections.deque, idle: list, per_executor: int = 0) -> None:
+        """Hand tasks from ``queue`` to the ``idle`` executors (``per_executor``: at
+        most that many each; 0: sized to the backlog)."""
         if not idle:
             return
-        queue = self.queue
         # Batch only a backlog: what an executor holds cannot be given back to the
         # head for an idle rank, so a short queue goes out one task at a time.
-        per = max(1, min(EXECUTOR_BATCH, len(queue) // (len(idle) * 8)))
+        per = per_executor or max(1, min(EXECUTOR_BATCH, len(queue) // (len(idle) * 8)))
         for ex in idle:
             if not queue:
                 break
@@ -626,7 +716,7 @@ class WorkerLoop:
             ex.send(batch)
 
     def all_executors(self):
-        return self.executors + list(self.actors.values())
+        return self.executors + self.extras + list(self.actors.values())
 
     # --- loop -------------------------------------------------------------------
 
@@ -710,6 +800,8 @@ class WorkerLoop:
                                      f"(pid {self.driver_pid}) is gone; exiting\n")
                     self.driver_gone = True
                     break
+                if self.extras:
+                    self.retire_idle_extras()
         self.close()
 
     def close(self) -> None:
@@ -728,6 +820,17 @@ class WorkerLoop:
             self.sender.send(0, self.out + [(m.STOPPED,)])
             self.out = []
         self.sender.drain(10.0)
+
+
+def _no_cpu(spec: list) -> bool:
+    """Whether a task holds no CPU (``num_cpus=0``): ``T_RES`` is (GPU ids, resources)."""
+    return not spec[m.T_RES][1].get("CPU")
+
+
+def _lends_cpu(ex: ExecutorProc) -> bool:
+    """Whether ``ex`` waiting in ``get`` frees a CPU the head may hand out meanwhile:
+    only a CPU executor's task holds one (an actor keeps its CPU while it waits)."""
+    return not ex.extra and ex.actor_id is None
 
 
 def context_released() -> bool:

@@ -229,5 +229,55 @@ with section("actor retries"):
     check(ray.get(c.die_once.remote(tmp_path("exit-no-retry"), "exit"), timeout=60)[1] == 1)
     report("retries", "ok")
 
+
+# --- @ray.method(max_retries=...) when the driver kills the actor mid-call ---------
+
+@ray.remote
+class Sleeper:
+    def pid(self):
+        return os.getpid()
+
+    @ray.method(max_retries=1)
+    def nap(self, marker):
+        open(f"{marker}-{os.getpid()}", "w").close()
+        time.sleep(1.0)
+        return os.getpid()
+
+    def nap_once(self, marker):
+        return self.nap(marker)
+
+
+def kill_mid_call(actor, method, marker):
+    """Start a call, SIGKILL the actor's process while it sleeps; the call's ref."""
+    pid = ray.get(actor.pid.remote(), timeout=60)
+    ref = method.remote(marker)
+    check(poll_for(lambda: os.path.exists(f"{marker}-{pid}"), 30), "the call never started")
+    os.kill(pid, signal.SIGKILL)
+    return pid, ref
+
+
+with section("method max_retries after a kill"):
+    # Ray 0.7's max_reconstructions gives the actor a new process; the method's
+    # own max_retries runs the lost call again there.
+    s = Sleeper.options(max_reconstructions=1).remote()
+    old, ref = kill_mid_call(s, s.nap, tmp_path("nap"))
+    new = ray.get(ref, timeout=60)
+    check(new != old and new == ray.get(s.pid.remote(), timeout=60), (old, new))
+    # A method without max_retries loses its call, and so does one whose .options()
+    # (max_task_retries: modern Ray's name) override the decorator's; the
+    # restarted actor serves the next call.
+    for name in ("nap_once", "nap_zero"):
+        t = Sleeper.options(max_restarts=1).remote()
+        method = t.nap_once if name == "nap_once" else t.nap.options(max_task_retries=0)
+        old, ref = kill_mid_call(t, method, tmp_path(name))
+        err = None
+        try:
+            ray.get(ref, timeout=60)
+        except ActorDiedError as e:
+            err = e
+        check(err is not None, f"{name}: a call lost without retries returned")
+        check(ray.get(t.pid.remote(), timeout=60) != old, name)
+    report("method_retries", "ok")
+
 ray.shutdown()
 ok("executor_semantics")

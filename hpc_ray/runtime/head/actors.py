@@ -212,6 +212,7 @@ class ActorLifecycle:
             if w is not None:
                 give_back(w, actor.resources, actor.gpu_ids, actor.lenders)
                 w.actors -= 1
+                w.actor_cpus -= actor.resources.get("CPU", 0)
             actor.gpu_ids = []
             actor.lenders = ()
         if new is not A_PENDING:
@@ -290,6 +291,7 @@ class ActorLifecycle:
         actor.gpu_ids = hold(w, actor.resources, lenders)
         actor.lenders = lenders
         w.actors += 1
+        w.actor_cpus += actor.resources.get("CPU", 0)
         self.send(w.rank, (m.CREATE_ACTOR,
                            self._wire(actor.spec, w, actor.gpu_ids, actor.resources)))
 

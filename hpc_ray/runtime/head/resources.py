@@ -13,7 +13,7 @@ import warnings
 
 from ...transport import messages as m
 from ...transport.serialization import SHM
-from .. import scheduler
+from .. import gpu_ids as gpus, scheduler
 from .tasks import READY, RUNNING, TaskEntry
 
 
@@ -40,7 +40,7 @@ class NodePool:
 class WorkerInfo:
     __slots__ = ("rank", "node", "host", "total", "avail", "gpu_free", "inflight",
                  "blocked", "prefetch", "actors", "alive", "known_fns", "pid",
-                 "steal_pending", "refill", "pool", "hosting", "lending")
+                 "steal_pending", "refill", "pool", "actor_cpus", "hosting", "lending")
 
     def __init__(self, rank: int, node: int, host: str, resources: dict,
                  gpu_ids: list[int], pid: int, pool: NodePool | None = None) -> None:
@@ -53,11 +53,14 @@ class WorkerInfo:
         self.avail = dict(own)                #: what tasks and actors do not hold
         #: The node's custom resources (shared with the node's other ranks).
         self.pool = pool if pool is not None else NodePool()
-        self.gpu_free = list(gpu_ids)
-        self.inflight = 0                     #: tasks sent and not finished
+        #: GPU id -> the fraction of it not held (see runtime/gpu_ids.py).
+        self.gpu_free = gpus.new_pool(gpu_ids)
+        self.inflight = 0                     #: CPU tasks sent and not finished
         self.blocked = 0                      #: executors blocked in get()
         self.prefetch = 1                     #: extra tasks queued beyond CPUs
         self.actors = 0                       #: actors placed here
+        #: CPUs its actors hold: not for tasks, even while an actor waits in get().
+        self.actor_cpus = 0
         self.alive = True                     #: False once the rank has stopped
         self.known_fns: set = set()           #: function ids already shipped here
         self.steal_pending = False            #: a STEAL was sent, RETURNED not back yet
@@ -76,17 +79,15 @@ def hold(w: WorkerInfo, resources: dict, lenders: list = ()) -> list[int]:
         for lender in lenders:
             lender.lending += 1
             scheduler.reserve(lender, {"CPU": lender.total["CPU"]})
-    if not resources.get("GPU"):
-        return []
-    n = int(resources["GPU"] + 0.999)
-    gpu_ids, w.gpu_free = w.gpu_free[:n], w.gpu_free[n:]
-    return gpu_ids
+    need = resources.get("GPU")
+    return gpus.take(w.gpu_free, need) if need else []
 
 
 def give_back(w: WorkerInfo, resources: dict, gpu_ids: list[int],
               lenders: list = ()) -> None:
     scheduler.unreserve(w, resources)
-    w.gpu_free.extend(gpu_ids)
+    if gpu_ids:
+        gpus.give_back(w.gpu_free, gpu_ids, resources["GPU"])
     if lenders:
         w.hosting -= 1
         for lender in lenders:
@@ -226,16 +227,16 @@ class Placement:
         others back while another rank idles. Only tasks still in a worker
         rank's own queue come back (not those an executor already holds).
         """
-        spare = [w for w in workers if w.inflight < w.total.get("CPU", 0) + w.blocked
+        spare = [w for w in workers if w.inflight < scheduler.task_cpus(w) + w.blocked
                  and not w.hosting and not w.lending]
         for idle in spare:
-            room = int(idle.total.get("CPU", 0) + idle.blocked - idle.inflight)
+            room = int(scheduler.task_cpus(idle) + idle.blocked - idle.inflight)
             donors = [w for w in workers if not w.steal_pending and w is not idle
-                      and w.inflight > w.total.get("CPU", 0) + w.blocked]
+                      and w.inflight > scheduler.task_cpus(w) + w.blocked]
             if not donors or room <= 0:
                 return
-            donor = max(donors, key=lambda w: w.inflight - w.total.get("CPU", 0))
-            excess = int(donor.inflight - donor.total.get("CPU", 0) - donor.blocked)
+            donor = max(donors, key=lambda w: w.inflight - scheduler.task_cpus(w))
+            excess = int(donor.inflight - scheduler.task_cpus(donor) - donor.blocked)
             donor.steal_pending = True
             self.send(donor.rank, (m.STEAL, max(1, min(room + idle.prefetch, excess // 2))))
 
@@ -283,7 +284,10 @@ class Placement:
         task.attempts += 1
         task.placed = True
         task.gpu_ids = hold(w, task.resources, task.lenders)
-        w.inflight += 1
+        if task.resources.get("CPU"):
+            # A num_cpus=0 task runs beside the rank's CPUs (worker.py: an extra
+            # executor), so it takes no place in the rank's CPU queue.
+            w.inflight += 1
         self.send(w.rank, (m.EXECUTE, self._wire(task.spec, w, task.gpu_ids, task.resources)))
 
     def _unplace(self, task: TaskEntry) -> None:
@@ -298,7 +302,8 @@ class Placement:
             return
         w = self.workers.get(task.rank)
         if w is not None:
-            w.inflight -= 1
+            if task.resources.get("CPU"):
+                w.inflight -= 1
             give_back(w, task.resources, task.gpu_ids, task.lenders)
             if not w.refill and scheduler.low_water(w):
                 w.refill = True
