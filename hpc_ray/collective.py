@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .exceptions import RayError
-from .runtime import context
+from .runtime import collective_buffers, context
 from .transport import messages as m
 from .runtime.collective_ops import (_apply, _group, _polite, rank_create_group,
                                      rank_destroy_group)
@@ -179,9 +179,7 @@ def _run(op: str, tensor, group_name: str, **kw) -> None:
         return
     if not arr.flags.writeable:
         raise ValueError(f"{op} works in place: the array is read-only (copy it first)")
-    result = _executor_op(ctx, group_name, op, arr.tobytes(), arr.dtype.str, arr.shape, kw)
-    if result is not None:
-        np.copyto(arr, np.frombuffer(result, dtype=arr.dtype).reshape(arr.shape))
+    collective_buffers.run(ctx, group_name, op, arr, kw)
 
 
 def allreduce(tensor, group_name: str = DEFAULT_GROUP, op: str = ReduceOp.SUM) -> None:
@@ -208,9 +206,9 @@ def allgather(tensor_list: list, tensor, group_name: str = DEFAULT_GROUP) -> Non
         comm, _ = _group(ctx.loop, group_name)
         out = _apply(comm, group_name, "allgather", arr, polite=_polite(ctx.loop))
     else:
-        raw = _executor_op(ctx, group_name, "allgather", arr.tobytes(), arr.dtype.str,
-                           arr.shape, {})
-        out = np.frombuffer(raw, dtype=arr.dtype).reshape((-1,) + arr.shape)
+        # Not a member (size -1): the rank raises that before touching any memory.
+        size = max(1, _executor_op(ctx, group_name, "size"))
+        out = collective_buffers.run(ctx, group_name, "allgather", arr, {}, members=size)
     if len(tensor_list) != len(out):
         raise ValueError(f"tensor_list has {len(tensor_list)} entries but the group has "
                          f"{len(out)} members")

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..transport.tags import group_creation_tag
+from . import collective_buffers
 
 _OPS = ("sum", "prod", "min", "max", "mean")
 
@@ -69,6 +70,9 @@ def rank_run_op(loop, group: str, op: str, args: tuple) -> tuple[bool, Any]:
         comm, _ = _group(loop, group)
         if op == "barrier":
             comm.Barrier()
+            return True, None
+        if args[0] in (collective_buffers.CROSS_MEMORY, collective_buffers.STORE):
+            collective_buffers.rank_run(loop, comm, group, op, args, _apply, _polite(loop))
             return True, None
         raw, dtype, shape, kw = args
         arr = np.frombuffer(bytearray(raw), dtype=np.dtype(dtype)).reshape(shape)
@@ -130,7 +134,8 @@ def _call(comm, name: str, polite: bool, *args, **kw) -> None:
 
 
 def _apply(comm, group: str, op: str, arr: np.ndarray, reduce_op: str = "sum",
-           root: int = 0, polite: bool = False) -> np.ndarray | None:
+           root: int = 0, polite: bool = False,
+           out: np.ndarray | None = None) -> np.ndarray | None:
     MPI = _mpi()
     _check_same(comm, group, op, arr)
     work = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
@@ -149,7 +154,8 @@ def _apply(comm, group: str, op: str, arr: np.ndarray, reduce_op: str = "sum",
     elif op == "broadcast":
         _call(comm, "Bcast", polite, work, root=root)
     elif op == "allgather":
-        out = np.empty((comm.Get_size(),) + work.shape, dtype=work.dtype)
+        if out is None:
+            out = np.empty((comm.Get_size(),) + work.shape, dtype=work.dtype)
         _call(comm, "Allgather", polite, work, out)
         return out
     else:

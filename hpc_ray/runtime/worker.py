@@ -190,6 +190,7 @@ class WorkerLoop:
         self.deferred: list = []          # messages that arrived during an in-rank call
         self.rank_ctx = None              # API context of in-rank actors, made on demand
         self.groups: dict = {}            # collective group name -> (comm, rank in group)
+        self.collective_staging = None    # ordinary actors' tensors here during a collective
         self.driver_pid = cfg.get("driver_pid") if cfg.get("driver_host") == socket.gethostname() else None
         #: Executors' prints go to the driver (Ray's log_to_driver); otherwise they
         #: go wherever this rank's own output goes.
@@ -464,6 +465,11 @@ class WorkerLoop:
                     if e2 is ex and req == msg[1]:
                         out.append((m.WAIT_NOW, rreq))
                         break
+            elif kind == m.FREE_BLOCKS:
+                # Scratch blocks (collective_buffers) the executor gave back itself.
+                for off, _size in msg[1]:
+                    ex.unsealed.pop(off, None)
+                out.append(msg)
             elif kind == m.COLLECTIVE_OP:
                 from . import collective_ops as collective
                 ex.send([(m.REPLY, msg[1], collective.rank_run_op(self, *msg[2:]))])
