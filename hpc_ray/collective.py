@@ -24,8 +24,7 @@ import numpy as np
 from .exceptions import RayError
 from .runtime import collective_buffers, context
 from .transport import messages as m
-from .runtime.collective_ops import (_apply, _group, _polite, rank_create_group,
-                                     rank_destroy_group)
+from .runtime.collective_ops import _apply, _group, rank_create_group, rank_destroy_group
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -175,7 +174,7 @@ def _run(op: str, tensor, group_name: str, **kw) -> None:
     ctx = _ctx()
     if _in_rank(ctx):
         comm, _rank = _group(ctx.loop, group_name)
-        _apply(comm, group_name, op, arr, polite=_polite(ctx.loop), **kw)
+        _apply(ctx.loop, comm, group_name, op, arr, **kw)
         return
     if not arr.flags.writeable:
         raise ValueError(f"{op} works in place: the array is read-only (copy it first)")
@@ -204,7 +203,7 @@ def allgather(tensor_list: list, tensor, group_name: str = DEFAULT_GROUP) -> Non
     ctx = _ctx()
     if _in_rank(ctx):
         comm, _ = _group(ctx.loop, group_name)
-        out = _apply(comm, group_name, "allgather", arr, polite=_polite(ctx.loop))
+        out = _apply(ctx.loop, comm, group_name, "allgather", arr)
     else:
         # Not a member (size -1): the rank raises that before touching any memory.
         size = max(1, _executor_op(ctx, group_name, "size"))
@@ -219,6 +218,6 @@ def allgather(tensor_list: list, tensor, group_name: str = DEFAULT_GROUP) -> Non
 def barrier(group_name: str = DEFAULT_GROUP) -> None:
     ctx = _ctx()
     if _in_rank(ctx):
-        _group(ctx.loop, group_name)[0].Barrier()
+        _apply(ctx.loop, _group(ctx.loop, group_name)[0], group_name, "barrier", np.empty(0))
     else:
         _executor_op(ctx, group_name, "barrier")

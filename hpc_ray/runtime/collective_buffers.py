@@ -174,8 +174,9 @@ def _staging(loop, nbytes: int) -> np.ndarray:
     return buf
 
 
-def rank_run(loop, comm, group: str, op: str, args: tuple, apply, polite: bool) -> None:
+def rank_run(loop, comm, group: str, op: str, args: tuple, apply) -> None:
     """Run ``op`` on an executor's tensor (``args`` from ``run``), in place."""
+    from .collective_ops import member_gone
     dtype = np.dtype(args[-3])
     shape = tuple(args[-2])
     kw = args[-1]
@@ -187,8 +188,14 @@ def rank_run(loop, comm, group: str, op: str, args: tuple, apply, polite: bool) 
         if members else None
     if args[0] == CROSS_MEMORY:
         _, pid, address, out_address = args[:4]
-        _vm_copy(False, pid, work.ctypes.data, address, nbytes)
-        apply(comm, group, op, work, polite=polite, out=out, **kw)
+        try:
+            _vm_copy(False, pid, work.ctypes.data, address, nbytes)
+        except CrossMemoryRefused:
+            raise  # before any MPI call: the executor goes through the store instead
+        except OSError:
+            member_gone(loop, comm, group, op)  # it died after asking: fail the others
+            raise
+        apply(loop, comm, group, op, work, out=out, **kw)
         if members:
             _vm_copy(True, pid, out.ctypes.data, out_address, out.nbytes)
         else:
@@ -197,7 +204,7 @@ def rank_run(loop, comm, group: str, op: str, args: tuple, apply, polite: bool) 
     _, offset, out_offset = args[:3]
     staged = loop.arena.array(offset, dtype, shape)
     np.copyto(work, staged)
-    apply(comm, group, op, work, polite=polite, out=out, **kw)
+    apply(loop, comm, group, op, work, out=out, **kw)
     if members:
         np.copyto(loop.arena.array(out_offset, dtype, out.shape), out)
     else:

@@ -155,6 +155,7 @@ class GroupCreate(NamedTuple):
     kind: int
     name: str
     mpi_ranks: list
+    actor_ids: list   #: the members' actors, in ``mpi_ranks``' order
 
 
 class Steal(NamedTuple):
