@@ -131,7 +131,9 @@ def _exchange_headers(loop, comm, group: str, op: str, arr: np.ndarray,
         raise RayError(broken)
     mine = np.array([status, _signature(arr)], np.int64)
     every = np.empty((comm.Get_size(), 2), np.int64)
-    _call(comm, "Allgather", _polite(loop), mine, every)
+    # Nonblocking on every member: it must match the header a gone member's rank
+    # posts with Iallgather (a blocking collective never matches a nonblocking one).
+    _wait(comm.Iallgather(mine, every), _polite(loop))
     gone = [int(r) for r in np.flatnonzero(every[:, 0] == _GONE)]
     if gone:
         msg = (f"{op} in collective group {group!r}: the actor of member(s) {gone} is "
@@ -190,7 +192,13 @@ def _call(comm, name: str, polite: bool, *args, **kw) -> None:
     if not polite:
         getattr(comm, name)(*args, **kw)
         return
-    req = getattr(comm, "I" + name[0].lower() + name[1:])(*args, **kw)
+    _wait(getattr(comm, "I" + name[0].lower() + name[1:])(*args, **kw), True)
+
+
+def _wait(req, polite: bool) -> None:
+    if not polite:
+        req.Wait()
+        return
     while not req.Test():
         os.sched_yield()
 
