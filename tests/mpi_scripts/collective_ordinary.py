@@ -1,7 +1,8 @@
 """Issue 12 collectives among ordinary actors: tensors of several MB by both
 routes to the rank (cross-memory copies, and a store scratch block where those
-are refused), more dtypes, and members that die: the others get an error
-naming the group instead of hanging, and a new group works afterwards.
+are refused), more dtypes, two members on one rank (refused with a ValueError),
+and members that die: the others get an error naming the group instead of
+hanging, and a new group works afterwards.
 
 Usage: collective_ordinary.py
 """
@@ -83,6 +84,17 @@ class Member:
         except Exception as exc:
             return type(exc).__name__, str(exc)
 
+    def rank(self):
+        from hpc_ray.runtime import context
+        return context.current().rank
+
+    def try_join(self, world_size, rank, group):
+        try:
+            col.init_collective_group(world_size, rank, group_name=group)
+        except Exception as exc:
+            return type(exc).__name__, str(exc)
+        return None
+
     def die(self, how):
         if how == "exit":
             os._exit(1)
@@ -134,6 +146,24 @@ with section("dtypes"):
             check(got[r][dtype].dtype == np.dtype(dtype) and np.array_equal(got[r][dtype], want),
                   f"dtype {dtype}")
 report("dtypes", len(DTYPES))
+
+with section("two members on one rank"):
+    # Not supported: a group has one member per rank. Both ways of forming such
+    # a group fail at once with a ValueError that says so (nothing hangs).
+    lights = [Member.options(num_cpus=0).remote(100 + i) for i in range(W + 1)]
+    on = ray.get([a.rank.remote() for a in lights])
+    i, j = next((i, j) for i in range(len(on)) for j in range(i + 1, len(on))
+                if on[i] == on[j])  # W + 1 actors on W ranks: two share one
+    pair = [lights[i], lights[j]]
+    err = expect_raises(ValueError, col.create_collective_group, pair, 2, [0, 1],
+                        group_name="pair")
+    check("one actor per rank" in str(err), str(err))
+    errs = ray.get([a.try_join.remote(2, k, "pair2") for k, a in enumerate(pair)])
+    check(all(e is not None and e[0] == "ValueError" and "distinct MPI ranks" in e[1]
+              for e in errs), errs)
+    report("same_rank_refused", True)
+    for a in lights:
+        ray.kill(a)
 
 with section("a member dies"):
     # Three ways: it is gone before the others call, it dies while they wait,
