@@ -192,9 +192,8 @@ def rank_run(loop, comm, group: str, op: str, args: tuple, apply) -> None:
             _vm_copy(False, pid, work.ctypes.data, address, nbytes)
         except CrossMemoryRefused:
             raise  # before any MPI call: the executor goes through the store instead
-        except OSError:
-            member_gone(loop, comm, group, op)  # it died after asking: fail the others
-            raise
+        except OSError as exc:
+            raise member_gone(loop, comm, group, op) from exc  # it died after asking
         apply(loop, comm, group, op, work, out=out, **kw)
         if members:
             _vm_copy(True, pid, out.ctypes.data, out_address, out.nbytes)

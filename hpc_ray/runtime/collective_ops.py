@@ -72,19 +72,29 @@ def rank_destroy_group(loop, name: str) -> None:
 
 
 def rank_abandon_groups(loop, owner) -> None:
-    """``owner``'s executor is gone: tell each of its groups, without waiting.
-
-    The header stays posted (with its buffers, in ``loop.abandoned``) until the
-    other members' next operation completes it; nothing waits for it here.
-    """
+    """``owner``'s executor is gone: tell each of its groups, without waiting."""
     for name in [n for n, o in loop.group_owners.items() if o is owner]:
         comm, _ = loop.groups.pop(name)
         del loop.group_owners[name]
-        if loop.broken_groups.pop(name, None) is not None:
-            continue  # the others know already
-        mine = np.array([_GONE, 0], np.int64)
-        every = np.empty((comm.Get_size(), 2), np.int64)
-        loop.abandoned.append((comm.Iallgather(mine, every), mine, every, comm))
+        if loop.broken_groups.pop(name, None) is None:
+            _post_gone(loop, comm)
+
+
+def member_gone(loop, comm, group: str, op: str) -> RayError:
+    """This member's tensor is lost (its executor died after asking): tell the others."""
+    msg = (f"{op} in collective group {group!r}: this member's actor died during the "
+           f"operation")
+    loop.broken_groups[group] = msg
+    _post_gone(loop, comm)
+    return RayError(msg)
+
+
+def _post_gone(loop, comm) -> None:
+    """Post this member's "gone" header; it stays posted (with its buffers, in
+    ``loop.abandoned``) until the others' next operation completes it."""
+    mine = np.array([_GONE, 0], np.int64)
+    every = np.empty((comm.Get_size(), 2), np.int64)
+    loop.abandoned.append((comm.Iallgather(mine, every), mine, every, comm))
 
 
 def rank_run_op(loop, group: str, op: str, args: tuple, owner=None) -> tuple[bool, Any]:
@@ -123,13 +133,12 @@ def _signature(arr: np.ndarray) -> int:
     return zlib.crc32(f"{arr.shape}/{arr.dtype.str}".encode())
 
 
-def _exchange_headers(loop, comm, group: str, op: str, arr: np.ndarray,
-                      status: int = _PRESENT) -> None:
+def _exchange_headers(loop, comm, group: str, op: str, arr: np.ndarray) -> None:
     """Every member's header: raises if one is gone or if shapes or dtypes differ."""
     broken = loop.broken_groups.get(group)
     if broken is not None:
         raise RayError(broken)
-    mine = np.array([status, _signature(arr)], np.int64)
+    mine = np.array([_PRESENT, _signature(arr)], np.int64)
     every = np.empty((comm.Get_size(), 2), np.int64)
     # Nonblocking on every member: it must match the header a gone member's rank
     # posts with Iallgather (a blocking collective never matches a nonblocking one).
@@ -146,11 +155,6 @@ def _exchange_headers(loop, comm, group: str, op: str, arr: np.ndarray,
         metas = comm.allgather((arr.shape, arr.dtype.str))
         raise ValueError(f"{op} in collective group {group!r}: shapes and dtypes differ "
                          f"across members: {[f'{s}/{d}' for s, d in metas]}")
-
-
-def member_gone(loop, comm, group: str, op: str) -> None:
-    """This member's tensor is lost (its executor died mid-request): tell the others."""
-    _exchange_headers(loop, comm, group, op, np.empty(0), status=_GONE)
 
 
 def _mpi_op(name: str):

@@ -322,8 +322,10 @@ class Log(NamedTuple):
 
 
 class FreeBlocks(NamedTuple):
-    """Store blocks a dead executor was given and never sealed: [(offset, size)].
-    Rank (``WorkerLoop._reclaim``) -> ``Head.free_blocks``."""
+    """Store blocks to give back: [(offset, size)]. Those a dead executor was given
+    and never sealed: rank (``WorkerLoop._reclaim``) -> ``Head.free_blocks``; a
+    collective scratch block an executor replaced (``collective_buffers``):
+    executor -> ``WorkerLoop.on_executor`` -> head."""
     kind: int
     blocks: list
 
