@@ -1,27 +1,31 @@
-"""Allreduce of the same float32 buffers (1 KB to 64 MB) on 2 ranks, side by side:
+"""Allreduce of the same float32 buffers (1 KB to 64 MB) among N members (default 3),
+side by side:
 
-    hpc_ray      mpiexec -n 3 python allreduce.py --child hpc_ray
-                 driver + 2 in-rank actors in one collective group; each actor times
-                 hpc_ray.collective.allreduce(buf, group) in a loop (direct MPI, in place);
-                 then, as "hpc_ray_comm", Allreduce on get_communicator(group) itself
-    hpc_ray_exec the same with ordinary actors (executor processes without MPI: the
-                 buffer goes to the rank and back, two copies each way)
-    mpi4py       mpiexec -n 2 python allreduce.py --child mpi4py
+    hpc_ray_exec ordinary @remote actors (executor processes without MPI), the program
+                 of hpc_ray.collective's docs: mpiexec -n N+1 python allreduce.py
+                 --child hpc_ray_exec; each actor times hpc_ray.collective.allreduce(buf,
+                 group) in a loop (its rank copies the buffer in, runs MPI, copies it out)
+    hpc_ray      the same with in-rank actors (@remote(in_rank=True): direct MPI, in
+                 place); then, as "hpc_ray_comm", Allreduce on get_communicator(group)
+    mpi4py       mpiexec -n N python allreduce.py --child mpi4py
                  comm.Allreduce(MPI.IN_PLACE, buf) in a loop
-    torch_gloo   2 processes, torch.distributed (gloo over loopback TCP)
-                 dist.all_reduce(tensor) in a loop
-    ray          ray.init(num_cpus=2): 2 actors; one allreduce = each actor returns its
-                 buffer (object store), then each sums both into its own buffer; the
+    torch_gloo   N processes, torch.distributed (gloo over loopback TCP)
+    ray          ray.init(num_cpus=N): N actors; one allreduce = each actor returns its
+                 buffer (object store), then each sums all into its own buffer; the
                  driver drives every step (Ray has no MPI-like collective by default)
+    hpc_ray_exec_base  hpc_ray_exec with another checkout of hpc_ray (--base PATH, e.g.
+                 a git worktree of the base commit): an A/B of the same program
 
 Each system runs in its own child process(es), one after the other, never two at
-once. Per size: one checked allreduce (the result must equal the sum), a warm-up,
-then ``--rounds`` rounds of back-to-back operations on a zeroed buffer (so values
-stay finite); a round's time is the slowest rank's, and the table shows the
-median round's time per operation.
+once; ``--repeat R`` runs the whole list R times in turn (interleaved) and the table
+shows, per size, the median over the R runs. Within a run: one checked allreduce
+(the result must equal the sum), a warm-up, then ``--rounds`` rounds of back-to-back
+operations on a zeroed buffer (so values stay finite); a round's time is the slowest
+rank's, and a run's figure is the median round's time per operation.
 
-    python benchmarks/allreduce.py                         # every system, ~2 min
-    python benchmarks/allreduce.py --systems hpc_ray,mpi4py --sizes 4M,16M,64M --repeat 3
+    python benchmarks/allreduce.py                         # every system, ~3 min
+    python benchmarks/allreduce.py --systems hpc_ray_exec,mpi4py,ray --sizes 1M,4M,16M,64M \
+        --repeat 5 --base /tmp/base-checkout
 """
 from __future__ import annotations
 
@@ -42,10 +46,11 @@ HERE = Path(__file__).resolve()
 REPO = HERE.parent.parent
 SYSTEMS = ("hpc_ray", "hpc_ray_exec", "mpi4py", "torch_gloo", "ray")
 #: Reported columns: the systems, plus raw Allreduce on the hpc_ray group's communicator.
-COLUMNS = ("hpc_ray", "hpc_ray_comm", "mpi4py", "torch_gloo", "ray", "hpc_ray_exec")
+COLUMNS = ("hpc_ray_exec", "hpc_ray", "hpc_ray_comm", "mpi4py", "torch_gloo", "ray",
+           "hpc_ray_exec_base")
 DEFAULT_SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M"
-#: At and above this size hpc_ray should be within 10% of raw mpi4py.
-TARGET_FROM = 4 << 20
+#: At and above this size ordinary actors should be within 10% of raw mpi4py.
+TARGET_FROM = 1 << 20
 MARK = "@@allreduce "
 
 
@@ -141,16 +146,17 @@ def child_hpc_ray(args, in_rank: bool) -> None:
     import hpc_ray as ray
     from hpc_ray import collective as col
     ray.init()
+    members = args.members
     workers = int(ray.cluster_resources().get("CPU", 0))
-    if workers < 2:
-        raise SystemExit(f"need 2 worker ranks, got {workers}")
+    if workers < members:
+        raise SystemExit(f"need {members} worker ranks, got {workers}")
 
     class Bench:
         def __init__(self, rank):
             self.rank = rank
 
         def join(self):
-            col.init_collective_group(2, self.rank, group_name="bench")
+            col.init_collective_group(members, self.rank, group_name="bench")
 
         def run(self, sizes, rounds, budget):
             def slowest(t):
@@ -158,25 +164,25 @@ def child_hpc_ray(args, in_rank: bool) -> None:
                 col.allreduce(a, "bench", col.ReduceOp.MAX)
                 return float(a[0])
             return measure(lambda b: col.allreduce(b, "bench"),
-                           lambda: col.barrier("bench"), slowest, 2, self.rank, sizes,
-                           rounds, budget)
+                           lambda: col.barrier("bench"), slowest, members, self.rank,
+                           sizes, rounds, budget)
 
         def run_comm(self, sizes, rounds, budget):
             # The same loop on the group's own mpi4py communicator.
             from mpi4py import MPI
             comm = col.get_communicator("bench")
             return measure(lambda b: comm.Allreduce(MPI.IN_PLACE, b), comm.Barrier,
-                           lambda t: comm.allreduce(t, op=MPI.MAX), 2, self.rank, sizes,
-                           rounds, budget)
+                           lambda t: comm.allreduce(t, op=MPI.MAX), members, self.rank,
+                           sizes, rounds, budget)
 
     cls = ray.remote(num_cpus=1, in_rank=in_rank)(Bench)
-    actors = [cls.remote(i) for i in range(2)]
+    actors = [cls.remote(i) for i in range(members)]
     ray.get([a.join.remote() for a in actors])
     res = ray.get([a.run.remote(args.size_list, args.rounds, args.budget)
                    for a in actors])[0]
     for nbytes, t in res.items():
         log(f"{label(int(nbytes))}: {t * 1e6:.1f} us/op")
-    emit("hpc_ray" if in_rank else "hpc_ray_exec", res)
+    emit("hpc_ray" if in_rank else args.label or "hpc_ray_exec", res)
     if in_rank:
         res = ray.get([a.run_comm.remote(args.size_list, args.rounds, args.budget)
                        for a in actors])[0]
@@ -192,7 +198,7 @@ def child_torch(args) -> None:
     torch.set_num_threads(1)
     rank = int(os.environ["BENCH_RANK"])
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{os.environ['BENCH_PORT']}",
-                            rank=rank, world_size=2)
+                            rank=rank, world_size=args.members)
 
     def reduce(buf):
         dist.all_reduce(torch.from_numpy(buf))
@@ -202,7 +208,7 @@ def child_torch(args) -> None:
         dist.all_reduce(x, op=dist.ReduceOp.MAX)
         return float(x[0])
 
-    res = measure(reduce, dist.barrier, slowest, 2, rank, args.size_list, args.rounds,
+    res = measure(reduce, dist.barrier, slowest, args.members, rank, args.size_list, args.rounds,
                   args.budget, log if rank == 0 else (lambda s: None))
     dist.destroy_process_group()
     if rank == 0:
@@ -211,7 +217,8 @@ def child_torch(args) -> None:
 
 def child_ray(args) -> None:
     import ray
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    n = args.members
+    ray.init(num_cpus=n, include_dashboard=False, log_to_driver=False)
 
     @ray.remote(num_cpus=1)
     class Member:
@@ -235,7 +242,7 @@ def child_ray(args) -> None:
         def head(self):
             return self.buf[:4].tolist()
 
-    members = [Member.remote(i) for i in range(2)]
+    members = [Member.remote(i) for i in range(n)]
 
     def allreduce_step():
         parts = [m.contribute.remote() for m in members]
@@ -246,7 +253,7 @@ def child_ray(args) -> None:
         ray.get([m.set.remote(nbytes, i + 1) for i, m in enumerate(members)])
         allreduce_step()
         heads = ray.get([m.head.remote() for m in members])
-        if any(h != [3.0] * min(4, nbytes // 4) for h in heads):
+        if any(h != [n * (n + 1) / 2] * min(4, nbytes // 4) for h in heads):
             raise AssertionError(f"ray allreduce of {label(nbytes)} gave {heads}")
         ray.get([m.set.remote(nbytes, 0) for m in members])
         t0 = time.perf_counter()
@@ -286,12 +293,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_children(cmds: list[list[str]], envs: list[dict], timeout: float) -> dict:
-    """Start the commands, wait for all; ``{system: results}`` of what they emitted."""
+def run_children(cmds: list[list[str]], envs: list[dict], timeout: float,
+                 repo: Path = REPO) -> dict:
+    """Start the commands, wait for all; ``{system: results}`` of what they emitted.
+
+    ``repo`` is the checkout whose hpc_ray the children import.
+    """
     procs = []
     for cmd, env in zip(cmds, envs):
         full = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p]), **env)
+            [str(repo)] + [p for p in [os.environ.get("PYTHONPATH")] if p]), **env)
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, env=full, text=True,
                                       start_new_session=True))
     found: dict = {}
@@ -318,21 +329,28 @@ def run_children(cmds: list[list[str]], envs: list[dict], timeout: float) -> dic
 
 def run_system(system: str, args) -> dict:
     py = sys.executable
+    n = args.members
     common = ["--sizes", args.sizes, "--rounds", str(args.rounds), "--budget",
-              str(args.budget)]
+              str(args.budget), "--members", str(n)]
     me = [py, str(HERE), "--child", system, *common]
     if system in ("hpc_ray", "hpc_ray_exec"):
-        return run_children([[mpiexec(), "-n", "3", *me]], [{}], args.timeout)
+        return run_children([[mpiexec(), "-n", str(n + 1), *me]], [{}], args.timeout)
+    if system == "hpc_ray_exec_base":
+        if not args.base:
+            raise SystemExit("hpc_ray_exec_base needs --base PATH (a checkout of hpc_ray)")
+        me = [py, str(HERE), "--child", "hpc_ray_exec", "--label", system, *common]
+        return run_children([[mpiexec(), "-n", str(n + 1), *me]], [{}], args.timeout,
+                            repo=Path(args.base).resolve())
     if system == "mpi4py":
-        return run_children([[mpiexec(), "-n", "2", *me]], [{}], args.timeout)
+        return run_children([[mpiexec(), "-n", str(n), *me]], [{}], args.timeout)
     if system == "torch_gloo":
         port = str(free_port())
-        return run_children([me, me], [{"BENCH_RANK": "0", "BENCH_PORT": port},
-                                       {"BENCH_RANK": "1", "BENCH_PORT": port}],
-                            args.timeout)
+        return run_children([me] * n, [{"BENCH_RANK": str(r), "BENCH_PORT": port}
+                                       for r in range(n)], args.timeout)
     if system == "ray":
         return run_children([me], [{}], args.timeout)
-    raise SystemExit(f"unknown system {system!r} (known: {list(SYSTEMS)})")
+    raise SystemExit(f"unknown system {system!r} (known: {list(SYSTEMS)} and "
+                     f"hpc_ray_exec_base)")
 
 
 def wait_idle(limit: float, busy_percent: float = 25.0) -> None:
@@ -346,14 +364,18 @@ def wait_idle(limit: float, busy_percent: float = 25.0) -> None:
 
 
 def table(results: dict[str, dict], sizes: list[int]) -> str:
+    """Microseconds per operation per system; ratios against ordinary actors (ours)."""
     systems = [s for s in COLUMNS if s in results]
-    head = ["size"] + [f"{s} us" for s in systems] + ["hpc_ray GB/s"]
-    ratios = [("mpi4py", "hpc_ray/mpi4py"), ("torch_gloo", "gloo/hpc_ray"),
-              ("ray", "ray/hpc_ray"), ("hpc_ray_exec", "exec/hpc_ray")]
-    ratios = [(s, name) for s, name in ratios if s in results and "hpc_ray" in results]
+    ours_name = "hpc_ray_exec" if "hpc_ray_exec" in results else "hpc_ray"
+    head = ["size"] + [f"{s} us" for s in systems] + [f"{ours_name} GB/s"]
+    ratios = [("mpi4py", f"{ours_name} vs mpi4py"), ("hpc_ray", f"{ours_name} vs in_rank"),
+              ("torch_gloo", f"{ours_name} vs gloo"), ("ray", f"{ours_name} vs ray"),
+              ("hpc_ray_exec_base", f"{ours_name} vs base")]
+    ratios = [(s, name) for s, name in ratios
+              if s in results and s != ours_name and ours_name in results]
     head += [name for _, name in ratios]
-    if "mpi4py" in results and "hpc_ray" in results:
-        head.append("target")
+    if "mpi4py" in results and ours_name in results:
+        head.append("target >= 0.9x mpi4py")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for nbytes in sizes:
         key = str(nbytes)
@@ -361,23 +383,19 @@ def table(results: dict[str, dict], sizes: list[int]) -> str:
         for s in systems:
             t = results[s].get(key)
             row.append("-" if t is None else f"{t * 1e6:,.1f}")
-        ours = results.get("hpc_ray", {}).get(key)
+        ours = results.get(ours_name, {}).get(key)
         # Algorithm bandwidth: bytes reduced per second.
         row.append("-" if not ours else f"{nbytes / ours / 1e9:.2f}")
+        # Speed ratios: > 1 means ours is faster.
         for s, _ in ratios:
             other = results[s].get(key)
-            if not ours or not other:
-                row.append("-")
-            elif s == "mpi4py":
-                row.append(f"{ours / other:.2f}")
-            else:
-                row.append(f"{other / ours:.1f}x")
-        if "target" in head:
+            row.append("-" if not ours or not other else f"{other / ours:.2f}x")
+        if head[-1].startswith("target"):
             other = results["mpi4py"].get(key)
             if nbytes < TARGET_FROM or not ours or not other:
                 row.append("")
             else:
-                row.append("PASS" if ours <= 1.10 * other else "MISS")
+                row.append("PASS" if other / ours >= 0.9 else "MISS")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -392,8 +410,14 @@ def main() -> None:
                         help="seconds of timed operations per size and system")
     parser.add_argument("--timeout", type=float, default=240, help="per system")
     parser.add_argument("--repeat", type=int, default=1,
-                        help="run the systems this many times in turn; keep each size's "
-                             "best median (less noise from other jobs)")
+                        help="run the systems this many times in turn (interleaved); the "
+                             "table shows each size's median over the runs")
+    parser.add_argument("--members", type=int, default=3,
+                        help="members of the allreduce (hpc_ray jobs get one more rank, "
+                             "the head)")
+    parser.add_argument("--base", default=None,
+                        help="a checkout of hpc_ray for the hpc_ray_exec_base system")
+    parser.add_argument("--label", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--wait-idle", type=float, default=0,
                         help="before each system, wait up to this many seconds for idle CPUs")
     parser.add_argument("--json-out", default=None, help="write every figure as JSON")
@@ -407,25 +431,27 @@ def main() -> None:
          "hpc_ray_exec": lambda a: child_hpc_ray(a, False)}[args.child](args)
         return
 
-    results = {}
+    runs: dict[str, dict[str, list]] = {}
     for system in args.systems.split(",") * args.repeat:
         if args.wait_idle:
             wait_idle(args.wait_idle)
         log(f"--- {system}")
         start = time.monotonic()
         for name, got in run_system(system.strip(), args).items():
-            # Repeated systems (--repeat): keep the faster median per size.
-            mine = results.setdefault(name, {})
+            mine = runs.setdefault(name, {})
             for key, t in got.items():
-                mine[key] = min(t, mine.get(key, t))
+                mine.setdefault(key, []).append(t)
         log(f"--- {system}: {time.monotonic() - start:.0f} s")
+    results = {name: {key: float(np.median(ts)) for key, ts in per.items()}
+               for name, per in runs.items()}
     load = os.getloadavg()[0]
-    print(f"allreduce, float32 sum, 2 ranks, median of {args.rounds} rounds, best of "
-          f"{args.repeat} run(s) "
+    print(f"allreduce, float32 sum, {args.members} members, median of {args.rounds} rounds "
+          f"per run, median of {args.repeat} interleaved run(s) "
           f"(microseconds per operation; load average {load:.1f} on {os.cpu_count()} CPUs)")
     print(table(results, args.size_list))
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(results, indent=1))
+        Path(args.json_out).write_text(json.dumps({"median": results, "runs": runs},
+                                                  indent=1))
 
 
 if __name__ == "__main__":

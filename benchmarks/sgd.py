@@ -2,8 +2,11 @@
 replicas of the same numpy model (``hpc_ray.sgd.MLPModel`` on the digits,
 batch per replica ``--batch``), under:
 
-    allreduce   hpc_ray DistributedSGD(strategy="allreduce"): in-rank workers, fused
-                gradients, MPI Allreduce; the driver sends one call per worker per step
+    allreduce   hpc_ray DistributedSGD(strategy="allreduce"): ordinary actors (the
+                default), fused gradients, MPI Allreduce run by their ranks; the driver
+                sends one call per worker per step
+    allreduce_in_rank  the same with DistributedSGD(..., in_rank=True): workers live
+                in their ranks, MPI on the gradient buffers themselves
     ps          hpc_ray DistributedSGD(strategy="ps"): gradient shards averaged by
                 parameter-server actors, refs passed actor to actor
     simple      hpc_ray DistributedSGD(strategy="simple"): averaged on the driver
@@ -15,8 +18,9 @@ batch per replica ``--batch``), under:
 
 hpc_ray runs as ``mpiexec -n R+1 python sgd.py --child hpc_ray --replicas R`` (one
 worker rank per replica), Ray in one process; one system at a time. Each figure:
-warm-up steps, then ``--rounds`` rounds of about ``--budget``/rounds seconds;
-the table shows the median round. The machine has 2 cores: 3 replicas
+warm-up steps, then ``--rounds`` rounds of about ``--budget``/rounds seconds, the
+median round; ``--repeat N`` runs every child N times in turn (interleaved) and
+the table shows the median of the N figures. The machine has 2 cores: 3 replicas
 oversubscribe it, for every system alike.
 
     python benchmarks/sgd.py                     # ~2-3 min
@@ -37,7 +41,7 @@ HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
 from allreduce import log, mpiexec, run_children, wait_idle  # noqa: E402
 
-HPC_SYSTEMS = ("allreduce", "ps", "simple", "hpc_ray_ps")
+HPC_SYSTEMS = ("allreduce", "allreduce_in_rank", "ps", "simple", "hpc_ray_ps")
 SYSTEMS = HPC_SYSTEMS + ("ray_ps",)
 MARK = "@@allreduce "   # the line prefix run_children reads
 
@@ -137,7 +141,8 @@ def child_hpc_ray(args) -> None:
             emit(system, r, parameter_server_rate(ray, r, args), args)
             continue
         sgd = DistributedSGD(lambda w, d: make_model(w, r, args.hidden_list, args.batch), r,
-                             strategy=system)
+                             strategy=system.replace("_in_rank", ""),
+                             in_rank=system.endswith("_in_rank"))
         rate = timed(sgd.step, args)
         stats = sgd.step(fetch_stats=True)
         if not np.isfinite(stats["loss"]):
@@ -171,6 +176,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--budget", type=float, default=3.0, help="timed seconds per figure")
     parser.add_argument("--timeout", type=float, default=300, help="per child")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run every child this many times in turn; median of the runs")
     parser.add_argument("--wait-idle", type=float, default=0,
                         help="before each child, wait up to this many seconds for idle CPUs")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -192,30 +199,38 @@ def main() -> None:
 
     common = ["--hidden", args.hidden, "--batch", str(args.batch), "--warmup",
               str(args.warmup), "--rounds", str(args.rounds), "--budget", str(args.budget)]
-    rates: dict[str, dict[str, float]] = {}
+    runs: dict[str, dict[str, list]] = {}
+
+    def collect(found: dict) -> None:
+        for name, got in found.items():
+            for key, rate in got.items():
+                runs.setdefault(name, {}).setdefault(key, []).append(rate)
+
     hpc = [s for s in args.system_list if s in HPC_SYSTEMS]
-    for r in args.replica_list:
-        if not hpc:
-            break
-        if args.wait_idle:
-            wait_idle(args.wait_idle)
-        log(f"--- hpc_ray, {r} replica(s)")
-        cmd = [mpiexec(), "-n", str(r + 1), sys.executable, str(HERE), "--child", "hpc_ray",
-               "--replicas", str(r), "--systems", ",".join(hpc), *common]
-        for name, got in run_children([cmd], [{}], args.timeout).items():
-            rates.setdefault(name, {}).update(got)
-    if "ray_ps" in args.system_list:
-        if args.wait_idle:
-            wait_idle(args.wait_idle)
-        log("--- ray")
-        cmd = [sys.executable, str(HERE), "--child", "ray", "--replicas", args.replicas,
-               *common]
-        for name, got in run_children([cmd], [{}], args.timeout).items():
-            rates.setdefault(name, {}).update(got)
+    for _ in range(args.repeat):
+        for r in args.replica_list:
+            if not hpc:
+                break
+            if args.wait_idle:
+                wait_idle(args.wait_idle)
+            log(f"--- hpc_ray, {r} replica(s)")
+            cmd = [mpiexec(), "-n", str(r + 1), sys.executable, str(HERE), "--child",
+                   "hpc_ray", "--replicas", str(r), "--systems", ",".join(hpc), *common]
+            collect(run_children([cmd], [{}], args.timeout))
+        if "ray_ps" in args.system_list:
+            if args.wait_idle:
+                wait_idle(args.wait_idle)
+            log("--- ray")
+            cmd = [sys.executable, str(HERE), "--child", "ray", "--replicas", args.replicas,
+                   *common]
+            collect(run_children([cmd], [{}], args.timeout))
+    rates = {name: {key: float(np.median(v)) for key, v in per.items()}
+             for name, per in runs.items()}
 
     layers = "-".join(str(n) for n in [64, *args.hidden_list, 10])
     print(f"synchronous SGD, MLP {layers} on the digits, batch "
-          f"{args.batch} per replica: samples/s (step time in ms); load average "
+          f"{args.batch} per replica: samples/s (step time in ms), median of "
+          f"{args.repeat} interleaved run(s); load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     systems = [s for s in SYSTEMS if s in rates]
     head = ["replicas"] + systems

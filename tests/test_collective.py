@@ -1,8 +1,11 @@
 """Issue 6 collectives (``hpc_ray.collective``): every op and dtype against numpy
 references in in-rank and ordinary actors, several groups at once, errors; and
 existing mpi4py code on a group's communicator (examples/mpi_solver.py).
+Issue 12: ordinary actors with tensors of several MB by both routes to the rank,
+more dtypes, two members on one rank (refused at once), and members that die
+while the others wait.
 
-The rank script is tests/mpi_scripts/collective_ops.py."""
+The rank scripts are tests/mpi_scripts/collective_ops.py and collective_ordinary.py."""
 from __future__ import annotations
 
 import importlib.util
@@ -34,6 +37,18 @@ def test_collective_ops(run, mode, n):
     workers = n - 1
     half = max(1, workers // 2)
     assert values["compared"] == 2 * 37 * (2 * workers + half + (workers - half))
+
+
+@pytest.mark.parametrize("mode,n", [("embedded", 4), ("mpiexec", 4), ("mpiexec", 5)])
+def test_collective_ordinary_actors(run, mode, n):
+    result = run("collective_ordinary.py", n, mode=mode, timeout=120)
+    values = result.assert_ok("collective_ordinary")
+    assert values["dtypes"] == 7
+    assert values["same_rank_refused"] is True
+    # Each death leaves one member fewer, down to a group of one.
+    expected = {f"survived_{how}": n - 2 - i for i, how in enumerate(("exit", "segv", "kill"))
+                if n - 2 - i >= 1}
+    assert {k: v for k, v in values.items() if k.startswith("survived_")} == expected
 
 
 @pytest.mark.parametrize("mode,n", [("embedded", 4), ("mpiexec", 4)])

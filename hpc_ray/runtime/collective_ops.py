@@ -3,18 +3,34 @@
 The rank side of ``hpc_ray.collective``: a rank makes a group's communicator
 (``MPI_Comm_create_group``) and runs collectives on it, for an actor living in
 the rank (``in_rank=True``) or on behalf of one of its executors
-(``COLLECTIVE_OP``, answered with the result).
+(``COLLECTIVE_OP``, answered with the result; ``collective_buffers`` moves the
+tensor).
+
+Every operation (barrier included) starts with a small header exchange among
+the members, ``Iallgather`` of (status, shape/dtype signature): it checks that
+the members agree, and it is how a dead member is reported instead of waited
+for. When an ordinary actor's executor dies, its rank posts one header saying
+"gone" for each of the actor's groups (``rank_abandon_groups``) and leaves it
+pending; the others' next operation in the group completes that exchange and
+fails with a RayError naming the member, and the group is broken from then on
+(on every member: destroy it and make a new one).
 """
 from __future__ import annotations
 
 import os
+import zlib
 from typing import Any
 
 import numpy as np
 
+from ..exceptions import RayError
 from ..transport.tags import group_creation_tag
+from . import collective_buffers
 
 _OPS = ("sum", "prod", "min", "max", "mean")
+#: Header status: the member is there; its actor is gone (the header its rank
+#: posts for it).
+_PRESENT, _GONE = 0, 1
 
 
 def _group(loop, name: str):
@@ -31,7 +47,9 @@ def _mpi():
     return MPI
 
 
-def rank_create_group(loop, name: str, mpi_ranks: list[int]) -> None:
+def rank_create_group(loop, name: str, mpi_ranks: list[int], owner=None) -> None:
+    """Make group ``name``'s communicator; ``owner`` is the member executor here
+    (None for an in-rank actor), whose death breaks the group."""
     if name in loop.groups:
         raise ValueError(f"collective group {name!r} already exists on rank {loop.rank}")
     if loop.rank not in mpi_ranks:
@@ -41,19 +59,49 @@ def rank_create_group(loop, name: str, mpi_ranks: list[int]) -> None:
     # range no control or object-data message uses.
     comm = world.Create_group(world.Get_group().Incl(mpi_ranks), group_creation_tag(name))
     loop.groups[name] = (comm, comm.Get_rank())
+    loop.group_owners[name] = owner
+    loop.broken_groups.pop(name, None)
 
 
 def rank_destroy_group(loop, name: str) -> None:
     g = loop.groups.pop(name, None)
+    loop.group_owners.pop(name, None)
+    loop.broken_groups.pop(name, None)
     if g is not None:
         g[0].Free()
 
 
-def rank_run_op(loop, group: str, op: str, args: tuple) -> tuple[bool, Any]:
+def rank_abandon_groups(loop, owner) -> None:
+    """``owner``'s executor is gone: tell each of its groups, without waiting."""
+    for name in [n for n, o in loop.group_owners.items() if o is owner]:
+        comm, _ = loop.groups.pop(name)
+        del loop.group_owners[name]
+        if loop.broken_groups.pop(name, None) is None:
+            _post_gone(loop, comm)
+
+
+def member_gone(loop, comm, group: str, op: str) -> RayError:
+    """This member's tensor is lost (its executor died after asking): tell the others."""
+    msg = (f"{op} in collective group {group!r}: this member's actor died during the "
+           f"operation")
+    loop.broken_groups[group] = msg
+    _post_gone(loop, comm)
+    return RayError(msg)
+
+
+def _post_gone(loop, comm) -> None:
+    """Post this member's "gone" header; it stays posted (with its buffers, in
+    ``loop.abandoned``) until the others' next operation completes it."""
+    mine = np.array([_GONE, 0], np.int64)
+    every = np.empty((comm.Get_size(), 2), np.int64)
+    loop.abandoned.append((comm.Iallgather(mine, every), mine, every, comm))
+
+
+def rank_run_op(loop, group: str, op: str, args: tuple, owner=None) -> tuple[bool, Any]:
     """Run a collective for an executor; the reply is ``(ok, result or exception)``."""
     try:
         if op == "create":
-            rank_create_group(loop, group, args[0])
+            rank_create_group(loop, group, args[0], owner)
             return True, None
         if op == "has":
             return True, group in loop.groups
@@ -68,19 +116,43 @@ def rank_run_op(loop, group: str, op: str, args: tuple) -> tuple[bool, Any]:
             return True, -1 if g is None else g[0].Get_size()
         comm, _ = _group(loop, group)
         if op == "barrier":
-            comm.Barrier()
+            _apply(loop, comm, group, "barrier", np.empty(0))
+            return True, None
+        if args[0] in (collective_buffers.CROSS_MEMORY, collective_buffers.STORE):
+            collective_buffers.rank_run(loop, comm, group, op, args, _apply)
             return True, None
         raw, dtype, shape, kw = args
         arr = np.frombuffer(bytearray(raw), dtype=np.dtype(dtype)).reshape(shape)
-        out = _apply(comm, group, op, arr, polite=_polite(loop), **kw)
+        out = _apply(loop, comm, group, op, arr, **kw)
         return True, (out if out is not None else arr).tobytes()
     except Exception as exc:  # returned to the actor and raised there
         return False, exc
 
 
-def _check_same(comm, group: str, op: str, arr: np.ndarray) -> None:
-    metas = comm.allgather((arr.shape, arr.dtype.str))
-    if any(meta != metas[0] for meta in metas):
+def _signature(arr: np.ndarray) -> int:
+    return zlib.crc32(f"{arr.shape}/{arr.dtype.str}".encode())
+
+
+def _exchange_headers(loop, comm, group: str, op: str, arr: np.ndarray) -> None:
+    """Every member's header: raises if one is gone or if shapes or dtypes differ."""
+    broken = loop.broken_groups.get(group)
+    if broken is not None:
+        raise RayError(broken)
+    mine = np.array([_PRESENT, _signature(arr)], np.int64)
+    every = np.empty((comm.Get_size(), 2), np.int64)
+    # Nonblocking on every member: it must match the header a gone member's rank
+    # posts with Iallgather (a blocking collective never matches a nonblocking one).
+    _wait(comm.Iallgather(mine, every), _polite(loop))
+    gone = [int(r) for r in np.flatnonzero(every[:, 0] == _GONE)]
+    if gone:
+        msg = (f"{op} in collective group {group!r}: the actor of member(s) {gone} is "
+               f"gone (it died or was killed); the group is broken on every member: "
+               f"destroy it (destroy_collective_group) and create a new one")
+        loop.broken_groups[group] = msg
+        raise RayError(msg)
+    if (every[:, 1] != every[0, 1]).any():
+        # Every member sees the mismatch, so every member takes this branch.
+        metas = comm.allgather((arr.shape, arr.dtype.str))
         raise ValueError(f"{op} in collective group {group!r}: shapes and dtypes differ "
                          f"across members: {[f'{s}/{d}' for s, d in metas]}")
 
@@ -124,15 +196,24 @@ def _call(comm, name: str, polite: bool, *args, **kw) -> None:
     if not polite:
         getattr(comm, name)(*args, **kw)
         return
-    req = getattr(comm, "I" + name[0].lower() + name[1:])(*args, **kw)
+    _wait(getattr(comm, "I" + name[0].lower() + name[1:])(*args, **kw), True)
+
+
+def _wait(req, polite: bool) -> None:
+    if not polite:
+        req.Wait()
+        return
     while not req.Test():
         os.sched_yield()
 
 
-def _apply(comm, group: str, op: str, arr: np.ndarray, reduce_op: str = "sum",
-           root: int = 0, polite: bool = False) -> np.ndarray | None:
+def _apply(loop, comm, group: str, op: str, arr: np.ndarray, reduce_op: str = "sum",
+           root: int = 0, out: np.ndarray | None = None) -> np.ndarray | None:
     MPI = _mpi()
-    _check_same(comm, group, op, arr)
+    polite = _polite(loop)
+    _exchange_headers(loop, comm, group, op, arr)
+    if op == "barrier":
+        return None
     work = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
     if op == "allreduce":
         _call(comm, "Allreduce", polite, MPI.IN_PLACE, work, op=_mpi_op(reduce_op))
@@ -149,7 +230,8 @@ def _apply(comm, group: str, op: str, arr: np.ndarray, reduce_op: str = "sum",
     elif op == "broadcast":
         _call(comm, "Bcast", polite, work, root=root)
     elif op == "allgather":
-        out = np.empty((comm.Get_size(),) + work.shape, dtype=work.dtype)
+        if out is None:
+            out = np.empty((comm.Get_size(),) + work.shape, dtype=work.dtype)
         _call(comm, "Allgather", polite, work, out)
         return out
     else:

@@ -208,7 +208,7 @@ def _collective_create(head: Head, name: str, actor_ids: list[int]) -> None:
         raise ValueError(f"group {name!r} needs one actor per rank, but its actors share "
                          f"ranks {ranks}; give the actors num_cpus=1 (or more ranks)")
     for r in ranks:
-        head.send(r, (m.GROUP_CREATE, name, ranks))
+        head.send(r, (m.GROUP_CREATE, name, ranks, list(actor_ids)))
 
 
 def _register_actor(head: Head, name: str, actor_id: int) -> None:

@@ -23,6 +23,7 @@ stdout and stderr are pipes to the rank (log_to_driver), line-buffered.
 """
 from __future__ import annotations
 
+import collections
 import inspect
 import itertools
 import json
@@ -78,6 +79,13 @@ class ExecutorContext(context.ContextBase):
         self.last_flush = time.monotonic()
         self.profile_events: list = []
         self.exiting = False
+        #: Collectives (``collective_buffers``): the rank copies tensors straight
+        #: from and to this process's memory, until the kernel refuses once; then
+        #: they go through a scratch block of the store, given back (appended here
+        #: by its finalizer, any thread, any time; sent at a flush) when replaced.
+        self.cross_memory = True
+        self.collective_scratch = None
+        self.freed_blocks: collections.deque = collections.deque()
         #: (actor class, method name) -> the class attribute a call goes to.
         self.methods: dict = {}
         #: actor id -> hpc_ray.actor's hooks, for Checkpointable actors only (an
@@ -113,6 +121,11 @@ class ExecutorContext(context.ContextBase):
                 while released:
                     ids.append(released.popleft())
                 self.out.append((m.RELEASE, ids))
+            if self.freed_blocks:
+                blocks = []
+                while self.freed_blocks:
+                    blocks.append(self.freed_blocks.popleft())
+                self.out.append((m.FREE_BLOCKS, blocks))
             if self.profile_events:
                 events, self.profile_events = self.profile_events, []
                 self.out.append((m.PROFILE, events))

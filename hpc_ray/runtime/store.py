@@ -105,10 +105,17 @@ class Arena:
     def writable(self, offset: int, size: int) -> memoryview:
         return memoryview(self._bytes[offset: offset + size])
 
-    def pinned_view(self, offset: int, size: int, pin: object) -> memoryview:
+    def array(self, offset: int, dtype: np.dtype, shape: tuple) -> np.ndarray:
+        """A writable array over store memory at ``offset`` (no pin: the caller owns it)."""
+        count = int(np.prod(shape, dtype=np.int64))
+        return np.frombuffer(self._mmap, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+    def pinned_view(self, offset: int, size: int, pin: object,
+                    writable: bool = False) -> memoryview:
+        """Memory at ``offset`` that keeps ``pin`` alive while any array made from it exists."""
         arr = self._bytes[offset: offset + size].view(_Pinned)
         arr._hpc_ray_pin = pin
-        arr.flags.writeable = False
+        arr.flags.writeable = writable
         return memoryview(arr)
 
     def pretouch_in_background(self, nbytes: int = PRETOUCH_BYTES) -> None:

@@ -233,6 +233,12 @@ class WorkerLoop:
         self.groups: dict = {}            # collective group name -> (comm, rank in group)
         #: Serials of executors whose requests are not read now (THROTTLE).
         self.throttled: set[int] = set()
+        #: Collective groups: name -> the member executor here (None: an in-rank
+        #: actor); name -> why it is broken; headers posted for gone members.
+        self.group_owners: dict = {}
+        self.broken_groups: dict[str, str] = {}
+        self.abandoned: list = []
+        self.collective_staging = None    # ordinary actors' tensors here during a collective
         self.driver_pid = cfg.get("driver_pid") if cfg.get("driver_host") == socket.gethostname() else None
         #: Executors' prints go to the driver (Ray's log_to_driver); otherwise they
         #: go wherever this rank's own output goes.
@@ -357,7 +363,7 @@ class WorkerLoop:
             if (ex is not None or dropped) and not msg[2]:
                 self.out.append((m.ACTOR_DIED, msg[1], "killed", True))
         elif kind == m.GROUP_CREATE:
-            self.create_group(msg[1], msg[2])
+            self.create_group(msg[1], msg[2], msg[3])
         elif kind == m.STEAL:
             given = []
             while self.queue and len(given) < msg[1]:
@@ -442,10 +448,11 @@ class WorkerLoop:
     def _start_rank_actor(self, spec: list) -> None:
         self._rank_context().create(spec)
 
-    def create_group(self, name: str, mpi_ranks: list[int]) -> None:
+    def create_group(self, name: str, mpi_ranks: list[int], actor_ids: list[int]) -> None:
         """Make the communicator of a collective group (collective over its members)."""
         from . import collective_ops as collective
-        collective.rank_create_group(self, name, mpi_ranks)
+        owner = next((self.actors[a] for a in actor_ids if a in self.actors), None)
+        collective.rank_create_group(self, name, mpi_ranks, owner)
 
     def _on_reply(self, msg: tuple) -> None:
         entry = self.requests.pop(msg[1], None)
@@ -522,9 +529,14 @@ class WorkerLoop:
                     if e2 is ex and req == msg[1]:
                         out.append((m.WAIT_NOW, rreq))
                         break
+            elif kind == m.FREE_BLOCKS:
+                # Scratch blocks (collective_buffers) the executor gave back itself.
+                for off, _size in msg[1]:
+                    ex.unsealed.pop(off, None)
+                out.append(msg)
             elif kind == m.COLLECTIVE_OP:
                 from . import collective_ops as collective
-                ex.send([(m.REPLY, msg[1], collective.rank_run_op(self, *msg[2:]))])
+                ex.send([(m.REPLY, msg[1], collective.rank_run_op(self, *msg[2:], owner=ex))])
             elif kind == m.BLOCKED:
                 ex.blocked += msg[1]
                 if _lends_cpu(ex):
@@ -558,6 +570,9 @@ class WorkerLoop:
             blocks = list(ex.unsealed.items())
             ex.unsealed = {}
             self.out.append((m.FREE_BLOCKS, blocks))
+        if ex in self.group_owners.values():
+            from . import collective_ops as collective
+            collective.rank_abandon_groups(self, ex)
 
     def _drain(self, ex: ExecutorProc) -> None:
         """Read and handle what an exited executor sent before it went."""

@@ -13,8 +13,9 @@ strategies, so that their costs can be compared on the same model:
                  every server's average ──▶ worker.apply_shards
 
     "allreduce"  worker.step_allreduce: local gradients ─▶ pack ─▶ MPI Allreduce per
-                 fused buffer (in place, in the worker's rank) ─▶ apply
-                 (workers are in-rank actors in one collective group)
+                 fused buffer ─▶ apply (workers in one collective group: ordinary
+                 actors, whose rank runs the Allreduce on a copy it takes straight
+                 from the worker's memory, or with ``in_rank=True`` in place)
 
 In every strategy a worker first averages its own replicas' gradients, packs
 them into few large buffers (``FusionPlan``, at most ``grad_shard_bytes``
@@ -213,24 +214,29 @@ class DistributedSGD:
         devices_per_worker: model replicas per worker, averaged locally first.
         gpu: give each worker ``devices_per_worker`` GPUs (default: CPUs only).
         strategy: ``"simple"`` (average on the driver), ``"ps"`` (sharded
-            parameter-server actors) or ``"allreduce"`` (MPI, in-rank actors).
+            parameter-server actors) or ``"allreduce"`` (MPI Allreduce).
         grad_shard_bytes: the largest fused gradient buffer, in bytes.
         all_reduce_alg: accepted for compatibility; MPI picks its own algorithm.
         num_ps: parameter-server actors for ``"ps"`` (default ``num_workers``).
         cpus_per_worker: CPUs per worker (its numpy thread pool is sized to it).
+        in_rank: run the ``"allreduce"`` workers inside their ranks (an hpc_ray
+            extension: the Allreduce works on the gradients' own memory, but a
+            crash in the model's code ends the MPI job).
 
     Raises:
         ValueError: an unknown strategy or a bad count.
 
-    The ``"allreduce"`` workers live inside their ranks (``in_rank=True``): a
-    crash in the model's code there ends the MPI job. Needs ``num_workers``
-    worker ranks (``init(num_cpus=num_workers)`` or ``mpiexec -n num_workers+1``).
+    The ``"allreduce"`` workers are ordinary actors by default: a crash in one
+    fails the step with an error, and the others' collectives fail too rather
+    than hang. Needs ``num_workers`` worker ranks (``init(num_cpus=num_workers)``
+    or ``mpiexec -n num_workers+1``): a collective group has one member per rank.
     """
 
     def __init__(self, model_creator: Callable, num_workers: int,
                  devices_per_worker: int = 1, gpu: bool = False, strategy: str = "ps",
                  grad_shard_bytes: int = 10_000_000, all_reduce_alg: str = "simple",
-                 num_ps: int | None = None, cpus_per_worker: float = 1) -> None:
+                 num_ps: int | None = None, cpus_per_worker: float = 1,
+                 in_rank: bool = False) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r} (valid: {list(STRATEGIES)})")
         for name, value in (("num_workers", num_workers),
@@ -244,7 +250,7 @@ class DistributedSGD:
         self.steps = 0
         options: dict[str, Any] = {"num_cpus": cpus_per_worker,
                                    "num_gpus": devices_per_worker if gpu else 0}
-        if strategy == "allreduce":
+        if strategy == "allreduce" and in_rank:
             options["in_rank"] = True
         worker_cls = api.remote(**options)(SGDWorker)
         self.workers = [worker_cls.remote(model_creator, i, devices_per_worker,

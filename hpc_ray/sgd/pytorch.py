@@ -1,6 +1,6 @@
 """Data-parallel PyTorch training over MPI allreduce (Ray's ``PyTorchTrainer``).
 
-    driver: PyTorchTrainer ── creates N ──▶ PyTorchRunner actors (in_rank, one per rank)
+    driver: PyTorchTrainer ── creates N ──▶ PyTorchRunner actors (one per rank)
             setup(rank, N, group):  join the collective group, shard the data,
                                     broadcast replica 0's weights (fused buffers)
             train():   every runner, every batch:
@@ -9,12 +9,15 @@
             validate(): local sums ─▶ one Allreduce ─▶ global loss and accuracy
             save/restore: replica 0's state ─▶ driver ─▶ HDF5 (hpc_ray.sgd.checkpoint)
 
-Runners live inside their worker ranks (``in_rank=True``), so the allreduce is
-a direct MPI call on the gradient memory, with no copy: each parameter's
-``.grad`` is a view into a fused buffer (``FusionPlan``), which ``backward``
-accumulates into (``zero_grad(set_to_none=False)`` keeps the views). If
-something replaces a ``.grad`` tensor, that step falls back to packing copies.
-The price of in-rank runners: a crash in the model's code ends the MPI job.
+Each parameter's ``.grad`` is a view into a fused buffer (``FusionPlan``),
+which ``backward`` accumulates into (``zero_grad(set_to_none=False)`` keeps the
+views), and the allreduce works on those buffers: runners are ordinary actors
+by default, whose rank copies each buffer straight from the runner's memory,
+reduces it and copies it back (``hpc_ray.runtime.collective_buffers``); with
+``in_rank=True`` runners live inside their worker ranks and MPI works on the
+buffers themselves, at the price that a crash in the model's code ends the MPI
+job. If something replaces a ``.grad`` tensor, that step falls back to packing
+copies.
 
 Every replica applies the same averaged gradients to the same starting
 weights, so the parameters stay identical on all replicas (BatchNorm running
@@ -301,20 +304,23 @@ class PyTorchTrainer:
         batch_size: the batch of each replica per step.
         backend: "auto" or "mpi" (the same thing here).
         fusion_bytes: the largest fused gradient buffer (an hpc_ray addition).
+        in_rank: run the replicas inside their worker ranks (an hpc_ray
+            extension; see below).
 
     Raises:
         ValueError: an unknown backend or a bad count.
 
-    Replicas live inside their ranks (``in_rank=True``) for zero-copy MPI:
-    an exception in the model's code is returned as usual, but a crash
-    (segfault, ``os._exit``) in it ends the job.
+    Replicas are ordinary actors: a crash in one fails that call with an
+    error. With ``in_rank=True`` they live inside their ranks, where MPI needs
+    no copy of the gradients; an exception in the model's code is returned as
+    usual, but a crash (segfault, ``os._exit``) in it ends the job.
     """
 
     def __init__(self, model_creator: Callable, data_creator: Callable,
                  optimizer_creator: Callable = sgd_mse_optimizer, config: dict | None = None,
                  num_replicas: int = 1, resources_per_replica: Any = None,
                  batch_size: int = 16, backend: str = "auto",
-                 fusion_bytes: int = DEFAULT_FUSION_BYTES) -> None:
+                 fusion_bytes: int = DEFAULT_FUSION_BYTES, in_rank: bool = False) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r} (valid: {list(BACKENDS)})")
         if not isinstance(num_replicas, int) or num_replicas < 1:
@@ -328,7 +334,7 @@ class PyTorchTrainer:
         self.backend = "mpi"
         res = _resources(resources_per_replica)
         options: dict[str, Any] = {"num_cpus": res.num_cpus, "num_gpus": res.num_gpus,
-                                   "in_rank": True}
+                                   "in_rank": in_rank}
         if res.resources:
             options["resources"] = dict(res.resources)
         runner_cls = api.remote(**options)(PyTorchRunner)

@@ -157,6 +157,7 @@ class GroupCreate(NamedTuple):
     kind: int
     name: str
     mpi_ranks: list
+    actor_ids: list   #: the members' actors, in ``mpi_ranks``' order
 
 
 class Steal(NamedTuple):
@@ -332,8 +333,10 @@ class Log(NamedTuple):
 
 
 class FreeBlocks(NamedTuple):
-    """Store blocks a dead executor was given and never sealed: [(offset, size)].
-    Rank (``WorkerLoop._reclaim``) -> ``Head.free_blocks``."""
+    """Store blocks to give back: [(offset, size)]. Those a dead executor was given
+    and never sealed: rank (``WorkerLoop._reclaim``) -> ``Head.free_blocks``; a
+    collective scratch block an executor replaced (``collective_buffers``):
+    executor -> ``WorkerLoop.on_executor`` -> head."""
     kind: int
     blocks: list
 

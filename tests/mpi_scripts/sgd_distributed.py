@@ -39,9 +39,11 @@ def max_diff(a, b):
 
 STEPS = 40
 final = {}
-for strategy in STRATEGIES:
-    with section(strategy):
-        sgd = DistributedSGD(creator, W, strategy=strategy)
+# "allreduce" runs ordinary actors; "allreduce_in_rank" the same in their ranks.
+for name in STRATEGIES + ("allreduce_in_rank",):
+    strategy = name.replace("_in_rank", "")
+    with section(name):
+        sgd = DistributedSGD(creator, W, strategy=strategy, in_rank=name.endswith("_in_rank"))
         # Replicas start from worker 0's weights, whatever their own seeds were.
         check(all_equal(sgd.foreach_model(lambda m: m.get_weights())), f"{strategy} start")
         first = sgd.step(fetch_stats=True)
@@ -56,12 +58,13 @@ for strategy in STRATEGIES:
         check(sgd.foreach_worker(lambda w: w.worker_index) == list(range(W)),
               "foreach_worker")
         check(sgd.foreach_model(lambda m: m.steps) == [STEPS] * W, "foreach_model steps")
-        final[strategy] = weights[0]
+        final[name] = weights[0]
         sgd.shutdown()
         sgd.shutdown()   # twice is fine
 
 with section("strategies agree"):
-    diffs = {s: max_diff(final["simple"], final[s]) for s in ("ps", "allreduce")}
+    diffs = {s: max_diff(final["simple"], final[s])
+             for s in ("ps", "allreduce", "allreduce_in_rank")}
     report("strategy_diffs", diffs)
     check(all(d < 1e-4 for d in diffs.values()), diffs)
 
