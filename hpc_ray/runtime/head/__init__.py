@@ -83,6 +83,11 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         self.joins: dict[str, dict] = {}              # group name -> rank -> member
         self.ready = ReadyQueue()
         self.outbox: dict[int, list] = {}
+        #: The driver's actor calls for direct channels: actor id -> [EXECUTE, ...],
+        #: and which process of each actor has a channel open (actor id -> pid),
+        #: kept by the HeadLoop (``transport/direct.py``).
+        self.direct_out: dict[int, list] = {}
+        self.direct_pids: dict[int, int] = {}
         #: Set once SHUTDOWN is queued: from then on nothing more is sent (a message
         #: no rank receives before MPI_Finalize can hang the job; see HeadLoop).
         self.closing = False
@@ -142,6 +147,15 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
                 self.outbox[rank] = [msg]
             else:
                 box.append(msg)
+
+    def direct_calls_running(self) -> bool:
+        """Whether any of the driver's calls sent over a direct channel is unfinished."""
+        actors = self.actors
+        for actor_id in self.direct_pids:
+            actor = actors.get(actor_id)
+            if actor is not None and actor.direct:
+                return True
+        return False
 
     def take_outbox(self) -> dict[int, list]:
         out, self.outbox = self.outbox, {}
