@@ -59,6 +59,9 @@ DRIVER_SPINS = 200
 #: waits for a direct call's result, before it polls MPI again: what that wait
 #: can add to a result arriving over MPI meanwhile.
 DIRECT_WAIT = 0.0002
+#: The same when every task the head knows of is such a call: MPI brings no
+#: result then, only requests of other processes, which this much delays.
+DIRECT_WAIT_ONLY = 0.002
 #: Seconds shutdown() waits for every worker rank to confirm it has stopped
 #: (a rank first stops its executors, which takes up to 2 s).
 STOP_WAIT = 20.0
@@ -252,20 +255,21 @@ class HeadLoop(threading.Thread):
     def _read_channels(self, batches: list) -> tuple[list, list]:
         """Accept new channels; add what arrived on the others to ``batches``
         as (actor's rank, msgs). Returns (hellos, channels closed)."""
-        for ch in direct.accept(self.listener):
-            self.channels[ch.fd] = ch
         hellos: list = []
         gone: list = []
-        if not self.channels:
-            return hellos, gone
+        listener = self.listener.fileno()
         writers = [fd for fd, ch in self.channels.items() if ch.outbuf]
         try:
-            ready, writable, _ = select.select(list(self.channels), writers, [], 0)
+            ready, writable, _ = select.select([listener, *self.channels], writers, [], 0)
         except (OSError, ValueError):
-            ready, writable = list(self.channels), []
+            ready, writable = [listener, *self.channels], []
         for fd in writable:
             self.channels[fd].write_some()
         for fd in ready:
+            if fd == listener:
+                for ch in direct.accept(self.listener):
+                    self.channels[ch.fd] = ch
+                continue
             ch = self.channels[fd]
             got = ch.read()
             if got is None:
@@ -498,6 +502,10 @@ class DriverContext(context.ContextBase):
                         return result
                     self._check_broken()
                     direct_calls = head.direct_pids and head.direct_calls_running()
+                    if direct_calls:
+                        # Nothing but direct calls under way: no result is due over MPI.
+                        direct_wait = (DIRECT_WAIT_ONLY if direct_calls == len(head.tasks)
+                                       else DIRECT_WAIT)
                 if deadline is not None and time.monotonic() >= deadline:
                     return None
                 if spins < DRIVER_SPINS:
@@ -508,7 +516,7 @@ class DriverContext(context.ContextBase):
                             if not active and direct_calls:
                                 # A result due on a direct channel: sleep in the kernel
                                 # until it comes (MPI is polled again soon after).
-                                loop.wait_direct(DIRECT_WAIT)
+                                loop.wait_direct(direct_wait)
                         finally:
                             loop.progress.release()
                         spins = 0 if active else spins + 1

@@ -148,14 +148,15 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
             else:
                 box.append(msg)
 
-    def direct_calls_running(self) -> bool:
-        """Whether any of the driver's calls sent over a direct channel is unfinished."""
+    def direct_calls_running(self) -> int:
+        """How many of the driver's calls sent over direct channels are unfinished."""
         actors = self.actors
+        n = 0
         for actor_id in self.direct_pids:
             actor = actors.get(actor_id)
-            if actor is not None and actor.direct:
-                return True
-        return False
+            if actor is not None:
+                n += len(actor.direct)
+        return n
 
     def take_outbox(self) -> dict[int, list]:
         out, self.outbox = self.outbox, {}
