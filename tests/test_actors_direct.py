@@ -31,3 +31,5 @@ def test_an_oversubscribed_rank_stops_polling_fast_after_activity():
     assert timeouts[:crowded.spin_limit] == [0.0] * crowded.spin_limit
     rest = timeouts[crowded.spin_limit:]
     assert rest == sorted(rest) and rest[-1] == crowded.cap
+    # An idle rank sleeps longer the more ranks share each core.
+    assert quiet.cap < crowded.cap < polling_backoff(ranks_on_node=32, cores=2).cap

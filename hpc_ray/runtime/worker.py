@@ -54,6 +54,10 @@ OUTPUT_READS = 16
 #: cores (``polling_backoff``): each is a pass of the loop (~10 us of CPU) that
 #: a rank with work to do on the same core would have used.
 OVERSUBSCRIBED_SPINS = 2
+#: The longest an idle rank of such a node sleeps between polls of MPI: the
+#: delay a message to a long-idle rank may see (messages from its executors wake
+#: it at once).
+OVERSUBSCRIBED_CAP = 0.01
 
 
 def polling_backoff(ranks_on_node: int, cores: int) -> Backoff:
@@ -65,10 +69,15 @@ def polling_backoff(ranks_on_node: int, cores: int) -> Backoff:
     ranks than that on the node, every rank polling that fast after each task
     keeps the cores busy with polls, and the ranks and executors with work wait
     for a core (20,000 tiny tasks on 2 cores: 8 ranks slower than 3): there the
-    loop spins a little, then sleeps with a doubling back-off at once.
+    loop spins a little, then sleeps with a doubling back-off at once, and an
+    idle rank sleeps longer (up to ``OVERSUBSCRIBED_CAP``) the more ranks share
+    each core, so the node's idle ranks together poll about as often as one
+    rank per core would (15 idle ranks on 2 cores used 75% of a core at 1 ms).
     """
     if ranks_on_node > cores + 1:
-        return Backoff(spin_limit=OVERSUBSCRIBED_SPINS, warm=0.0)
+        default = Backoff()
+        cap = min(OVERSUBSCRIBED_CAP, default.cap * ranks_on_node / max(cores, 1))
+        return Backoff(cap=cap, spin_limit=OVERSUBSCRIBED_SPINS, warm=0.0)
     return Backoff()
 
 
