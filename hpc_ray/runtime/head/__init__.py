@@ -43,6 +43,11 @@ from .tasks import PENDING, READY, IllegalTransition, TaskEntry, TaskLifecycle, 
 
 logger = logging.getLogger(__name__)
 
+#: Messages to a rank that the driver's later calls to its actors must not
+#: overtake over a direct channel (a group the call uses, a function run first):
+#: the next such call goes through the rank (``ActorEntry.fenced``).
+_BEFORE_LATER_CALLS = frozenset((m.GROUP_CREATE, m.RUN_FUNCTION))
+
 __all__ = ["Head", "FETCH_PLAN", "TaskState", "ActorState", "ObjectEntry", "TaskEntry",
            "ActorEntry", "WorkerInfo", "IllegalTransition"]
 
@@ -147,6 +152,10 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
                 self.outbox[rank] = [msg]
             else:
                 box.append(msg)
+            if msg[0] in _BEFORE_LATER_CALLS and self.direct_pids:
+                for actor in self.actors.values():
+                    if actor.rank == rank:
+                        actor.fenced = True
 
     def direct_calls_running(self) -> int:
         """How many of the driver's calls sent over direct channels are unfinished."""

@@ -139,7 +139,7 @@ class ActorEntry:
     __slots__ = ("actor_id", "class_id", "spec", "resources", "rank", "state", "queue",
                  "inflight", "max_restarts", "restarts", "name", "gpu_ids", "error",
                  "class_name", "pid", "max_task_retries", "meta", "unreferenced",
-                 "direct", "driver_via_rank")
+                 "direct", "driver_via_rank", "fenced")
 
     def __init__(self, actor_id: int, spec: list, resources: dict, max_restarts: int,
                  name: str | None, class_name: str, max_task_retries: int,
@@ -157,6 +157,9 @@ class ActorEntry:
         #: the driver's calls run in the order it made them.
         self.direct: set = set()
         self.driver_via_rank: set = set()
+        #: The head sent the actor's rank something the driver's next call must
+        #: not overtake: that call goes through the rank.
+        self.fenced = False
         self.max_restarts = max_restarts
         self.restarts = 0
         self.name = name
@@ -318,8 +321,8 @@ class ActorLifecycle:
             tid = task.spec[m.T_ID]
             direct = False
             if tid >> _CALLER_SHIFT == DRIVER_CALLER:
-                direct = channel and not actor.driver_via_rank and not any(
-                    d[2][0] == m.FETCH_PLAN for d in wire[m.T_DEPS] or ())
+                direct = channel and not actor.driver_via_rank and not actor.fenced \
+                    and not any(d[2][0] == m.FETCH_PLAN for d in wire[m.T_DEPS] or ())
                 if not direct and actor.direct:
                     # Through the rank it could overtake the driver's direct calls:
                     # it waits until they are done (_finish dispatches again).
@@ -340,6 +343,7 @@ class ActorLifecycle:
                 continue
             if tid >> _CALLER_SHIFT == DRIVER_CALLER:
                 actor.driver_via_rank.add(tid)
+            actor.fenced = False
             self.send(w.rank, (m.EXECUTE, wire))
 
     def actor_died(self, actor_id: int, reason: str, allow_restart: bool) -> None:
