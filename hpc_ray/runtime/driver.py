@@ -62,6 +62,9 @@ DIRECT_WAIT = 0.0002
 #: The same when every task the head knows of is such a call: MPI brings no
 #: result then, only requests of other processes, which this much delays.
 DIRECT_WAIT_ONLY = 0.002
+#: How often the comm rounds look at the direct channels while no result is due
+#: on them (a select per round would add a system call to every MPI-only round).
+CHANNEL_CHECK = 0.001
 #: Seconds shutdown() waits for every worker rank to confirm it has stopped
 #: (a rank first stops its executors, which takes up to 2 s).
 STOP_WAIT = 20.0
@@ -96,6 +99,11 @@ class HeadLoop(threading.Thread):
         self.listener = listener
         self.channels: dict[int, direct.Channel] = {}
         self.channel_of: dict[int, direct.Channel] = {}    # actor id -> its channel
+        #: Whether results are due on the channels (read them every round then);
+        #: otherwise they are looked at every CHANNEL_CHECK seconds (new channels,
+        #: closed ones, results that went the slow way).
+        self.expect_direct = False
+        self.channels_read = 0.0
 
     def _make_handlers(self) -> dict:
         """Kind -> handler(src, msg) for every kind in ``messages.TO_HEAD``."""
@@ -198,7 +206,8 @@ class HeadLoop(threading.Thread):
         active = False
         batches = recv_control(self.comm)
         hellos = gone = None
-        if self.listener is not None:
+        if self.listener is not None and (self.expect_direct or
+                                          time.monotonic() - self.channels_read > CHANNEL_CHECK):
             hellos, gone = self._read_channels(batches)
         with head.lock:
             drain_refs(head)
@@ -217,6 +226,8 @@ class HeadLoop(threading.Thread):
                 direct_out, head.direct_out = head.direct_out, {}
             else:
                 direct_out = None
+            self.expect_direct = bool(direct_out or head.direct_pids
+                                      and head.direct_calls_running())
             logs = None
             if self.logs:
                 logs, self.logs = self.logs, []
@@ -255,6 +266,7 @@ class HeadLoop(threading.Thread):
     def _read_channels(self, batches: list) -> tuple[list, list]:
         """Accept new channels; add what arrived on the others to ``batches``
         as (actor's rank, msgs). Returns (hellos, channels closed)."""
+        self.channels_read = time.monotonic()
         hellos: list = []
         gone: list = []
         listener = self.listener.fileno()
