@@ -513,7 +513,7 @@ class DriverContext(context.ContextBase):
                     if result is not None:
                         return result
                     self._check_broken()
-                    direct_calls = head.direct_pids and head.direct_calls_running()
+                    direct_calls = head.direct_calls_running() if head.direct_pids else 0
                     if direct_calls:
                         # Nothing but direct calls under way: no result is due over MPI.
                         direct_wait = (DIRECT_WAIT_ONLY if direct_calls == len(head.tasks)
