@@ -19,6 +19,8 @@ reaps its ranks, the ranks their executors): "CPU µs/task all".
     python benchmarks/ranks.py                       # N = 3, 8, 16, 32; 20,000 tasks
     python benchmarks/ranks.py --ranks 3,8 --reps 2 --systems hpc_ray,futures
     python benchmarks/ranks.py --save                # benchmarks/results/ranks-<date>.md/.json
+    python benchmarks/ranks.py --base /tmp/base      # + hpc_ray_base: the hpc_ray of another
+                                                     # checkout (PYTHONPATH), in the same run
 """
 from __future__ import annotations
 
@@ -120,12 +122,15 @@ def command(system: str, n: int, tasks: int) -> list[str]:
     return mpiexec_argv(n, [py, "-m", "mpi4py.futures", me, *tail])
 
 
-def run_one(system: str, n: int, tasks: int, timeout: float) -> dict:
-    cmd = command(system, n, tasks)
+def run_one(system: str, n: int, tasks: int, timeout: float, base: str | None = None) -> dict:
+    env = None
+    if system == "hpc_ray_base":
+        env = dict(os.environ, PYTHONPATH=base)
+    cmd = command("hpc_ray" if system == "hpc_ray_base" else system, n, tasks)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=str(ROOT), start_new_session=True)
+                            cwd=str(ROOT), start_new_session=True, env=env)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -149,14 +154,15 @@ def run_one(system: str, n: int, tasks: int, timeout: float) -> dict:
             **{k: v for k, v in res.items() if k.startswith("cpu_us_")}}
 
 
-def table(rows: list[dict], systems: list[str]) -> str:
-    best: dict = {}
+def table(rows: list[dict], systems: list[str], stat: str = "best") -> str:
+    runs: dict = {}
     for r in rows:
-        if "error" in r:
-            continue
-        key = (r["system"], r["ranks"])
-        if key not in best or r["tasks_per_s"] > best[key]["tasks_per_s"]:
-            best[key] = r
+        if "error" not in r:
+            runs.setdefault((r["system"], r["ranks"]), []).append(r)
+    best: dict = {}
+    for key, rs in runs.items():
+        rs = sorted(rs, key=lambda r: r["tasks_per_s"])
+        best[key] = rs[-1] if stat == "best" else rs[(len(rs) - 1) // 2]
     ranks = sorted({r["ranks"] for r in rows})
     head = ["N (ranks)"]
     for s in systems:
@@ -164,6 +170,8 @@ def table(rows: list[dict], systems: list[str]) -> str:
                  f"{s} CPU µs/task in batch: rank 0 / ranks / executors", f"{s} CPU µs/task all"]
     if "hpc_ray" in systems and "futures" in systems:
         head.append("hpc_ray/futures")
+    if "hpc_ray" in systems and "hpc_ray_base" in systems:
+        head.append("hpc_ray/hpc_ray_base")
     lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for n in ranks:
         cells = [str(n)]
@@ -176,6 +184,9 @@ def table(rows: list[dict], systems: list[str]) -> str:
         if "hpc_ray" in systems and "futures" in systems:
             a, b = best.get(("hpc_ray", n)), best.get(("futures", n))
             cells.append(f"{a['tasks_per_s'] / b['tasks_per_s']:.2f}x" if a and b else "")
+        if "hpc_ray" in systems and "hpc_ray_base" in systems:
+            a, b = best.get(("hpc_ray", n)), best.get(("hpc_ray_base", n))
+            cells.append(f"{a['tasks_per_s'] / b['tasks_per_s']:.2f}x" if a and b else "")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -186,6 +197,9 @@ def main() -> None:
     p.add_argument("--systems", default="hpc_ray,futures")
     p.add_argument("--tasks", type=int, default=TASKS)
     p.add_argument("--reps", type=int, default=1, help="runs per (system, N); the best is shown")
+    p.add_argument("--stat", choices=["best", "median"], default="best",
+                   help="which run of each cell the table shows")
+    p.add_argument("--base", help="also run hpc_ray_base: hpc_ray with PYTHONPATH=BASE")
     p.add_argument("--timeout", type=float, default=300)
     p.add_argument("--save", action="store_true", help="write benchmarks/results/ranks-*")
     p.add_argument("--child", choices=["hpc_ray", "futures"], help=argparse.SUPPRESS)
@@ -196,19 +210,23 @@ def main() -> None:
         return child_futures(args.tasks)
 
     systems = [s for s in args.systems.split(",") if s]
+    if args.base and "hpc_ray_base" not in systems:
+        systems.insert(1, "hpc_ray_base")
     for s in systems:
-        if s not in ("hpc_ray", "futures"):
-            p.error(f"unknown system {s!r} (known: ['hpc_ray', 'futures'])")
+        if s not in ("hpc_ray", "hpc_ray_base", "futures"):
+            p.error(f"unknown system {s!r} (known: ['hpc_ray', 'hpc_ray_base', 'futures'])")
+        if s == "hpc_ray_base" and not args.base:
+            p.error("hpc_ray_base needs --base PATH")
     started = time.time()
     load0 = os.getloadavg()[0]
     rows = []
     for n in (int(x) for x in args.ranks.split(",") if x):
         for _ in range(args.reps):
             for s in systems:
-                r = run_one(s, n, args.tasks, args.timeout)
+                r = run_one(s, n, args.tasks, args.timeout, args.base)
                 rows.append(r)
                 print(json.dumps(r), file=sys.stderr, flush=True)
-    text = table(rows, systems)
+    text = table(rows, systems, args.stat)
     print(text)
     if args.save:
         stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M%S")
@@ -222,12 +240,14 @@ def main() -> None:
             commit += f" (uncommitted changes at the end of the run: {', '.join(dirty)})"
         if os.environ.get("PYTHONPATH"):
             commit += f"; PYTHONPATH={os.environ['PYTHONPATH']}"
+        if args.base:
+            commit += f"; hpc_ray_base: PYTHONPATH={args.base}"
         hdr = (f"# {args.tasks:,} tiny tasks under mpiexec -n N, {stamp}\n\n"
                f"Command: `python benchmarks/ranks.py {' '.join(sys.argv[1:])}`\n\n"
                f"- hpc_ray commit: {commit}\n- python: {platform.python_version()}\n"
                f"- cpus: {os.cpu_count()}; 1-min load average {load0:.2f} at start, "
                f"{os.getloadavg()[0]:.2f} at end\n"
-               f"- best of {args.reps} run(s) per cell; `s`: the timed batch; `wall s`: the "
+               f"- {args.stat} of {args.reps} run(s) per cell (systems interleaved); `s`: the timed batch; `wall s`: the "
                f"whole mpiexec; `CPU µs/task in batch`: CPU of the job's processes during the "
                f"timed batch / tasks, by role; `all`: CPU of every process of the run "
                f"(start-up included) / tasks\n- total: {time.time() - started:.0f} s\n\n")

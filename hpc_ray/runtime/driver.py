@@ -20,12 +20,18 @@ threads (``MPI_THREAD_SERIALIZED`` use; mpi4py asks for ``MPI_THREAD_MULTIPLE``)
 The head's state is guarded by ``Head.lock`` (held for microseconds). Users'
 threads hand submissions over through lock-free deques (``_submitted``,
 ``_held``) drained under that lock.
+
+Actors' executors on rank 0's host connect to it over direct channels
+(``transport/direct.py``): the driver's own calls to such an actor go out and
+come back there, read and written in the same rounds as MPI, and a driver
+thread waiting only for such results blocks on those sockets.
 """
 from __future__ import annotations
 
 import collections
 import gc
 import logging
+import select
 import sys
 import threading
 import time
@@ -35,6 +41,7 @@ from typing import Any
 from mpi4py import MPI
 
 from ..exceptions import GetTimeoutError, RayError
+from ..transport import direct
 from ..transport import messages as m
 from ..transport.comm import Backoff, Fetcher, Sender, recv_control, tighten_timer_slack
 from ..transport.messages import FETCH_PLAN
@@ -48,6 +55,16 @@ logger = logging.getLogger(__name__)
 #: Rounds of I/O the driver thread runs itself, back to back, while it waits
 #: before it sleeps and leaves the polling to the comm thread.
 DRIVER_SPINS = 200
+#: Longest the driver thread blocks on the direct channels at a time while it
+#: waits for a direct call's result, before it polls MPI again: what that wait
+#: can add to a result arriving over MPI meanwhile.
+DIRECT_WAIT = 0.0002
+#: The same when every task the head knows of is such a call: MPI brings no
+#: result then, only requests of other processes, which this much delays.
+DIRECT_WAIT_ONLY = 0.002
+#: How often the comm rounds look at the direct channels while no result is due
+#: on them (a select per round would add a system call to every MPI-only round).
+CHANNEL_CHECK = 0.001
 #: Seconds shutdown() waits for every worker rank to confirm it has stopped
 #: (a rank first stops its executors, which takes up to 2 s).
 STOP_WAIT = 20.0
@@ -56,7 +73,7 @@ STOP_WAIT = 20.0
 class HeadLoop(threading.Thread):
     """The comm thread of rank 0."""
 
-    def __init__(self, comm: MPI.Comm, head: Head, arena) -> None:
+    def __init__(self, comm: MPI.Comm, head: Head, arena, listener=None) -> None:
         super().__init__(name="hpc_ray-head", daemon=True)
         self.comm = comm
         self.head = head
@@ -78,6 +95,15 @@ class HeadLoop(threading.Thread):
         #: Executors' lines (LOG), printed after the round, outside the head's lock.
         self.logs: list = []
         self._handlers = self._make_handlers()
+        #: Direct channels of actors' executors on this host: fd -> Channel.
+        self.listener = listener
+        self.channels: dict[int, direct.Channel] = {}
+        self.channel_of: dict[int, direct.Channel] = {}    # actor id -> its channel
+        #: Whether results are due on the channels (read them every round then);
+        #: otherwise they are looked at every CHANNEL_CHECK seconds (new channels,
+        #: closed ones, results that went the slow way).
+        self.expect_direct = False
+        self.channels_read = 0.0
 
     def _make_handlers(self) -> dict:
         """Kind -> handler(src, msg) for every kind in ``messages.TO_HEAD``."""
@@ -148,6 +174,8 @@ class HeadLoop(threading.Thread):
             self._loop()
         except BaseException:
             self.fail(traceback.format_exc())
+        finally:
+            self.close_channels()
 
     def fail(self, tb: str) -> None:
         """The head hit a bug: say so once, and fail everything pending."""
@@ -177,8 +205,14 @@ class HeadLoop(threading.Thread):
         sender = self.sender
         active = False
         batches = recv_control(self.comm)
+        hellos = gone = None
+        if self.listener is not None and (self.expect_direct or
+                                          time.monotonic() - self.channels_read > CHANNEL_CHECK):
+            hellos, gone = self._read_channels(batches)
         with head.lock:
             drain_refs(head)
+            if hellos or gone:
+                self._channels_changed(hellos, gone)
             if batches:
                 active = True
                 handlers = self._handlers
@@ -188,6 +222,12 @@ class HeadLoop(threading.Thread):
                 head.schedule()
                 head.cond.notify_all()
             out = head.take_outbox() if head.outbox else None
+            if head.direct_out:
+                direct_out, head.direct_out = head.direct_out, {}
+            else:
+                direct_out = None
+            self.expect_direct = bool(direct_out or head.direct_pids
+                                      and head.direct_calls_running())
             logs = None
             if self.logs:
                 logs, self.logs = self.logs, []
@@ -200,6 +240,14 @@ class HeadLoop(threading.Thread):
             for rank, msgs in out.items():
                 sender.send(rank, msgs)
             self.last_flush = time.monotonic()
+        if direct_out:
+            active = True
+            channel_of = self.channel_of
+            for actor_id, msgs in direct_out.items():
+                ch = channel_of.get(actor_id)
+                if ch is not None:
+                    ch.send(msgs)
+                # else its process is gone: the rank's crash report requeues the calls
         if logs:
             for src, entries in logs:
                 context.print_worker_logs(src, entries)
@@ -212,6 +260,75 @@ class HeadLoop(threading.Thread):
         if self.fetcher.progress():
             active = True
         return active
+
+    # --- direct channels -----------------------------------------------------------
+
+    def _read_channels(self, batches: list) -> tuple[list, list]:
+        """Accept new channels; add what arrived on the others to ``batches``
+        as (actor's rank, msgs). Returns (hellos, channels closed)."""
+        self.channels_read = time.monotonic()
+        hellos: list = []
+        gone: list = []
+        listener = self.listener.fileno()
+        writers = [fd for fd, ch in self.channels.items() if ch.outbuf]
+        try:
+            ready, writable, _ = select.select([listener, *self.channels], writers, [], 0)
+        except (OSError, ValueError):
+            ready, writable = [listener, *self.channels], []
+        for fd in writable:
+            self.channels[fd].write_some()
+        for fd in ready:
+            if fd == listener:
+                for ch in direct.accept(self.listener):
+                    self.channels[ch.fd] = ch
+                continue
+            ch = self.channels[fd]
+            got = ch.read()
+            if got is None:
+                del self.channels[fd]
+                ch.close()
+                gone.append(ch)
+                continue
+            for msgs in got:
+                if msgs and msgs[0][0] == m.DIRECT_HELLO:
+                    _, ch.actor_id, ch.pid, ch.rank = msgs[0]
+                    hellos.append(ch)
+                    msgs = msgs[1:]
+                if msgs:
+                    batches.append((ch.rank, msgs))
+        return hellos, gone
+
+    def _channels_changed(self, hellos: list, gone: list) -> None:
+        """Tell the head which actor processes have a channel (head lock held)."""
+        pids = self.head.direct_pids
+        for ch in gone:
+            if self.channel_of.get(ch.actor_id) is ch:
+                del self.channel_of[ch.actor_id]
+                if pids.get(ch.actor_id) == ch.pid:
+                    del pids[ch.actor_id]
+        for ch in hellos:
+            old = self.channel_of.get(ch.actor_id)
+            if old is not None and old.fd in self.channels:
+                del self.channels[old.fd]
+                old.close()
+            self.channel_of[ch.actor_id] = ch
+            pids[ch.actor_id] = ch.pid
+
+    def wait_direct(self, timeout: float) -> None:
+        """Block until a direct channel has something to read, or ``timeout``."""
+        try:
+            select.select(list(self.channels), [], [], timeout)
+        except (OSError, ValueError):
+            pass
+
+    def close_channels(self) -> None:
+        for ch in self.channels.values():
+            ch.close()
+        self.channels.clear()
+        self.channel_of.clear()
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
 
     def _loop(self) -> None:
         tighten_timer_slack()  # per thread on Linux: this comm thread only
@@ -399,6 +516,11 @@ class DriverContext(context.ContextBase):
                     if result is not None:
                         return result
                     self._check_broken()
+                    direct_calls = head.direct_calls_running() if head.direct_pids else 0
+                    if direct_calls:
+                        # Nothing but direct calls under way: no result is due over MPI.
+                        direct_wait = (DIRECT_WAIT_ONLY if direct_calls == len(head.tasks)
+                                       else DIRECT_WAIT)
                 if deadline is not None and time.monotonic() >= deadline:
                     return None
                 if spins < DRIVER_SPINS:
@@ -406,6 +528,10 @@ class DriverContext(context.ContextBase):
                     if loop.progress.acquire(timeout=0.001):
                         try:
                             active = loop.poll_from_driver()
+                            if not active and direct_calls:
+                                # A result due on a direct channel: sleep in the kernel
+                                # until it comes (MPI is polled again soon after).
+                                loop.wait_direct(direct_wait)
                         finally:
                             loop.progress.release()
                         spins = 0 if active else spins + 1

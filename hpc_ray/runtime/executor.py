@@ -20,15 +20,23 @@ the rest (EXECUTE, ...) for the main thread, the only one that runs tasks. A
 thread other than the main one never runs nested work nor reports BLOCKED.
 
 stdout and stderr are pipes to the rank (log_to_driver), line-buffered.
+
+An actor on the driver's host also opens a direct channel to the driver
+(``transport/direct.py``): the driver's calls arrive there, and their results go
+back there when a flush holds nothing but such results, with inline values and
+no nested refs; anything else goes through the rank, which keeps the books of
+what this process holds and of the store blocks it fills.
 """
 from __future__ import annotations
 
 import collections
 import inspect
+import io
 import itertools
 import json
 import os
 import pickle
+import select
 import socket
 import sys
 import threading
@@ -39,6 +47,7 @@ from typing import Any
 
 from ..exceptions import (ActorDiedError, GetTimeoutError, RayError, TaskError,
                           WorkerCrashedError)
+from ..transport import direct
 from ..transport import messages as m
 from ..transport.serialization import RAW, SHM, loads
 from . import context, hooks, taskspec, values
@@ -56,8 +65,15 @@ class ExecutorContext(context.ContextBase):
     is_driver = False
 
     def __init__(self, conn: Connection, arena: Arena, node: int, rank: int,
-                 size: int, store_size: int) -> None:
+                 size: int, store_size: int, direct_addr: str | None = None) -> None:
         self.conn = conn
+        #: The driver's direct channel (actors on its host): address, connection,
+        #: and the ids of the calls that came over it and are not answered yet.
+        self.direct_addr = direct_addr
+        self.dconn: Connection | None = None
+        self.direct_tids: set = set()
+        #: Batches sent to the rank so far (see ``execute``).
+        self.rank_sends = 0
         self.arena = arena
         self.node = node
         self.rank = rank
@@ -131,11 +147,54 @@ class ExecutorContext(context.ContextBase):
                 self.out.append((m.PROFILE, events))
             if self.out:
                 out, self.out = self.out, []
-                self._send(out)
+                if self.direct_tids and self._direct_only(out):
+                    self._send_direct(out)
+                else:
+                    self._send(out)
         self.last_flush = time.monotonic()
 
     def _send(self, msgs: list) -> None:
+        if self.direct_tids:
+            # Results of direct calls going through the rank: the head takes them
+            # from there the same way.
+            for msg in msgs:
+                if msg[0] == m.TASK_DONE or msg[0] == m.TASK_FAILED:
+                    self.direct_tids.discard(msg[1])
+        self.rank_sends += 1
         self.conn.send_bytes(pickle.dumps(msgs, protocol=5))
+
+    def _direct_only(self, msgs: list) -> bool:
+        """Whether ``msgs`` are all results of direct calls that need no rank's books:
+        inline values (no store block the rank must see sealed), no nested refs."""
+        tids = self.direct_tids
+        for msg in msgs:
+            kind = msg[0]
+            if kind == m.TASK_DONE:
+                if msg[1] not in tids or msg[3] is not None or \
+                        any(rec[0] == SHM for rec in msg[2]):
+                    return False
+            elif kind != m.TASK_FAILED or msg[1] not in tids:
+                return False
+        return True
+
+    def _send_direct(self, msgs: list) -> None:
+        for msg in msgs:
+            self.direct_tids.discard(msg[1])
+        try:
+            self.dconn.send_bytes(pickle.dumps(msgs, protocol=5))
+        except OSError:
+            os._exit(0)  # the driver is gone: nothing left to serve
+
+    def _open_direct(self) -> None:
+        """Connect this actor's process to the driver, if the driver is on this host."""
+        if self.direct_addr is None or self.dconn is not None:
+            return
+        sock = direct.connect(self.direct_addr)
+        if sock is None:
+            return
+        self.dconn = Connection(sock.detach())
+        self.dconn.send_bytes(pickle.dumps(
+            [(m.DIRECT_HELLO, self.actor_id, self.pid, self.rank)], protocol=5))
 
     def _poll(self, timeout: float) -> bool:
         return self._recv(timeout)
@@ -162,10 +221,12 @@ class ExecutorContext(context.ContextBase):
             self.reading = True
         msgs = None
         try:
-            if timeout is None or self.conn.poll(timeout):
+            if self.dconn is not None:
+                msgs = self._recv_either(timeout)
+            elif timeout is None or self.conn.poll(timeout):
                 msgs = loads(self.conn.recv_bytes())
         except (EOFError, OSError):
-            os._exit(0)  # the rank is gone: nothing left to serve
+            os._exit(0)  # the rank (or the driver) is gone: nothing left to serve
         finally:
             with arrived:
                 self.reading = False
@@ -174,6 +235,23 @@ class ExecutorContext(context.ContextBase):
                     self.batches += 1
                 arrived.notify_all()
         return msgs is not None
+
+    def _recv_either(self, timeout: float | None) -> list | None:
+        """The next batch from the rank or the driver's direct channel (direct calls
+        are noted in ``direct_tids``); None on timeout."""
+        fds = (self.conn.fileno(), self.dconn.fileno())
+        ready = select.select(fds, (), (), timeout)[0]
+        if not ready:
+            return None
+        msgs = []
+        if fds[0] in ready:
+            msgs = loads(self.conn.recv_bytes())
+        if fds[1] in ready:
+            calls = loads(self.dconn.recv_bytes())
+            for msg in calls:
+                self.direct_tids.add(msg[1][m.T_ID])
+            msgs = msgs + calls
+        return msgs
 
     def _file(self, msgs: list) -> None:
         replies, inbox = self.replies, self.inbox
@@ -366,6 +444,10 @@ class ExecutorContext(context.ContextBase):
         t0 = time.time()
         tid = spec[m.T_ID]
         name = spec[m.T_NAME]
+        direct = tid in self.direct_tids
+        if direct:
+            sends = self.rank_sends
+            _Output.printed = False
         outer = self.current_task_name, self.current_task_id
         self.current_task_name, self.current_task_id = name, tid
         self._set_gpus(spec[m.T_RES])
@@ -389,6 +471,10 @@ class ExecutorContext(context.ContextBase):
         finally:
             self.current_task_name, self.current_task_id = outer
             hooks.after_task()
+        if direct and (self.rank_sends != sends or _Output.printed):
+            # What the call sent through the rank (a hold, a put, a printed line)
+            # must reach the head before its result: the result follows that path.
+            self.direct_tids.discard(tid)
         if len(self.out) >= FLUSH_EVERY or not self.inbox or \
                 time.monotonic() - self.last_flush > FLUSH_INTERVAL:
             self.flush()
@@ -465,6 +551,7 @@ class ExecutorContext(context.ContextBase):
             self.flush()
             self.actor_failed()
             return
+        self._open_direct()
         self.emit((m.ACTOR_READY, self.actor_id, self.pid))
         self.flush()
 
@@ -520,6 +607,28 @@ class ExecutorContext(context.ContextBase):
                 self.handle(self.inbox.pop(0))
 
 
+class _Output(io.TextIOWrapper):
+    """An executor's sys.stdout/sys.stderr: notes that a call printed something."""
+
+    printed = False
+
+    def write(self, s: str) -> int:
+        _Output.printed = True
+        return super().write(s)
+
+
+def _noting_output(f):
+    """A line-buffered _Output on ``f``'s file descriptor (``f``, still ``sys.__stdout__``
+    or ``sys.__stderr__``, stays usable)."""
+    if f is None:
+        return f
+    try:
+        buffer = open(f.fileno(), "wb", closefd=False)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return f
+    return _Output(buffer, encoding=f.encoding, errors=f.errors, line_buffering=True)
+
+
 def _die_with_parent() -> None:
     """Ask the kernel to SIGKILL us when the rank that started us dies."""
     try:
@@ -535,7 +644,8 @@ def main() -> None:
     _die_with_parent()
     # Printed lines go to the rank through a pipe (log_to_driver): one write per
     # line, not per 8 KiB block, so a line shows up while the task still runs.
-    sys.stdout.reconfigure(line_buffering=True)
+    sys.stdout = _noting_output(sys.stdout)
+    sys.stderr = _noting_output(sys.stderr)
     cfg = json.loads(os.environ.pop("HPC_RAY_EXECUTOR_CONFIG"))
     sys.path[:] = cfg["sys_path"]
     if cfg.get("cwd"):
@@ -547,7 +657,7 @@ def main() -> None:
     arena = Arena(cfg["arena_fd"], cfg["store_size"]) if cfg["store_size"] else Arena(-1, 0)
     conn = Connection(cfg["fd"])
     ctx = ExecutorContext(conn, arena, cfg["node"], cfg["rank"], cfg["size"],
-                          cfg["store_size"])
+                          cfg["store_size"], cfg.get("direct_addr"))
     context.set_current(ctx)
     ctx.serve()
 

@@ -7,6 +7,7 @@ import socket
 import sys
 
 from .. import _config
+from ..transport import direct
 from . import launch
 from ..exceptions import RayError
 from . import context
@@ -61,6 +62,7 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
         "OBJECT_STORE_MEMORY", None, _config.parse_bytes) or launch.default_store_size()
     rpn = ranks_per_node or _config.os_environ_get("RANKS_PER_NODE", None, int)
     job_id = os.environ.get("SLURM_JOB_ID") or f"local-{os.getpid()}"
+    listener, direct_addr = direct.listen(job_id)
     cfg = {
         "ranks_per_node": rpn,
         "store_size": int(store_size),
@@ -68,6 +70,7 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
         "cwd": os.getcwd(),
         "driver_pid": os.getpid(),
         "driver_host": socket.gethostname(),
+        "direct_addr": direct_addr,
         "cpus_per_rank": cpus_per_rank,
         "num_gpus": num_gpus,
         "resources": dict(resources or {}),
@@ -92,7 +95,7 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
     # round trip; with the default 5 ms switch interval a woken driver thread can
     # wait that long for it (measured: 4 ms sync round trips instead of 0.3 ms).
     sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
-    loop = HeadLoop(comm, head, arena)
+    loop = HeadLoop(comm, head, arena, listener)
     loop.start()
     ctx = DriverContext(head, loop, arena, node, 0, {"size": comm.Get_size()})
     ctx.job_id = job_id

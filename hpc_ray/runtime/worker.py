@@ -77,6 +77,44 @@ MAX_EXTRA_EXECUTORS = 32
 #: a process (tens of MB) around; shorter pays a start-up (~0.3 s) more often.
 EXTRA_IDLE_DEFAULT = 10.0
 
+#: Zero-timeout polls after activity on a rank of a node with more ranks than
+#: cores (``polling_backoff``): each is a pass of the loop (~10 us of CPU) that
+#: a rank with work to do on the same core would have used.
+OVERSUBSCRIBED_SPINS = 2
+#: The longest an idle rank of such a node sleeps between polls of MPI: the
+#: delay a message to a long-idle rank may see (messages from its executors wake
+#: it at once).
+OVERSUBSCRIBED_CAP = 0.01
+
+
+def polling_backoff(ranks_on_node: int, cores: int) -> Backoff:
+    """The back-off of a worker rank's loop.
+
+    With a core to spare for each rank (rank 0 drives, mostly waiting) the loop
+    polls MPI every 20 us for 10 ms after activity (``Backoff.warm``): the next
+    task of a request/reply exchange is due within a round trip. With more
+    ranks than that on the node, every rank polling that fast after each task
+    keeps the cores busy with polls, and the ranks and executors with work wait
+    for a core (20,000 tiny tasks on 2 cores: 8 ranks slower than 3): there the
+    loop spins a little, then sleeps with a doubling back-off at once, and an
+    idle rank sleeps longer (up to ``OVERSUBSCRIBED_CAP``) the more ranks share
+    each core, so the node's idle ranks together poll about as often as one
+    rank per core would (15 idle ranks on 2 cores used 75% of a core at 1 ms).
+    """
+    if ranks_on_node > cores + 1:
+        default = Backoff()
+        cap = min(OVERSUBSCRIBED_CAP, default.cap * ranks_on_node / max(cores, 1))
+        return Backoff(cap=cap, spin_limit=OVERSUBSCRIBED_SPINS, warm=0.0)
+    return Backoff()
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 #: Requests whose replies the rank must look at before passing them on.
 _GET = 1
 _ALLOC = 2
@@ -229,6 +267,8 @@ class WorkerLoop:
         self.stop = False
         self.driver_gone = False
         self.deferred: list = []          # messages that arrived during an in-rank call
+        #: actor id -> its calls held back behind one whose arguments are being fetched.
+        self.fetching: dict[int, collections.deque] = {}
         self.rank_ctx = None              # API context of in-rank actors, made on demand
         self.groups: dict = {}            # collective group name -> (comm, rank in group)
         #: Serials of executors whose requests are not read now (THROTTLE).
@@ -257,6 +297,8 @@ class WorkerLoop:
             "store_size": self.arena.size, "node": self.node, "rank": self.rank,
             "size": self.comm.Get_size(), "serial": serial,
             "sys_path": self.cfg["sys_path"], "cwd": self.cfg.get("cwd"),
+            # The driver's direct channel, for actors (only on the driver's host).
+            "direct_addr": self.cfg.get("direct_addr") if self.driver_pid else None,
         })
         fds = (child_sock.fileno(),) + ((self.arena.fd,) if self.arena.size else ())
         pipe = subprocess.PIPE if self.log_to_driver else None
@@ -344,7 +386,10 @@ class WorkerLoop:
             spec = msg[1]
             if spec[m.T_BLOB] is not None:
                 self.fn_blobs[spec[m.T_FN]] = spec[m.T_BLOB]
-            self._after_fetches(spec, self._enqueue)
+            if spec[m.T_ACTOR] is not None:
+                self._actor_call(spec)
+            else:
+                self._after_fetches(spec, self._enqueue)
         elif kind == m.REPLY:
             self._on_reply(msg)
         elif kind == m.CREATE_ACTOR:
@@ -403,6 +448,31 @@ class WorkerLoop:
             pos, oid, plan = deps[i]
             self.fetcher.start(oid, plan[1], plan[2], plan[3],
                                lambda o, rec, i=i: done(i, o, rec), m.FETCH)
+
+    def _actor_call(self, spec: list) -> None:
+        """Calls reach their actor in the order they came: one whose arguments are
+        being copied from another node holds back the calls behind it."""
+        actor_id = spec[m.T_ACTOR]
+        held = self.fetching.get(actor_id)
+        if held is not None:
+            held.append(spec)
+        elif _needs_fetch(spec):
+            self.fetching[actor_id] = collections.deque()
+            self._after_fetches(spec, self._fetched_actor_call)
+        else:
+            self._enqueue(spec)
+
+    def _fetched_actor_call(self, spec: list) -> None:
+        self._enqueue(spec)
+        actor_id = spec[m.T_ACTOR]
+        held = self.fetching.pop(actor_id)
+        while held:
+            spec = held.popleft()
+            if _needs_fetch(spec):
+                self.fetching[actor_id] = held
+                self._after_fetches(spec, self._fetched_actor_call)
+                return
+            self._enqueue(spec)
 
     def _enqueue(self, spec: list) -> None:
         actor_id = spec[m.T_ACTOR]
@@ -741,7 +811,8 @@ class WorkerLoop:
         self.executors = [self.spawn() for _ in range(self.cpus)]
         tighten_timer_slack()
         comm = self.comm
-        backoff = Backoff()
+        node_of = self.cfg.get("node_of") or []
+        backoff = polling_backoff(sum(1 for n in node_of if n == self.node), _cores())
         last_check = time.monotonic()
         while not self.stop:
             active = False
@@ -846,6 +917,11 @@ def _lends_cpu(ex: ExecutorProc) -> bool:
     """Whether ``ex`` waiting in ``get`` frees a CPU the head may hand out meanwhile:
     only a CPU executor's task holds one (an actor keeps its CPU while it waits)."""
     return not ex.extra and ex.actor_id is None
+
+
+def _needs_fetch(spec: list) -> bool:
+    deps = spec[m.T_DEPS]
+    return bool(deps) and any(d[2][0] == m.FETCH_PLAN for d in deps)
 
 
 def context_released() -> bool:

@@ -69,6 +69,7 @@ class Msg(enum.IntEnum):
     FETCH = 30
     COLLECTIVE_OP = 31
     LOG = 32
+    DIRECT_HELLO = 33
     EXEC_READY = 40
 
 
@@ -104,13 +105,16 @@ FREE_BLOCKS = Msg.FREE_BLOCKS.value
 COLLECTIVE_OP = Msg.COLLECTIVE_OP.value
 EXEC_READY = Msg.EXEC_READY.value
 LOG = Msg.LOG.value
+DIRECT_HELLO = Msg.DIRECT_HELLO.value
 
 
 # --- head (rank 0) -> worker rank (and the rank passes some on to an executor) -----
 
 class Execute(NamedTuple):
     """Run a task or actor call. Head (``Head._dispatch``, ``_dispatch_actor``) ->
-    ``WorkerLoop.on_control`` -> executor ``Executor.handle``."""
+    ``WorkerLoop.on_control`` -> executor ``Executor.handle``; the driver's own
+    actor calls may go straight to the executor over its direct channel
+    (``Head.direct_out``, ``transport/direct.py``)."""
     kind: int
     spec: Any
 
@@ -179,7 +183,8 @@ class Throttle(NamedTuple):
 # --- worker rank (or an executor, through its rank) -> head --------------------------
 
 class TaskDone(NamedTuple):
-    """A task's results. Executor (``Executor.execute``) -> rank -> ``Head.task_done``."""
+    """A task's results. Executor (``Executor.execute``) -> rank -> ``Head.task_done``
+    (or straight to rank 0 over a direct channel, for the driver's actor calls)."""
     kind: int
     task_id: int
     results: list
@@ -369,6 +374,15 @@ class ExecReady(NamedTuple):
     pid: int
 
 
+class DirectHello(NamedTuple):
+    """The first frame on an actor's direct channel (``transport/direct.py``): which
+    actor process this is. Executor (``create_actor_here``) -> ``HeadLoop`` on rank 0."""
+    kind: int
+    actor_id: int
+    pid: int
+    rank: int
+
+
 SCHEMA: dict[int, type] = {
     EXECUTE: Execute, REPLY: Reply, CREATE_ACTOR: CreateActor, KILL_ACTOR: KillActor,
     RUN_FUNCTION: RunFunction, SHUTDOWN: Shutdown, GROUP_CREATE: GroupCreate, STEAL: Steal,
@@ -379,6 +393,7 @@ SCHEMA: dict[int, type] = {
     ACTOR_READY: ActorReady, ACTOR_DIED: ActorDied, CONTROL_CALL: ControlCall,
     PROFILE: Profile, RETURNED: Returned, STOPPED: Stopped, FREE_BLOCKS: FreeBlocks,
     FETCH: Fetch, COLLECTIVE_OP: CollectiveOp, EXEC_READY: ExecReady, LOG: Log,
+    DIRECT_HELLO: DirectHello,
 }
 
 #: Kinds the head handles (``HeadLoop``'s handler table must cover exactly these).

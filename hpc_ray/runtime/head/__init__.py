@@ -43,6 +43,11 @@ from .tasks import PENDING, READY, IllegalTransition, TaskEntry, TaskLifecycle, 
 
 logger = logging.getLogger(__name__)
 
+#: Messages to a rank that the driver's later calls to its actors must not
+#: overtake over a direct channel (a group the call uses, a function run first):
+#: the next such call goes through the rank (``ActorEntry.fenced``).
+_BEFORE_LATER_CALLS = frozenset((m.GROUP_CREATE, m.RUN_FUNCTION))
+
 __all__ = ["Head", "FETCH_PLAN", "TaskState", "ActorState", "ObjectEntry", "TaskEntry",
            "ActorEntry", "WorkerInfo", "IllegalTransition"]
 
@@ -84,6 +89,11 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         self.joins: dict[str, dict] = {}              # group name -> rank -> member
         self.ready = ReadyQueue()
         self.outbox: dict[int, list] = {}
+        #: The driver's actor calls for direct channels: actor id -> [EXECUTE, ...],
+        #: and which process of each actor has a channel open (actor id -> pid),
+        #: kept by the HeadLoop (``transport/direct.py``).
+        self.direct_out: dict[int, list] = {}
+        self.direct_pids: dict[int, int] = {}
         #: Set once SHUTDOWN is queued: from then on nothing more is sent (a message
         #: no rank receives before MPI_Finalize can hang the job; see HeadLoop).
         self.closing = False
@@ -143,6 +153,20 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
                 self.outbox[rank] = [msg]
             else:
                 box.append(msg)
+            if msg[0] in _BEFORE_LATER_CALLS and self.direct_pids:
+                for actor in self.actors.values():
+                    if actor.rank == rank:
+                        actor.fenced = True
+
+    def direct_calls_running(self) -> int:
+        """How many of the driver's calls sent over direct channels are unfinished."""
+        actors = self.actors
+        n = 0
+        for actor_id in self.direct_pids:
+            actor = actors.get(actor_id)
+            if actor is not None:
+                n += len(actor.direct)
+        return n
 
     def take_outbox(self) -> dict[int, list]:
         out, self.outbox = self.outbox, {}

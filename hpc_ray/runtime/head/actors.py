@@ -64,6 +64,8 @@ MAX_ACTOR_INFLIGHT = 1 << 10
 
 #: Bits of a task id below the submitting process's prefix (``context.COUNTER_BITS``).
 _CALLER_SHIFT = 40
+#: The driver's caller number (rank 0, serial 0): its calls may take a direct channel.
+DRIVER_CALLER = 0
 #: A caller's prefix is ``(rank << 20) | serial`` (``context.set_id_prefix``).
 _SERIAL_BITS = 20
 
@@ -163,7 +165,8 @@ class CallQueue:
 class ActorEntry:
     __slots__ = ("actor_id", "class_id", "spec", "resources", "rank", "state", "queue",
                  "inflight", "max_restarts", "restarts", "name", "gpu_ids", "error",
-                 "class_name", "pid", "max_task_retries", "meta", "unreferenced", "lenders")
+                 "class_name", "pid", "max_task_retries", "meta", "unreferenced",
+                 "lenders", "direct", "driver_via_rank", "fenced")
 
     def __init__(self, actor_id: int, spec: list, resources: dict, max_restarts: int,
                  name: str | None, class_name: str, max_task_retries: int,
@@ -176,6 +179,14 @@ class ActorEntry:
         self.state = A_PENDING
         self.queue = CallQueue()                              #: calls not sent yet
         self.inflight: dict = {}                              #: calls sent, by task id
+        #: Of ``inflight``: the driver's calls sent over the direct channel, and
+        #: those sent through the rank. Both paths are never in use at once, so
+        #: the driver's calls run in the order it made them.
+        self.direct: set = set()
+        self.driver_via_rank: set = set()
+        #: The head sent the actor's rank something the driver's next call must
+        #: not overtake: that call goes through the rank.
+        self.fenced = False
         self.max_restarts = max_restarts
         self.restarts = 0
         self.name = name
@@ -188,6 +199,20 @@ class ActorEntry:
         self.meta = meta                      #: method table, for get_actor()
         #: No handle is left: the actor ends when its queued and running calls are done.
         self.unreferenced = False
+
+
+    def call_left(self, tid: int) -> None:
+        """A sent call finished or was taken back."""
+        self.inflight.pop(tid, None)
+        if self.direct:
+            self.direct.discard(tid)
+        if self.driver_via_rank:
+            self.driver_via_rank.discard(tid)
+
+    def clear_inflight(self) -> None:
+        self.inflight.clear()
+        self.direct.clear()
+        self.driver_via_rank.clear()
 
 
 def check_transition(actor: ActorEntry, new: ActorState) -> None:
@@ -324,17 +349,39 @@ class ActorLifecycle:
                 if e.record is None and ("actor", actor) not in e.waiters:
                     e.waiters.append(("actor", actor))
 
+        channel = actor.pid and self.direct_pids.get(actor.actor_id) == actor.pid
         while len(actor.inflight) < MAX_ACTOR_INFLIGHT:
             task = actor.queue.next_call(wait_for_arguments)
             if task is None:
                 break
+            wire = self._wire(task.spec, w, actor.gpu_ids, actor.resources)
+            tid = task.spec[m.T_ID]
+            direct = False
+            if tid >> _CALLER_SHIFT == DRIVER_CALLER:
+                direct = channel and not actor.driver_via_rank and not actor.fenced \
+                    and not any(d[2][0] == m.FETCH_PLAN for d in wire[m.T_DEPS] or ())
+                if not direct and actor.direct:
+                    # Through the rank it could overtake the driver's direct calls:
+                    # it waits until they are done (_finish dispatches again).
+                    actor.queue.put_back([task])
+                    break
             self._set_task_state(task, RUNNING)
             task.rank = w.rank
             task.attempts += 1
             task.placed = True
-            actor.inflight[task.spec[m.T_ID]] = task
-            self.send(w.rank, (m.EXECUTE,
-                               self._wire(task.spec, w, actor.gpu_ids, actor.resources)))
+            actor.inflight[tid] = task
+            if direct:
+                actor.direct.add(tid)
+                box = self.direct_out.get(actor.actor_id)
+                if box is None:
+                    self.direct_out[actor.actor_id] = [(m.EXECUTE, wire)]
+                else:
+                    box.append((m.EXECUTE, wire))
+                continue
+            if tid >> _CALLER_SHIFT == DRIVER_CALLER:
+                actor.driver_via_rank.add(tid)
+            actor.fenced = False
+            self.send(w.rank, (m.EXECUTE, wire))
         self._unthrottle(actor.queue)
 
     def _throttle(self, caller: int) -> None:
@@ -368,7 +415,7 @@ class ActorLifecycle:
                                      or actor.restarts < actor.max_restarts)
         msg = f"actor {actor.class_name} died: {reason}"
         lost = list(actor.inflight.values())
-        actor.inflight.clear()
+        actor.clear_inflight()
         requeue = []
         for task in lost:
             if task.state is not RUNNING:

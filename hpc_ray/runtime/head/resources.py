@@ -298,7 +298,7 @@ class Placement:
         if task.spec[m.T_ACTOR] is not None:
             actor = self.actors.get(task.spec[m.T_ACTOR])
             if actor is not None:
-                actor.inflight.pop(task.spec[m.T_ID], None)
+                actor.call_left(task.spec[m.T_ID])
             return
         w = self.workers.get(task.rank)
         if w is not None:

@@ -1,0 +1,141 @@
+"""Direct channels between the driver (rank 0) and the actors' executors on its host.
+
+    driver (HeadLoop) ── EXECUTE (the driver's own calls) ──▶ actor's executor
+    driver (HeadLoop) ◀─ DIRECT_HELLO, then TASK_DONE / TASK_FAILED of those calls ──
+
+A sync actor call through the actor's worker rank crosses four processes'
+wake-ups (driver -> rank over MPI, rank -> executor, and back); over a direct
+channel it crosses two, and both sides block in the kernel instead of polling.
+Everything else an executor sends (holds, puts, submissions, results with store
+blocks or nested refs, actor exits) still goes through its rank, which keeps the
+books of what the process holds; see ``executor.ExecutorContext.flush``.
+
+The driver listens on an abstract Unix socket (no file to clean up) and accepts
+only processes of its own user (``SO_PEERCRED``). Frames are multiprocessing's
+(a 4-byte big-endian length, then a pickle), so an executor uses a plain
+``multiprocessing.connection.Connection``.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import struct
+
+from . import messages as m
+from .serialization import loads
+
+_CRED = struct.Struct("3i")   # struct ucred: pid, uid, gid
+
+
+def listen(job_id: str) -> tuple[socket.socket | None, str | None]:
+    """A non-blocking listening socket and its address, or (None, None) off Linux."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return None, None
+    name = f"\0hpc_ray-{job_id}-{os.getpid()}-{os.urandom(6).hex()}"
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(name)
+        sock.listen(256)
+        sock.setblocking(False)
+    except OSError:
+        return None, None
+    return sock, name[1:]
+
+
+def connect(address: str) -> socket.socket | None:
+    """The executor's end: connected and blocking, or None when the driver is not there."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect("\0" + address)
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+class Channel:
+    """The driver's end of one executor's channel: non-blocking, buffered both ways."""
+
+    __slots__ = ("sock", "fd", "inbuf", "outbuf", "actor_id", "pid", "rank")
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.inbuf = bytearray()
+        self.outbuf = bytearray()
+        #: Set by the executor's DIRECT_HELLO.
+        self.actor_id: int | None = None
+        self.pid = 0
+        self.rank = -1
+
+    def send(self, msgs: list) -> None:
+        data = pickle.dumps(msgs, protocol=5)
+        self.outbuf += struct.pack("!i", len(data))
+        self.outbuf += data
+        self.write_some()
+
+    def write_some(self) -> None:
+        while self.outbuf:
+            try:
+                k = self.sock.send(self.outbuf)
+            except BlockingIOError:
+                return
+            except OSError:
+                self.outbuf.clear()   # the process died: EOF on the read side says so
+                return
+            del self.outbuf[:k]
+
+    def read(self) -> list[list] | None:
+        """The batches that arrived whole so far; None at EOF."""
+        try:
+            chunk = self.sock.recv(1 << 20)
+        except BlockingIOError:
+            return []
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        buf = self.inbuf
+        buf += chunk
+        out = []
+        pos = 0
+        while len(buf) - pos >= 4:
+            n = struct.unpack_from("!i", buf, pos)[0]
+            if len(buf) - pos - 4 < n:
+                break
+            out.append(loads(bytes(buf[pos + 4: pos + 4 + n])))
+            pos += 4 + n
+        del buf[:pos]
+        if m.CHECKING:
+            for msgs in out:
+                m.check_all(msgs, f"rank 0 from executor {self.pid} (direct)")
+        return out
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def accept(listener: socket.socket) -> list[Channel]:
+    """Connections waiting on ``listener`` from processes of this user."""
+    out = []
+    while True:
+        try:
+            sock, _ = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return out
+        except OSError:
+            return out
+        try:
+            cred = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size)
+            _, uid, _ = _CRED.unpack(cred)
+        except OSError:
+            uid = -1
+        if uid != os.getuid():
+            sock.close()
+            continue
+        out.append(Channel(sock))

@@ -1,0 +1,110 @@
+"""Issue 12: the driver's calls to an actor on its host take the direct channel,
+and what the user sees is what it was through the actor's rank: calls run once
+each in the order made, also when some of them must go through the rank (an
+argument to be copied from another node, with HPC_RAY_RANKS_PER_NODE=1) or
+return what only the rank can account for (store blocks, nested refs); printed
+lines arrive; the head's tables end empty; a restarted actor gets its calls."""
+import faulthandler, os
+faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
+
+import numpy as np
+
+from _harness import TMPDIR, check, init_kwargs, ok, poll_for
+
+import hpc_ray as ray
+
+ray.init(**init_kwargs())
+
+
+@ray.remote
+class Log:
+    def __init__(self):
+        self.seen = []
+
+    def add(self, x):
+        self.seen.append(x if isinstance(x, int) else f"array{x.shape}")
+        return len(self.seen)
+
+    def seen_list(self):
+        return self.seen
+
+    def block(self, n):
+        return np.full(n, 7.0)            # 8 * n bytes: a store block past 100 KiB
+
+    def nested(self, x):
+        return [ray.put(x)]               # a ref inside the result
+
+    def shout(self, x):
+        print(f"shout {x}")
+        return x
+
+    def pid(self):
+        return os.getpid()
+
+
+@ray.remote
+def far_array():
+    return np.zeros(1 << 15)              # 256 KiB in the store of the task's node
+
+
+log = Log.remote()
+check(ray.get(log.pid.remote(), timeout=30) > 0)
+baseline = len(ray.objects())
+# Plain calls, calls whose argument lives in another node's store (the rank copies
+# it first), and calls with inline arguments, interleaved: one order.
+refs, want = [], []
+for i in range(60):
+    if i % 7 == 3:
+        refs.append(log.add.remote(far_array.remote()))
+        want.append("array(32768,)")
+    else:
+        refs.append(log.add.remote(i))
+        want.append(i)
+got = ray.get(refs, timeout=60)
+check(got == list(range(1, 61)), f"every call ran once, in order: {got}")
+seen = ray.get(log.seen_list.remote(), timeout=30)
+check(seen == want, f"the actor saw the calls in order: {seen}")
+
+# Results the rank keeps the books of, between direct ones.
+got = ray.get([log.block.remote(1 << 15), log.add.remote(-1), log.block.remote(10)],
+              timeout=30)
+check(got[0].shape == (1 << 15,) and float(got[0][-1]) == 7.0 and got[1] == 61
+      and list(got[2]) == [7.0] * 10, got)
+inner = ray.get(log.nested.remote("in a ref"), timeout=30)
+check(ray.get(inner[0], timeout=30) == "in a ref", inner)
+check(ray.get(log.shout.remote(5), timeout=30) == 5, "a call that prints")
+del got, inner
+
+# Nothing left in the head's tables once the refs are gone (the calls that took
+# the direct channel were counted like the others).
+del refs
+check(poll_for(lambda: len(ray.objects()) <= baseline, 30),
+      f"objects left: {len(ray.objects())}, {baseline} before the calls")
+tasks = ray.tasks()
+check(all(t["State"] in ("FINISHED", "FAILED") for t in tasks.values()),
+      [t for t in tasks.values() if t["State"] not in ("FINISHED", "FAILED")])
+
+# A restarted actor: its new process gets the calls (and a channel of its own).
+@ray.remote(max_restarts=1, max_task_retries=1)
+class Phoenix:
+    def pid(self):
+        return os.getpid()
+
+    def die_once(self, marker):
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(1)
+        return "survived"
+
+
+p = Phoenix.remote()
+first = ray.get(p.pid.remote(), timeout=30)
+died = p.die_once.remote(os.path.join(TMPDIR, "died"))
+second = ray.get(p.pid.remote(), timeout=60)
+check(ray.get(died, timeout=30) == "survived", "the lost call ran again on the new process")
+check(second != first, f"the actor was restarted in a new process ({first} -> {second})")
+check(ray.get([p.pid.remote() for _ in range(50)], timeout=30) == [second] * 50)
+ray.kill(p)
+ray.kill(log)
+ray.shutdown()
+ok("actor_direct")
