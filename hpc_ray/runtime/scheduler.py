@@ -169,10 +169,15 @@ def feasible_anywhere(workers: Iterable, need: dict) -> bool:
                for ranks in by_node(workers).values())
 
 
-def is_wide(workers: Iterable, need: dict) -> bool:
-    """Whether ``need`` asks for more CPUs than any one rank has."""
+def most_rank_cpus(workers: Iterable) -> float:
+    """The CPUs of the largest rank: a request for more is wide (``pick_wide``)."""
+    return max(map(_cpu, workers), default=0)
+
+
+def is_wide(most_cpus: float, need: dict) -> bool:
+    """Whether ``need`` asks for more CPUs than any one rank has (``most_rank_cpus``)."""
     cpu = need.get("CPU", 0)
-    return bool(cpu) and all(_cpu(w) + _EPS < cpu for w in workers)
+    return bool(cpu) and cpu > most_cpus + _EPS
 
 
 def pick_wide(workers: Iterable, need: dict):

@@ -41,6 +41,7 @@ from multiprocessing.connection import Connection
 from mpi4py import MPI
 
 from ..transport import messages as m
+from ..transport.frames import split_frames
 from ..transport.comm import Backoff, Fetcher, Sender, recv_control, tighten_timer_slack
 from ..transport.serialization import SHM, loads
 
@@ -216,24 +217,8 @@ class ExecutorProc:
             return None
         if not chunk:
             return None
-        buf = self.inbuf
-        buf += chunk
-        frames = []
-        pos = 0
-        while len(buf) - pos >= 4:
-            n = struct.unpack_from("!i", buf, pos)[0]
-            head = 4
-            if n == -1:
-                if len(buf) - pos < 12:
-                    break
-                n = struct.unpack_from("!Q", buf, pos + 4)[0]
-                head = 12
-            if len(buf) - pos - head < n:
-                break
-            frames.append(bytes(buf[pos + head: pos + head + n]))
-            pos += head + n
-        del buf[:pos]
-        return frames
+        self.inbuf += chunk
+        return split_frames(self.inbuf)
 
 
 class WorkerLoop:

@@ -23,6 +23,7 @@ import socket
 import struct
 
 from . import messages as m
+from .frames import split_frames
 from .serialization import loads
 
 _CRED = struct.Struct("3i")   # struct ucred: pid, uid, gid
@@ -97,17 +98,8 @@ class Channel:
             return None
         if not chunk:
             return None
-        buf = self.inbuf
-        buf += chunk
-        out = []
-        pos = 0
-        while len(buf) - pos >= 4:
-            n = struct.unpack_from("!i", buf, pos)[0]
-            if len(buf) - pos - 4 < n:
-                break
-            out.append(loads(bytes(buf[pos + 4: pos + 4 + n])))
-            pos += 4 + n
-        del buf[:pos]
+        self.inbuf += chunk
+        out = [loads(frame) for frame in split_frames(self.inbuf)]
         if m.CHECKING:
             for msgs in out:
                 m.check_all(msgs, f"rank 0 from executor {self.pid} (direct)")

@@ -37,6 +37,7 @@ from ...transport.serialization import ERROR
 from .actors import A_ALIVE, A_PENDING, A_RESTARTING, ActorEntry, ActorLifecycle, ActorState
 from .history import DEFAULT_BUDGET, History
 from .objects import ObjectEntry, ObjectTable
+from .. import scheduler
 from ..scheduler import RANK_KEYS
 from .resources import NodePool, Placement, ReadyQueue, WorkerInfo
 from .tasks import PENDING, READY, IllegalTransition, TaskEntry, TaskLifecycle, TaskState
@@ -81,6 +82,7 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         self.pools: dict[int, NodePool] = {}          # node -> its custom resources
         self.custom_node: int | None = None           # the node init()'s custom ones went to
         self._alive: list[WorkerInfo] = []
+        self._most_rank_cpus = 0          # CPUs of the largest live rank
         self.actors: dict[int, ActorEntry] = {}       # live actors only
         self.named_actors: dict[str, int] = {}
         self.lifetimes: dict[int, int] = {}           # lifetime token id -> actor id
@@ -144,6 +146,7 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
 
     def _workers_changed(self) -> None:
         self._alive = [w for w in self.workers.values() if w.alive]
+        self._most_rank_cpus = scheduler.most_rank_cpus(self._alive)
         self.feasible_shapes.clear()      # which shapes fit depends on the ranks
 
     def send(self, rank: int, msg: tuple) -> None:

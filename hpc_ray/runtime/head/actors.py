@@ -298,7 +298,7 @@ class ActorLifecycle:
                     return  # placed when this argument is ready
         workers = self._alive
         lenders = ()
-        if scheduler.is_wide(workers, actor.resources):
+        if scheduler.is_wide(self._most_rank_cpus, actor.resources):
             w, lenders = scheduler.pick_wide(workers, actor.resources) or (None, ())
         else:
             w = scheduler.pick_actor_worker(workers, actor.resources)

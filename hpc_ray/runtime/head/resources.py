@@ -178,16 +178,13 @@ class Placement:
         time at 1,024 ranks).
         """
         rooms: dict = {}                  # shape -> [workers with room, next index]
-        wide: dict = {}                   # shape -> wider than every rank
+        most_cpus = self._most_rank_cpus
         arg_nodes = self._arg_nodes
         capacity_ok = scheduler.capacity_ok
 
         def pick(task):
             need = task.resources
-            is_wide = wide.get(task.shape)
-            if is_wide is None:
-                is_wide = wide[task.shape] = scheduler.is_wide(workers, need)
-            if is_wide:
+            if scheduler.is_wide(most_cpus, need):
                 got = scheduler.pick_wide(workers, need)
                 if got is None:
                     return None
