@@ -26,6 +26,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import sys
 import time
 import uuid
@@ -34,6 +35,8 @@ from typing import Callable, Iterable, Sequence
 
 import psutil
 import pytest
+
+from hpc_ray.runtime.interrupts import STACKS_DIR_ENV
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
@@ -329,12 +332,63 @@ def run_mpi(script: str | os.PathLike, n: int, *args: str, timeout: float = 60,
     command = list(cmd) if cmd is not None else build_command(script, n, args, mode)
     full_env = launch_env(n, mode, timeout, env)
     marker = full_env[LAUNCH_MARKER] = uuid.uuid4().hex
+    stacks_dir = full_env.setdefault(STACKS_DIR_ENV, tempfile.mkdtemp(prefix="hpc_ray-stacks-"))
+    try:
+        return _run_launch(script, n, command, full_env, marker, timeout, cmd, mode,
+                           expect_rc, stacks_dir)
+    finally:
+        shutil.rmtree(stacks_dir, ignore_errors=True)
+
+
+#: Seconds before a launch's timeout (and before the rank scripts' faulthandler
+#: deadline, 5 s before it) when every process of a launch that is still running
+#: is asked for its stacks.
+STACKS_BEFORE_TIMEOUT = 8
+
+
+def _dump_launch_stacks(sid: int, marker: str, stacks_dir: str) -> None:
+    """SIGUSR2 to every process of the launch that registered a stacks file
+    (``interrupts.dump_stacks_on_sigusr2``); others would die of it."""
+    for p in _launch_processes(sid, marker):
+        if os.path.exists(os.path.join(stacks_dir, f"stacks-{p.pid}.txt")):
+            try:
+                p.send_signal(signal.SIGUSR2)
+            except psutil.Error:
+                pass
+    time.sleep(1.0)
+
+
+def _launch_stacks(stacks_dir: str) -> str:
+    """Every stack dump written under ``stacks_dir``, with its pid."""
+    parts = []
+    for path in sorted(Path(stacks_dir).glob("stacks-*.txt")):
+        try:
+            text = path.read_text(errors="replace").strip()
+        except OSError:
+            continue
+        if text:
+            parts.append(f"--- {path.stem} ---\n{text}")
+    return ("\n--- stacks of every process of the launch, "
+            f"{STACKS_BEFORE_TIMEOUT} s before the timeout ---\n" + "\n".join(parts)
+            if parts else "")
+
+
+def _run_launch(script, n, command, full_env, marker, timeout, cmd, mode, expect_rc,
+                stacks_dir) -> MPIResult:
     start = time.monotonic()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=full_env, cwd=str(SCRIPTS_DIR), start_new_session=True)
     sid = proc.pid
+    early = timeout - STACKS_BEFORE_TIMEOUT
     try:
-        stdout, stderr = proc.communicate(timeout=timeout)
+        try:
+            stdout, stderr = proc.communicate(timeout=early if early >= 10 else timeout)
+        except subprocess.TimeoutExpired:
+            if early < 10:
+                raise
+            _dump_launch_stacks(sid, marker, stacks_dir)
+            stdout, stderr = proc.communicate(
+                timeout=max(1.0, timeout - (time.monotonic() - start)))
     except subprocess.TimeoutExpired:
         _kill_launch(sid, marker)
         try:
@@ -345,7 +399,8 @@ def run_mpi(script: str | os.PathLike, n: int, *args: str, timeout: float = 60,
         shown = Path(script).name if cmd is None else " ".join(command)
         pytest.fail(f"mpiexec -n {n} {shown} timed out after {timeout}s "
                     f"(mode {mode}); output so far:\n--- stdout ---\n{_decode(stdout)}"
-                    f"\n--- stderr ---\n{_decode(stderr)}", pytrace=False)
+                    f"\n--- stderr ---\n{_decode(stderr)}{_launch_stacks(stacks_dir)}",
+                    pytrace=False)
     except BaseException:
         _kill_launch(sid, marker)
         proc.wait()
@@ -364,7 +419,8 @@ def run_mpi(script: str | os.PathLike, n: int, *args: str, timeout: float = 60,
     # whatever the return code says (a test of a dying driver expects rc != 0).
     if _FAULTHANDLER_TIMEOUT.search(result.stderr):
         pytest.fail(f"a process hung until its faulthandler deadline "
-                    f"(timeout - 5 s)\n{result.output()}", pytrace=False)
+                    f"(timeout - 5 s)\n{result.output()}{_launch_stacks(stacks_dir)}",
+                    pytrace=False)
     if expect_rc is _ANY_NONZERO:
         if result.returncode == 0:
             pytest.fail(f"expected a non-zero return code\n{result.output()}", pytrace=False)

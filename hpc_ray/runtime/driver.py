@@ -453,6 +453,7 @@ class DriverContext(context.ContextBase):
         self.current_task_name = None
         self.gpu_ids: list[int] = []
         interrupts.install()
+        interrupts.dump_stacks_on_sigusr2()
 
     # --- refs -------------------------------------------------------------------
 

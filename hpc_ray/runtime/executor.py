@@ -50,7 +50,7 @@ from ..exceptions import (ActorDiedError, GetTimeoutError, RayError, TaskError,
 from ..transport import direct
 from ..transport import messages as m
 from ..transport.serialization import RAW, SHM, loads
-from . import context, hooks, taskspec, values
+from . import context, hooks, interrupts, taskspec, values
 from .store import Arena
 
 #: Flush buffered messages to the rank after this many (or at any blocking point).
@@ -642,6 +642,7 @@ def _die_with_parent() -> None:
 
 def main() -> None:
     _die_with_parent()
+    interrupts.dump_stacks_on_sigusr2()
     # Printed lines go to the rank through a pipe (log_to_driver): one write per
     # line, not per 8 KiB block, so a line shows up while the task still runs.
     sys.stdout = _noting_output(sys.stdout)

@@ -15,6 +15,7 @@ handler, and removed by ``shutdown()``; a handler the user set is left alone.
 """
 from __future__ import annotations
 
+import os
 import signal
 import threading
 
@@ -82,3 +83,26 @@ def ignore_in_workers() -> None:
     spawned after this and inherit it."""
     if threading.current_thread() is _MAIN:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+#: Directory where every hpc_ray process (driver, worker ranks, executors) writes
+#: all its threads' stacks when it gets SIGUSR2; unset: SIGUSR2 is left alone.
+#: The test harness sets it, and signals a launch that is about to time out, so a
+#: hang shows where every process of the job was, not only the driver.
+STACKS_DIR_ENV = "HPC_RAY_STACKS_DIR"
+_stacks_file = None
+
+
+def dump_stacks_on_sigusr2() -> None:
+    """With ``HPC_RAY_STACKS_DIR`` set: SIGUSR2 writes this process's stacks to
+    ``<dir>/stacks-<pid>.txt`` (faulthandler, so it works with the GIL held)."""
+    global _stacks_file
+    directory = os.environ.get(STACKS_DIR_ENV)
+    if not directory or _stacks_file is not None:
+        return
+    import faulthandler
+    try:
+        _stacks_file = open(os.path.join(directory, f"stacks-{os.getpid()}.txt"), "w")
+        faulthandler.register(signal.SIGUSR2, file=_stacks_file, all_threads=True)
+    except (OSError, ValueError, RuntimeError):
+        pass

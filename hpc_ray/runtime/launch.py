@@ -315,9 +315,11 @@ def _my_share_of_node_gpus(cfg: dict, rank: int) -> list[int]:
 
 def run_worker(comm) -> bool:
     """The whole life of a worker rank; returns True when the driver vanished."""
+    from . import interrupts
     from .worker import WorkerLoop
     # Slurm's USR1 warning is for the driver; on a worker its default action kills.
     ignore_preempt_signals()
+    interrupts.dump_stacks_on_sigusr2()
     cfg, node_of, node, arena = setup_world(comm, None)
     rank = comm.Get_rank()
     resources, gpu_ids = worker_resources(cfg, rank, comm.Get_size())
