@@ -65,6 +65,9 @@ DIRECT_WAIT_ONLY = 0.002
 #: How often the comm rounds look at the direct channels while no result is due
 #: on them (a select per round would add a system call to every MPI-only round).
 CHANNEL_CHECK = 0.001
+#: A submission this soon after a driver thread left get()/wait() does not wake
+#: the comm thread (see DriverContext.submit).
+SUBMIT_QUIET = 0.0002
 #: Seconds shutdown() waits for every worker rank to confirm it has stopped
 #: (a rank first stops its executors, which takes up to 2 s).
 STOP_WAIT = 20.0
@@ -91,6 +94,8 @@ class HeadLoop(threading.Thread):
         self.progress = threading.Lock()
         #: True while the driver thread polls in get()/wait(); the comm thread idles.
         self.driver_polling = False
+        #: When a driver thread last left get()/wait() (see DriverContext.submit).
+        self.waited_at = 0.0
         self.last_flush = 0.0
         #: Executors' lines (LOG), printed after the round, outside the head's lock.
         self.logs: list = []
@@ -104,6 +109,11 @@ class HeadLoop(threading.Thread):
         #: closed ones, results that went the slow way).
         self.expect_direct = False
         self.channels_read = 0.0
+        #: The channels wait_direct() found readable: the next round reads them
+        #: without asking select() again.
+        self.ready_channels: list | None = None
+        #: Whether the last round received anything (not only sent).
+        self.received = False
 
     def _make_handlers(self) -> dict:
         """Kind -> handler(src, msg) for every kind in ``messages.TO_HEAD``."""
@@ -209,6 +219,7 @@ class HeadLoop(threading.Thread):
         if self.listener is not None and (self.expect_direct or
                                           time.monotonic() - self.channels_read > CHANNEL_CHECK):
             hellos, gone = self._read_channels(batches)
+        self.received = bool(batches)
         with head.lock:
             drain_refs(head)
             if hellos or gone:
@@ -258,7 +269,7 @@ class HeadLoop(threading.Thread):
                                    m.FETCH)
         sender.progress()
         if self.fetcher.progress():
-            active = True
+            active = self.received = True
         return active
 
     # --- direct channels -----------------------------------------------------------
@@ -271,10 +282,15 @@ class HeadLoop(threading.Thread):
         gone: list = []
         listener = self.listener.fileno()
         writers = [fd for fd, ch in self.channels.items() if ch.outbuf]
-        try:
-            ready, writable, _ = select.select([listener, *self.channels], writers, [], 0)
-        except (OSError, ValueError):
-            ready, writable = [listener, *self.channels], []
+        ready = self.ready_channels
+        self.ready_channels = None
+        if ready and not writers:
+            writable = ()
+        else:
+            try:
+                ready, writable, _ = select.select([listener, *self.channels], writers, [], 0)
+            except (OSError, ValueError):
+                ready, writable = [listener, *self.channels], []
         for fd in writable:
             self.channels[fd].write_some()
         for fd in ready:
@@ -282,7 +298,9 @@ class HeadLoop(threading.Thread):
                 for ch in direct.accept(self.listener):
                     self.channels[ch.fd] = ch
                 continue
-            ch = self.channels[fd]
+            ch = self.channels.get(fd)
+            if ch is None:   # closed since wait_direct() saw it
+                continue
             got = ch.read()
             if got is None:
                 del self.channels[fd]
@@ -317,7 +335,7 @@ class HeadLoop(threading.Thread):
     def wait_direct(self, timeout: float) -> None:
         """Block until a direct channel has something to read, or ``timeout``."""
         try:
-            select.select(list(self.channels), [], [], timeout)
+            self.ready_channels = select.select(list(self.channels), [], [], timeout)[0]
         except (OSError, ValueError):
             pass
 
@@ -472,7 +490,13 @@ class DriverContext(context.ContextBase):
                     drain_refs(self.head)
         else:
             _submitted.append(spec)
-            self.loop.event.set()
+            # A driver thread that has just left get()/wait() is likely back in one
+            # within microseconds (a loop of get(a.m.remote())), and runs the round
+            # that sends this itself: waking the comm thread as well would only
+            # make the two threads trade the GIL. Otherwise the comm thread's next
+            # round (at most Backoff.cap later) sends it.
+            if time.monotonic() - self.loop.waited_at > SUBMIT_QUIET:
+                self.loop.event.set()
 
     def control(self, name: str, *args) -> Any:
         from . import control
@@ -505,6 +529,7 @@ class DriverContext(context.ContextBase):
             return self._wait_loop(check, deadline, head, loop)
         finally:
             loop.driver_polling = False
+            loop.waited_at = time.monotonic()
 
     def _wait_loop(self, check, deadline, head, loop):
         spins = 0
@@ -529,9 +554,10 @@ class DriverContext(context.ContextBase):
                     if loop.progress.acquire(timeout=0.001):
                         try:
                             active = loop.poll_from_driver()
-                            if not active and direct_calls:
-                                # A result due on a direct channel: sleep in the kernel
-                                # until it comes (MPI is polled again soon after).
+                            if direct_calls and not loop.received:
+                                # A result due on a direct channel (the round may have
+                                # just sent the call): sleep in the kernel until it
+                                # comes (MPI is polled again soon after).
                                 loop.wait_direct(direct_wait)
                         finally:
                             loop.progress.release()
