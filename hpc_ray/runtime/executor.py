@@ -295,28 +295,49 @@ class ExecutorContext(context.ContextBase):
                     self.handle(msg)
                     continue
                 self.flush()
-                if deadline is None:
-                    if blocking and main and not blocked:
-                        if self._poll(0.05) or req in replies:
-                            continue
-                        blocked = True
-                        self.emit((m.BLOCKED, 1))
-                        self.flush()
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    if on_timeout is None:
+                        raise GetTimeoutError(f"timed out after {timeout} s")
+                    self.emit(on_timeout + (req,))
+                    deadline = None
+                    continue
+                if blocking and main and not blocked:
+                    # Still waiting after 50 ms, with or without a timeout: let the
+                    # scheduler count our CPU as free, as Ray does for a blocked get.
+                    if self._poll(0.05 if left is None else min(left, 0.05)) \
+                            or req in replies:
                         continue
-                    self._recv(None)
-                else:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        if on_timeout is None:
-                            raise GetTimeoutError(f"timed out after {timeout} s")
-                        self.emit(on_timeout + (req,))
-                        deadline = None
+                    if deadline is not None and time.monotonic() >= deadline:
                         continue
-                    self._recv(min(left, 0.05))
+                    blocked = True
+                    self.emit((m.BLOCKED, 1))
+                    self.flush()
+                    continue
+                self._recv(None if left is None else min(left, 0.05))
         finally:
             if blocked:
-                self.emit((m.BLOCKED, -1))
+                if self.actor_id is None:
+                    self._stop_lending()
+                else:
+                    self.emit((m.BLOCKED, -1))   # an actor is sent no nested work
         return replies.pop(req)
+
+    def _stop_lending(self) -> None:
+        """The main thread's wait that lent its CPU is over: tell the rank, and
+        run the nested tasks it sent before it heard. They arrive ahead of its
+        answer; left in the inbox they would wait until this task ends, and a
+        thread of this task waiting for one of them would never see it."""
+        req = next(self.req_ids)
+        self.emit((m.UNBLOCK, req))
+        replies = self.replies
+        while req not in replies:
+            if self.inbox:
+                self.handle(self.inbox.pop(0))
+                continue
+            self.flush()
+            self._recv(None)
+        replies.pop(req)
 
     def _handleable(self, nested: bool) -> int | None:
         """Where in the inbox the next message a waiting request handles is, or None.

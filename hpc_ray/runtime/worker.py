@@ -596,6 +596,13 @@ class WorkerLoop:
                 ex.blocked += msg[1]
                 if _lends_cpu(ex):
                     out.append(msg)
+            elif kind == m.UNBLOCK:
+                # No nested task goes to ``ex`` after this (unless it blocks again);
+                # those sent before reach it ahead of the reply, and it runs them.
+                ex.blocked -= 1
+                if _lends_cpu(ex):
+                    out.append((m.BLOCKED, -1))
+                ex.send([(m.REPLY, msg[1], None)])
             elif kind == m.EXEC_READY:
                 ex.ready = True
             elif kind == m.ACTOR_DIED:

@@ -70,6 +70,7 @@ class Msg(enum.IntEnum):
     COLLECTIVE_OP = 31
     LOG = 32
     DIRECT_HELLO = 33
+    UNBLOCK = 34
     EXEC_READY = 40
 
 
@@ -106,6 +107,7 @@ COLLECTIVE_OP = Msg.COLLECTIVE_OP.value
 EXEC_READY = Msg.EXEC_READY.value
 LOG = Msg.LOG.value
 DIRECT_HELLO = Msg.DIRECT_HELLO.value
+UNBLOCK = Msg.UNBLOCK.value
 
 
 # --- head (rank 0) -> worker rank (and the rank passes some on to an executor) -----
@@ -280,6 +282,14 @@ class Blocked(NamedTuple):
     delta: int
 
 
+class Unblock(NamedTuple):
+    """The executor's get() that lent its CPU has its answer (BLOCKED -1 for the
+    head). Executor -> ``WorkerLoop.on_executor``, which answers with a REPLY:
+    every nested task the rank sent before it heard arrives ahead of that reply."""
+    kind: int
+    req_id: int
+
+
 class AddLocation(NamedTuple):
     """An object was copied to this node. Rank -> ``Head.add_location``."""
     kind: int
@@ -393,7 +403,7 @@ SCHEMA: dict[int, type] = {
     ACTOR_READY: ActorReady, ACTOR_DIED: ActorDied, CONTROL_CALL: ControlCall,
     PROFILE: Profile, RETURNED: Returned, STOPPED: Stopped, FREE_BLOCKS: FreeBlocks,
     FETCH: Fetch, COLLECTIVE_OP: CollectiveOp, EXEC_READY: ExecReady, LOG: Log,
-    DIRECT_HELLO: DirectHello,
+    DIRECT_HELLO: DirectHello, UNBLOCK: Unblock,
 }
 
 #: Kinds the head handles (``HeadLoop``'s handler table must cover exactly these).

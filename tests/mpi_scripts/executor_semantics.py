@@ -126,6 +126,22 @@ class ThreadedActor:
         return len(self.background) > seen, set(self.background)
 
 
+@ray.remote
+def fan_out(n):
+    refs = [leaf.remote(i) for i in range(n)]
+    ready, _ = ray.wait(refs, num_returns=n, timeout=60)
+    return len(ready), ray.get(refs, timeout=60)
+
+
+with section("timed get lends its CPU"):
+    # Two fan_out tasks take both CPUs: their subtasks can only run on the CPUs
+    # that their wait()/get() lend while they wait, which one with a timeout does
+    # as one without does (it used to hold it: a deadlock).
+    got = ray.get([fan_out.remote(4), fan_out.remote(4)], timeout=90)
+    check(got == [(4, [1, 2, 3, 4])] * 2, f"fan_out: {got}")
+    report("timed_get", "ok")
+
+
 with section("threads"):
     want = [expected(i) for i in range(THREADS)]
     out, mine = ray.get(threaded_task.remote(THREADS, ROUNDS), timeout=120)
