@@ -1,4 +1,5 @@
-"""Issue 12: the driver's calls to an actor on its host take the direct channel,
+"""Issue 12: calls to an actor on the driver's host take the direct channel (the
+driver's and those of tasks),
 and what the user sees is what it was through the actor's rank: calls run once
 each in the order made, also when some of them must go through the rank (an
 argument to be copied from another node, with HPC_RAY_RANKS_PER_NODE=1) or
@@ -84,6 +85,40 @@ tasks = ray.tasks()
 check(all(t["State"] in ("FINISHED", "FAILED") for t in tasks.values()),
       [t for t in tasks.values() if t["State"] not in ("FINISHED", "FAILED")])
 
+# Calls made by tasks take the channel too: each caller's calls run once, in the
+# order it made them, while the driver calls the same actor, and when some of
+# them must go through the rank (an argument from another node's store).
+@ray.remote(num_cpus=0)     # the Log actor holds one of the two CPUs already
+class TagLog:
+    def __init__(self):
+        self.seen = []
+
+    def record(self, tag, x):
+        self.seen.append((tag, x if isinstance(x, int) else "array"))
+        return len(self.seen)
+
+    def seen_list(self):
+        return self.seen
+
+
+@ray.remote
+def caller(actor, tag, n):
+    refs = [actor.record.remote(tag, far_array.remote() if i % 5 == 2 else i)
+            for i in range(n)]
+    return len(ray.get(refs, timeout=60))
+
+
+tag_log = TagLog.remote()
+callers = [caller.remote(tag_log, t, 40) for t in ("a", "b")]
+mine = [tag_log.record.remote("driver", i) for i in range(40)]
+check(ray.get(callers, timeout=60) == [40, 40], "every task's calls returned")
+ray.get(mine, timeout=30)
+seen = ray.get(tag_log.seen_list.remote(), timeout=30)
+for tag in ("a", "b", "driver"):
+    order = [x for t, x in seen if t == tag]
+    want = [i if tag == "driver" or i % 5 != 2 else "array" for i in range(40)]
+    check(order == want, f"caller {tag}'s calls ran once each, in order: {order}")
+ray.kill(tag_log)
 # A restarted actor: its new process gets the calls (and a channel of its own).
 @ray.remote(max_restarts=1, max_task_retries=1)
 class Phoenix:

@@ -44,7 +44,7 @@ from .tasks import PENDING, READY, IllegalTransition, TaskEntry, TaskLifecycle, 
 
 logger = logging.getLogger(__name__)
 
-#: Messages to a rank that the driver's later calls to its actors must not
+#: Messages to a rank that later calls to its actors must not
 #: overtake over a direct channel (a group the call uses, a function run first):
 #: the next such call goes through the rank (``ActorEntry.fenced``).
 _BEFORE_LATER_CALLS = frozenset((m.GROUP_CREATE, m.RUN_FUNCTION))
@@ -91,7 +91,7 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         self.joins: dict[str, dict] = {}              # group name -> rank -> member
         self.ready = ReadyQueue()
         self.outbox: dict[int, list] = {}
-        #: The driver's actor calls for direct channels: actor id -> [EXECUTE, ...],
+        #: Actor calls for direct channels: actor id -> [EXECUTE, ...],
         #: and which process of each actor has a channel open (actor id -> pid),
         #: kept by the HeadLoop (``transport/direct.py``).
         self.direct_out: dict[int, list] = {}
@@ -162,7 +162,7 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
                         actor.fenced = True
 
     def direct_calls_running(self) -> int:
-        """How many of the driver's calls sent over direct channels are unfinished."""
+        """How many calls sent over direct channels are unfinished."""
         actors = self.actors
         n = 0
         for actor_id in self.direct_pids:

@@ -64,8 +64,6 @@ MAX_ACTOR_INFLIGHT = 1 << 10
 
 #: Bits of a task id below the submitting process's prefix (``context.COUNTER_BITS``).
 _CALLER_SHIFT = 40
-#: The driver's caller number (rank 0, serial 0): its calls may take a direct channel.
-DRIVER_CALLER = 0
 #: A caller's prefix is ``(rank << 20) | serial`` (``context.set_id_prefix``).
 _SERIAL_BITS = 20
 
@@ -166,7 +164,7 @@ class ActorEntry:
     __slots__ = ("actor_id", "class_id", "spec", "resources", "rank", "state", "queue",
                  "inflight", "max_restarts", "restarts", "name", "gpu_ids", "error",
                  "class_name", "pid", "max_task_retries", "meta", "unreferenced",
-                 "lenders", "direct", "driver_via_rank", "fenced")
+                 "lenders", "direct", "via_rank", "fenced")
 
     def __init__(self, actor_id: int, spec: list, resources: dict, max_restarts: int,
                  name: str | None, class_name: str, max_task_retries: int,
@@ -179,13 +177,13 @@ class ActorEntry:
         self.state = A_PENDING
         self.queue = CallQueue()                              #: calls not sent yet
         self.inflight: dict = {}                              #: calls sent, by task id
-        #: Of ``inflight``: the driver's calls sent over the direct channel, and
-        #: those sent through the rank. Both paths are never in use at once, so
-        #: the driver's calls run in the order it made them.
+        #: Of ``inflight``: the calls sent over the actor's direct channel to rank
+        #: 0, and those sent through its rank. Both paths are never in use at
+        #: once, so every caller's calls run in the order it made them.
         self.direct: set = set()
-        self.driver_via_rank: set = set()
-        #: The head sent the actor's rank something the driver's next call must
-        #: not overtake: that call goes through the rank.
+        self.via_rank: set = set()
+        #: The head sent the actor's rank something the next call must not
+        #: overtake: that call goes through the rank.
         self.fenced = False
         self.max_restarts = max_restarts
         self.restarts = 0
@@ -206,13 +204,13 @@ class ActorEntry:
         self.inflight.pop(tid, None)
         if self.direct:
             self.direct.discard(tid)
-        if self.driver_via_rank:
-            self.driver_via_rank.discard(tid)
+        if self.via_rank:
+            self.via_rank.discard(tid)
 
     def clear_inflight(self) -> None:
         self.inflight.clear()
         self.direct.clear()
-        self.driver_via_rank.clear()
+        self.via_rank.clear()
 
 
 def check_transition(actor: ActorEntry, new: ActorState) -> None:
@@ -356,15 +354,13 @@ class ActorLifecycle:
                 break
             wire = self._wire(task.spec, w, actor.gpu_ids, actor.resources)
             tid = task.spec[m.T_ID]
-            direct = False
-            if tid >> _CALLER_SHIFT == DRIVER_CALLER:
-                direct = channel and not actor.driver_via_rank and not actor.fenced \
-                    and not any(d[2][0] == m.FETCH_PLAN for d in wire[m.T_DEPS] or ())
-                if not direct and actor.direct:
-                    # Through the rank it could overtake the driver's direct calls:
-                    # it waits until they are done (_finish dispatches again).
-                    actor.queue.put_back([task])
-                    break
+            direct = channel and not actor.via_rank and not actor.fenced \
+                and not any(d[2][0] == m.FETCH_PLAN for d in wire[m.T_DEPS] or ())
+            if not direct and actor.direct:
+                # Through the rank it could overtake earlier calls on the direct
+                # channel: it waits until they are done (_finish dispatches again).
+                actor.queue.put_back([task])
+                break
             self._set_task_state(task, RUNNING)
             task.rank = w.rank
             task.attempts += 1
@@ -378,8 +374,7 @@ class ActorLifecycle:
                 else:
                     box.append((m.EXECUTE, wire))
                 continue
-            if tid >> _CALLER_SHIFT == DRIVER_CALLER:
-                actor.driver_via_rank.add(tid)
+            actor.via_rank.add(tid)
             actor.fenced = False
             self.send(w.rank, (m.EXECUTE, wire))
         self._unthrottle(actor.queue)
