@@ -25,7 +25,9 @@ WAIT_REFS = 1000
 NOISY = 0.10
 
 #: hpc_ray_mpi and futures_mpi run under ``mpiexec -n 3`` (driver + 2 workers).
-SYSTEMS = ("hpc_ray", "hpc_ray_mpi", "ray", "futures", "futures_mpi")
+#: ``pipe`` is no runtime: a second Python process answering pickled calls over a
+#: socketpair, the floor of any sync round trip between two processes here.
+SYSTEMS = ("hpc_ray", "hpc_ray_mpi", "ray", "futures", "futures_mpi", "pipe")
 HPC_SYSTEMS = ("hpc_ray", "hpc_ray_mpi")
 DEFAULT_SYSTEMS = "hpc_ray,ray,futures"
 
@@ -81,7 +83,13 @@ TARGETS: dict[str, list[tuple[str, float]]] = {
 }
 
 
+#: The workloads the ``pipe`` floor has: one round trip to another process.
+PIPE_WORKLOADS = ("task_sync", "actor_sync")
+
+
 def applies(system: str, workload: str) -> bool:
+    if system == "pipe":
+        return workload in PIPE_WORKLOADS
     if system.startswith("futures"):
         return WORKLOAD_BY_NAME[workload].futures
     return True

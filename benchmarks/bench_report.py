@@ -78,7 +78,7 @@ def verdicts(runs: dict[str, SystemRun], hpc: str, wl: str) -> list[str]:
 def format_table(runs: dict[str, SystemRun], names: list[str]) -> str:
     systems = [s for s in SYSTEMS if s in runs]
     hpcs = [s for s in HPC_SYSTEMS if s in runs]
-    refs = [r for r in ("ray", "futures") if reference(runs, r)]
+    refs = [r for r in ("ray", "futures", "pipe") if reference(runs, r)]
     ratio_cols = [(h, reference(runs, r)) for h in hpcs for r in refs]
     header = (["workload", "unit"] + systems + [f"{h}/{r}" for h, r in ratio_cols]
               + ["target"] + [f"{h} vs target" for h in hpcs])

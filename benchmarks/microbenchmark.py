@@ -20,6 +20,9 @@ Systems and how their child is started (2 workers each):
     ray          python microbenchmark.py     ray.init(num_cpus=2, include_dashboard=False)
     futures      python microbenchmark.py     MPIPoolExecutor(max_workers=2), spawned
     futures_mpi  mpiexec -n 3 python -m mpi4py.futures microbenchmark.py
+    pipe         python microbenchmark.py     no runtime: a forked process answering
+                                              pickled calls on a socketpair (the floor
+                                              of a sync round trip; task/actor_sync)
 
 Every measurement: one batch whose result is checked, ``--warmup`` seconds of untimed
 batches, then ``--reps`` repetitions, each running whole batches until ``--duration``
@@ -35,6 +38,7 @@ import faulthandler
 import fnmatch
 import json
 import os
+import pickle
 import statistics
 import sys
 import threading
@@ -390,6 +394,44 @@ class Futures:
         return measure(batch, 1, self.s)
 
 
+class PipeFloor:
+    """No runtime: a forked Python process answers pickled calls on a socketpair
+    (the same ``multiprocessing`` connection hpc_ray's ranks use to talk to their
+    executors). A sync task or actor call of any runtime is at least this round
+    trip: two wake-ups of a sleeping process plus two pickles."""
+
+    def __init__(self) -> None:
+        import multiprocessing.connection as mpc
+        import socket
+        a, b = socket.socketpair()
+        self.pid = os.fork()
+        if self.pid == 0:
+            a.close()
+            conn = mpc.Connection(b.detach())
+            try:
+                while True:
+                    fn, args = pickle.loads(conn.recv_bytes())
+                    conn.send_bytes(pickle.dumps(fn(*args)))
+            except (EOFError, OSError):
+                os._exit(0)
+        b.close()
+        self.conn = mpc.Connection(a.detach())
+
+    def call(self):
+        self.conn.send_bytes(pickle.dumps((_small_value, ())))
+        return pickle.loads(self.conn.recv_bytes())
+
+    def task_sync(self):
+        _check(self.call() == b"ok", "task_sync")
+        return measure(self.call, 1, _SETTINGS)
+
+    actor_sync = task_sync
+
+    def stop(self) -> None:
+        self.conn.close()
+        os.waitpid(self.pid, 0)
+
+
 # --- child: one system, JSON lines on stdout -------------------------------------------
 
 def emit(event: str, **kw) -> None:
@@ -423,6 +465,9 @@ def _start_system(system: str):
         ex = MPIPoolExecutor() if _under_mpiexec() else MPIPoolExecutor(max_workers=2)
         ex.submit(_small_value).result()  # spawn now, so start-up is timed here
         return Futures(ex, s), {"mpi4py": mpi4py.__version__}, ex.shutdown
+    if system == "pipe":
+        floor = PipeFloor()
+        return floor, {"python": sys.version.split()[0]}, floor.stop
     raise SystemExit(f"unknown system {system!r} (choose from {SYSTEMS})")
 
 

@@ -9,9 +9,11 @@ MPI job: the rank sees EOF on the pipe, reports the lost tasks and starts a new
 executor. The executor has no MPI of its own (it never imports ``mpi4py.MPI``;
 the launcher's PMI variables are removed from its environment).
 
-An executor blocked in ``get()`` keeps reading its pipe and runs the tasks the
-rank sends meanwhile (it tells the rank and head with BLOCKED), so nested tasks
-never deadlock a fixed pool of ranks.
+An executor blocked in ``get()`` (with or without a timeout) keeps reading its
+pipe and runs the tasks the rank sends meanwhile (it tells the rank and head with
+BLOCKED), so nested tasks never deadlock a fixed pool of ranks. When its wait is
+over it sends UNBLOCK and runs the nested tasks the rank sent before hearing it:
+they arrive ahead of the rank's answer.
 
 Threads of the user's code may call the API at once. Every send goes out under
 one lock; a thread waiting for its reply reads the socket itself unless another
