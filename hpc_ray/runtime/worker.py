@@ -41,7 +41,7 @@ from multiprocessing.connection import Connection
 from mpi4py import MPI
 
 from ..transport import messages as m
-from ..transport.frames import split_frames
+from ..transport.frames import read_available, split_frames
 from ..transport.comm import Backoff, Fetcher, Sender, recv_control, tighten_timer_slack
 from ..transport.serialization import SHM, loads
 
@@ -209,15 +209,9 @@ class ExecutorProc:
 
     def read_frames(self) -> list[bytes] | None:
         """Complete frames available now; None at EOF (the executor died)."""
-        try:
-            chunk = os.read(self.fd, 1 << 20)
-        except BlockingIOError:
-            return []
-        except OSError:
-            return None
-        if not chunk:
-            return None
-        self.inbuf += chunk
+        got = read_available(self.fd, self.inbuf)
+        if not got:
+            return None if got is None else []
         return split_frames(self.inbuf)
 
 

@@ -23,7 +23,7 @@ import socket
 import struct
 
 from . import messages as m
-from .frames import split_frames
+from .frames import read_available, split_frames
 from .serialization import loads
 
 _CRED = struct.Struct("3i")   # struct ucred: pid, uid, gid
@@ -90,15 +90,9 @@ class Channel:
 
     def read(self) -> list[list] | None:
         """The batches that arrived whole so far; None at EOF."""
-        try:
-            chunk = self.sock.recv(1 << 20)
-        except BlockingIOError:
-            return []
-        except OSError:
-            return None
-        if not chunk:
-            return None
-        self.inbuf += chunk
+        got = read_available(self.fd, self.inbuf)
+        if not got:
+            return None if got is None else []
         out = [loads(frame) for frame in split_frames(self.inbuf)]
         if m.CHECKING:
             for msgs in out:

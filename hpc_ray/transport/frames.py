@@ -6,7 +6,33 @@ driver's direct channels (``direct.py``) read them this way.
 """
 from __future__ import annotations
 
+import os
 import struct
+import threading
+
+#: Most bytes taken off a socket per read. Each reading thread reads into one
+#: buffer of this size, kept: ``os.read(fd, 1 MiB)`` allocates and frees a
+#: 1 MiB object every call, 27 us against 5 us here for a 200-byte message.
+READ_CHUNK = 1 << 20
+_local = threading.local()
+
+
+def read_available(fd: int, buf: bytearray) -> bool | None:
+    """Append the bytes ``fd`` (non-blocking) has now to ``buf``: True if any came,
+    False if none were waiting, None at EOF or on an error (the peer is gone)."""
+    chunk = getattr(_local, "chunk", None)
+    if chunk is None:
+        chunk = _local.chunk = memoryview(bytearray(READ_CHUNK))
+    try:
+        n = os.readv(fd, [chunk])
+    except BlockingIOError:
+        return False
+    except OSError:
+        return None
+    if not n:
+        return None
+    buf += chunk[:n]
+    return True
 
 
 def split_frames(buf: bytearray) -> list[bytes]:
