@@ -38,6 +38,10 @@ from hpc_ray.transport.serialization import ERROR, RAW, SHM, loads  # noqa: E402
 
 STORE = 1 << 20
 WORKERS = (1, 2, 3)
+#: Bits of a task id below its caller's number (head/actors.py _CALLER_SHIFT).
+CALLER_SHIFT = 40
+#: The driver (0) and two tasks' executors, as callers of actors.
+CALLERS = (0, (1 << 20) | 1, (2 << 20) | 3)
 _ids = itertools.count(1)
 
 
@@ -199,6 +203,8 @@ class HeadMachine(RuleBasedStateMachine):
         self.driver_holds: collections.Counter = collections.Counter()
         self.unsealed: dict[int, int] = {}   # offset -> size, allocated and not sealed
         self.actor_ids: list[int] = []
+        #: Actor id -> the calls sent to its current process, in the order sent.
+        self.dispatched: collections.defaultdict = collections.defaultdict(list)
 
     def _held(self) -> list[int]:
         return sorted(self.driver_holds)
@@ -258,7 +264,18 @@ class HeadMachine(RuleBasedStateMachine):
     @rule()
     def schedule(self):
         self.head.schedule()
-        self.head.take_outbox()
+        self._sent()
+
+    def _sent(self) -> None:
+        """Take what the head sent (MPI and direct channels); log actor calls."""
+        head = self.head
+        for msgs in head.take_outbox().values():
+            for msg in msgs:
+                if msg[0] == m.EXECUTE and msg[1][m.T_ACTOR] is not None:
+                    self.dispatched[msg[1][m.T_ACTOR]].append(msg[1][m.T_ID])
+        direct, head.direct_out = head.direct_out, {}
+        for actor_id, msgs in direct.items():
+            self.dispatched[actor_id].extend(msg[1][m.T_ID] for msg in msgs)
 
     # --- workers ---
 
@@ -332,34 +349,80 @@ class HeadMachine(RuleBasedStateMachine):
     def actor_ready(self, data):
         actor_id = data.draw(st.sampled_from(self.actor_ids))
         self.head.actor_ready(actor_id, 77)
-        self.head.take_outbox()
+        actor = self.head.actors.get(actor_id)
+        if actor is not None and actor.pid and data.draw(st.booleans()):
+            # On the driver's host: its process opens a direct channel at once.
+            self.head.direct_pids[actor_id] = actor.pid
+        self._sent()
 
-    @rule(data=st.data(), ndeps=st.integers(0, 2))
+    @rule(data=st.data(), ndeps=st.integers(0, 2), caller=st.sampled_from(CALLERS))
     @precondition(lambda self: self.actor_ids)
-    def call(self, data, ndeps):
+    def call(self, data, ndeps, caller):
         actor_id = data.draw(st.sampled_from(self.actor_ids))
         held = self._held()
         deps = [data.draw(st.sampled_from(held)) for _ in range(ndeps)] if held else []
         s = spec(deps, actor=actor_id, fn="A.m", retries=data.draw(st.integers(0, 1)))
+        # The caller's number in the id's high bits (context.set_id_prefix): the
+        # driver's is 0, a task's is its rank and executor serial.
+        s[m.T_ID] |= caller << CALLER_SHIFT
         self.head.submit(s)
         self.driver_holds.update(s[m.T_RETURNS])
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.actor_ids)
+    def channel_opens(self, data):
+        # DIRECT_HELLO from the actor's process (HeadLoop._channels_changed).
+        actor = self.head.actors.get(data.draw(st.sampled_from(self.actor_ids)))
+        if actor is not None and actor.pid:
+            self.head.direct_pids[actor.actor_id] = actor.pid
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.head.direct_pids)
+    def channel_closes(self, data):
+        actor_id = data.draw(st.sampled_from(sorted(self.head.direct_pids)))
+        del self.head.direct_pids[actor_id]
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.actor_ids)
+    def fence(self, data):
+        # A group created on an actor's rank: the next call must not overtake it.
+        actor = self.head.actors.get(data.draw(st.sampled_from(self.actor_ids)))
+        if actor is not None and actor.rank > 0:
+            self.head.send(actor.rank, (m.GROUP_CREATE, "g", [0], [actor.actor_id]))
 
     @rule(data=st.data(), restart=st.booleans())
     @precondition(lambda self: self.actor_ids)
     def actor_process_died(self, data, restart):
         actor_id = data.draw(st.sampled_from(self.actor_ids))
         self.head.actor_died(actor_id, "its process died", allow_restart=restart)
+        self.head.direct_pids.pop(actor_id, None)   # its channel closed with it
+        self.dispatched.pop(actor_id, None)         # a new process starts afresh
 
     @rule(data=st.data())
     @precondition(lambda self: self.actor_ids)
     def kill(self, data):
         actor_id = data.draw(st.sampled_from(self.actor_ids))
         self.head.kill_actor(actor_id)
-        self.head.take_outbox()
+        self._sent()
 
     @invariant()
     def consistent(self):
         check_invariants(self.head, self.driver_holds, self.unsealed)
+
+    @invariant()
+    def calls_take_one_path_in_order(self):
+        for actor in self.head.actors.values():
+            # Never both paths at once: the actor's process would see the calls
+            # of the two in any order.
+            assert not (actor.direct and actor.via_rank), \
+                f"actor {actor.actor_id}: calls in flight on both paths"
+            assert actor.direct | actor.via_rank == set(actor.inflight), \
+                f"actor {actor.actor_id}: in-flight calls on no path or a finished one"
+        for actor_id, tids in self.dispatched.items():
+            # Each caller's calls went out in the order it made them (ids rise).
+            for caller in CALLERS:
+                mine = [t for t in tids if t >> CALLER_SHIFT == caller]
+                assert mine == sorted(mine), f"caller {caller}'s calls out of order: {mine}"
 
 
 HeadMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40,
@@ -470,6 +533,46 @@ def test_regression_an_actor_waiting_for_room_is_placed_when_room_appears():
     assert head.actors[62].state is ActorState.PENDING
     head.actor_died(61, "terminated by __ray_terminate__", allow_restart=False)
     assert head.actors[62].state is ActorState.STARTING
+
+
+def test_regression_an_actors_calls_never_take_both_paths_at_once():
+    # A fence (a group created on the actor's rank) sends the next call through
+    # the rank; a call on the other path waits until the first path is empty,
+    # whoever the caller: else the actor's process could run them out of order.
+    head = make_head()
+    head.create_actor(spec(actor=71, fn="A"), {}, 0, None, "A")
+    head.schedule()
+    head.actor_ready(71, 77)
+    head.direct_pids[71] = 77
+    actor = head.actors[71]
+    task_caller = CALLERS[1] << CALLER_SHIFT
+
+    def call(caller=0):
+        s = spec(actor=71, fn="A.m")
+        s[m.T_ID] |= caller
+        head.submit(s)
+        return s[m.T_ID]
+
+    def sent():
+        rank = [msg[1][m.T_ID] for msgs in head.take_outbox().values() for msg in msgs
+                if msg[0] == m.EXECUTE]
+        direct, head.direct_out = head.direct_out, {}
+        return rank, [msg[1][m.T_ID] for msgs in direct.values() for msg in msgs]
+
+    first = call()
+    assert sent() == ([], [first])
+    head.send(actor.rank, (m.GROUP_CREATE, "g", [0], [71]))
+    second = call(task_caller)
+    assert sent() == ([], [])                 # the fenced call waits for the channel
+    head.task_done(actor.rank, first, [(RAW, 1)], None, 1.0, 2.0, 5)
+    assert sent() == ([second], [])           # then goes through the rank
+    third = call()
+    assert sent() == ([third], [])            # the rank path is in use: it stays on it
+    assert not (actor.direct and actor.via_rank)
+    head.task_done(actor.rank, second, [(RAW, 1)], None, 1.0, 2.0, 5)
+    head.task_done(actor.rank, third, [(RAW, 1)], None, 1.0, 2.0, 5)
+    fourth = call(task_caller)
+    assert sent() == ([], [fourth])           # back on the channel once it is empty
 
 
 def test_scheduling_pass_costs_what_it_places(monkeypatch):
