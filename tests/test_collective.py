@@ -44,6 +44,7 @@ def test_collective_ordinary_actors(run, mode, n):
     result = run("collective_ordinary.py", n, mode=mode, timeout=120)
     values = result.assert_ok("collective_ordinary")
     assert values["dtypes"] == 7
+    assert values["collective_calls"] == 40
     assert values["same_rank_refused"] is True
     # Each death leaves one member fewer, down to a group of one.
     expected = {f"survived_{how}": n - 2 - i for i, how in enumerate(("exit", "segv", "kill"))

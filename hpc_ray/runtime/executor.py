@@ -160,7 +160,10 @@ class ExecutorContext(context.ContextBase):
             for msg in msgs:
                 if msg[0] == m.TASK_DONE or msg[0] == m.TASK_FAILED:
                     self.direct_tids.discard(msg[1])
-        self.rank_sends += 1
+        if not all(msg[0] == m.COLLECTIVE_OP for msg in msgs):
+            # (A collective is answered by the rank itself: nothing of it reaches
+            # the head, so a direct call's result need not follow it there.)
+            self.rank_sends += 1
         self.conn.send_bytes(pickle.dumps(msgs, protocol=5))
 
     def _direct_only(self, msgs: list) -> bool:

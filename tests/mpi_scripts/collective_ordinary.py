@@ -84,6 +84,10 @@ class Member:
         except Exception as exc:
             return type(exc).__name__, str(exc)
 
+    def allreduce_and_print(self, group, value):
+        print(f"member {self.index} reduces {value}")
+        return self.allreduce(group, value)
+
     def rank(self):
         from hpc_ray.runtime import context
         return context.current().rank
@@ -146,6 +150,21 @@ with section("dtypes"):
             check(got[r][dtype].dtype == np.dtype(dtype) and np.array_equal(got[r][dtype], want),
                   f"dtype {dtype}")
 report("dtypes", len(DTYPES))
+
+with section("calls that run a collective, back to back"):
+    # Each call's result comes back in order and right, whether it takes the
+    # driver's direct channel or the rank (a collective is no reason to leave
+    # the direct channel; a printed line is).
+    for k in range(40):
+        if k % 10 == 9:
+            got = ray.get([a.allreduce_and_print.remote("g", float(k)) for a in actors])
+        else:
+            got = ray.get([a.allreduce.remote("g", float(k)) for a in actors])
+        check(got == [[float(k) * W] * 4] * W, f"step {k}: {got}")
+    tasks = ray.tasks()
+    check(all(t["State"] in ("FINISHED", "FAILED") for t in tasks.values()),
+          [t for t in tasks.values() if t["State"] not in ("FINISHED", "FAILED")])
+report("collective_calls", 40)
 
 with section("two members on one rank"):
     # Not supported: a group has one member per rank. Both ways of forming such
