@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .exceptions import RayError
-from .runtime import collective_buffers, context
+from .runtime import collective_buffers, collective_shm, context
 from .transport import messages as m
 from .runtime.collective_ops import _apply, _group, rank_create_group, rank_destroy_group
 
@@ -125,6 +125,7 @@ def init_collective_group(world_size: int, rank: int, backend: str = "mpi",
     if _in_rank(ctx):
         rank_create_group(ctx.loop, group_name, mpi_ranks)
     else:
+        ctx.collective_groups.pop(group_name, None)
         _executor_op(ctx, group_name, "create", mpi_ranks)
 
 
@@ -133,6 +134,18 @@ def _executor_op(ctx, group: str, op: str, *args) -> Any:
     if not ok:
         raise result
     return result
+
+
+def _shm_group(ctx, group: str):
+    """The group's route among this node's executors, set up on its first
+    operation; None: through the rank."""
+    if not ctx.collective_shm:
+        return None
+    groups = ctx.collective_groups
+    if group not in groups:
+        groups[group] = collective_shm.setup(
+            ctx, group, lambda info: _executor_op(ctx, group, "setup", info))
+    return groups[group]
 
 
 def is_group_initialized(group_name: str = DEFAULT_GROUP) -> bool:
@@ -174,6 +187,7 @@ def destroy_collective_group(group_name: str = DEFAULT_GROUP) -> None:
     if _in_rank(ctx):
         rank_destroy_group(ctx.loop, group_name)
     else:
+        ctx.collective_groups.pop(group_name, None)   # its store block goes back
         _executor_op(ctx, group_name, "destroy")
 
 
@@ -199,6 +213,13 @@ def _run(op: str, tensor, group_name: str, **kw) -> None:
         return
     if not arr.flags.writeable:
         raise ValueError(f"{op} works in place: the array is read-only (copy it first)")
+    shm = _shm_group(ctx, group_name)
+    if shm is not None:
+        work = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+        shm.run(op, work, **kw)
+        if work is not arr:
+            np.copyto(arr, work)
+        return
     collective_buffers.run(ctx, group_name, op, arr, kw)
 
 
@@ -240,5 +261,9 @@ def barrier(group_name: str = DEFAULT_GROUP) -> None:
     ctx = _ctx()
     if _in_rank(ctx):
         _apply(ctx.loop, _group(ctx.loop, group_name)[0], group_name, "barrier", np.empty(0))
+        return
+    shm = _shm_group(ctx, group_name)
+    if shm is not None:
+        shm.run("barrier", np.empty(0))
     else:
         _executor_op(ctx, group_name, "barrier")

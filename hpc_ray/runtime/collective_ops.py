@@ -4,7 +4,8 @@ The rank side of ``hpc_ray.collective``: a rank makes a group's communicator
 (``MPI_Comm_create_group``) and runs collectives on it, for an actor living in
 the rank (``in_rank=True``) or on behalf of one of its executors
 (``COLLECTIVE_OP``, answered with the result; ``collective_buffers`` moves the
-tensor).
+tensor). Executors of one node run their groups' operations among themselves
+(``collective_shm``); their ranks only set such a group up (``setup``).
 
 Every operation (barrier included) starts with a small header exchange among
 the members, ``Iallgather`` of (status, shape/dtype signature): it checks that
@@ -115,6 +116,11 @@ def rank_run_op(loop, group: str, op: str, args: tuple, owner=None) -> tuple[boo
             g = loop.groups.get(group)
             return True, -1 if g is None else g[0].Get_size()
         comm, _ = _group(loop, group)
+        if op == "setup":
+            # The members' executors route the group through the store
+            # (collective_shm) if they all can: each one's (node, block, pid, token).
+            _exchange_headers(loop, comm, group, op, np.empty(0))
+            return True, (comm.Get_rank(), comm.allgather(args[0]))
         if op == "barrier":
             _apply(loop, comm, group, "barrier", np.empty(0))
             return True, None

@@ -101,6 +101,11 @@ class ExecutorContext(context.ContextBase):
         #: by its finalizer, any thread, any time; sent at a flush) when replaced.
         self.cross_memory = True
         self.collective_scratch = None
+        #: Groups run among this node's executors through the store
+        #: (``collective_shm``): name -> ShmGroup, or None for the rank's route;
+        #: ``collective_shm`` False sends every operation through the rank.
+        self.collective_groups: dict = {}
+        self.collective_shm = True
         self.freed_blocks: collections.deque = collections.deque()
         #: (actor class, method name) -> the class attribute a call goes to.
         self.methods: dict = {}
