@@ -8,18 +8,26 @@ one actor per rank, made with ``MPI_Comm_create_group`` by exactly those ranks:
     or, inside each actor:  init_collective_group(world_size, rank, group_name="g")
              ── CONTROL_CALL collective_join ──▶ head replies to all once all joined
 
-Inside an ordinary actor (an executor process, which has no MPI) an operation
-is a request to the actor's rank, which copies the tensor straight out of the
-executor's memory (``process_vm_readv``) into its own buffer, runs the MPI
-operation there and copies the result back (``runtime/collective_buffers.py``):
-one memory copy each way, nothing through the socket. Inside an actor that
-lives in its rank (``@remote(in_rank=True)``) an operation is a direct MPI call
-on the tensor's own buffer, and ``get_communicator`` hands out the mpi4py
-communicator itself. Numpy arrays and PyTorch CPU tensors, either way.
+Ordinary actors (executor processes, which have no MPI) take one of two routes:
+
+    all members on one node (x86-64): the executors run allreduce, reduce,
+        broadcast and barrier among themselves, through one block each of the
+        node's shared-memory store, in cache-sized chunks, with flags in shared
+        memory (``runtime/collective_shm.py``); the ranks only set the group up
+        on its first operation. No message, no rank woken per operation.
+    otherwise (and allgather; ``HPC_RAY_COLLECTIVE_SHM=0``): a request to the
+        actor's rank, which copies the tensor straight out of the executor's
+        memory (``process_vm_readv``) into its own buffer, runs the MPI operation
+        there and copies the result back (``runtime/collective_buffers.py``).
+
+Inside an actor that lives in its rank (``@remote(in_rank=True)``) an operation
+is a direct MPI call on the tensor's own buffer, and ``get_communicator`` hands
+out the mpi4py communicator itself. Numpy arrays and PyTorch CPU tensors, on
+every route.
 
 If an ordinary member dies (a crash, ``ray.kill``), the others' operations in
 its groups raise a ``RayError`` instead of waiting for it forever
-(``runtime/collective_ops.py``).
+(``runtime/collective_ops.py``, ``runtime/collective_shm.py``).
 
     @ray.remote(num_cpus=1)
     class Replica:

@@ -63,6 +63,12 @@ SMALL = 64 << 10
 HEADER = 64
 #: Seconds of waiting between checks that the other members' processes live.
 PID_CHECK = 0.02
+#: A wait yields the CPU between looks for this long (members of a step arrive
+#: within about this much of each other), then sleeps between looks, doubling
+#: from ``SLEEP_MIN`` up to ``SLEEP_MAX``, so that a member waiting for a long
+#: computation of another does not keep a core busy.
+SPIN = 0.002
+SLEEP_MIN, SLEEP_MAX = 2e-5, 1e-3
 
 _UFUNCS = {"sum": np.add, "mean": np.add, "prod": np.multiply, "min": np.minimum,
            "max": np.maximum}
@@ -132,15 +138,26 @@ class ShmGroup:
             h, token = self.hdrs[j], self.tokens[j]
             if h[1] >= target and h[0] == token:
                 continue
-            check = time.monotonic() + PID_CHECK
+            now = time.monotonic()
+            check, spin_until, nap = now + PID_CHECK, now + SPIN, SLEEP_MIN
+            looks = 0
             while h[1] < target or h[0] != token:
                 if h[0] != token:
                     self._gone(j, op)
-                os.sched_yield()
-                if time.monotonic() > check:
+                looks += 1
+                if looks & 63:
+                    os.sched_yield()
+                    continue
+                now = time.monotonic()
+                if now > check:
                     if not _alive(self.pids[j]):
                         self._gone(j, op)
-                    check = time.monotonic() + PID_CHECK
+                    check = now + PID_CHECK
+                if now > spin_until:
+                    time.sleep(nap)
+                    nap = min(2 * nap, SLEEP_MAX)
+                else:
+                    os.sched_yield()
 
     def _gone(self, j: int, op: str):
         self.broken = (f"{op} in collective group {self.name!r}: the actor of member(s) "
