@@ -147,13 +147,12 @@ def _executor_op(ctx, group: str, op: str, *args) -> Any:
 def _shm_group(ctx, group: str):
     """The group's route among this node's executors, set up on its first
     operation; None: through the rank."""
-    if not ctx.collective_shm:
-        return None
     groups = ctx.collective_groups
     if group not in groups:
+        # Before the first operation on every member, whatever its route.
         groups[group] = collective_shm.setup(
             ctx, group, lambda info: _executor_op(ctx, group, "setup", info))
-    return groups[group]
+    return groups[group] if ctx.collective_shm else None
 
 
 def is_group_initialized(group_name: str = DEFAULT_GROUP) -> bool:
@@ -257,6 +256,9 @@ def allgather(tensor_list: list, tensor, group_name: str = DEFAULT_GROUP) -> Non
     else:
         # Not a member (size -1): the rank raises that before touching any memory.
         size = max(1, _executor_op(ctx, group_name, "size"))
+        if size > 1:
+            _shm_group(ctx, group_name)   # set up on the first operation (allgather
+                                          # itself goes through the rank)
         out = collective_buffers.run(ctx, group_name, "allgather", arr, {}, members=size)
     if len(tensor_list) != len(out):
         raise ValueError(f"tensor_list has {len(tensor_list)} entries but the group has "

@@ -33,6 +33,7 @@ def test_collective_ops(run, mode, n):
     result = run("collective_ops.py", n, *args, mode=mode, timeout=120)
     values = result.assert_ok("collective_ops")
     assert values["with_torch"] == (HAVE_TORCH and bool(args))
+    assert values["mixed"] is True
     # Per kind of actor: 4 groups' results, 37 arrays per member.
     workers = n - 1
     half = max(1, workers // 2)
