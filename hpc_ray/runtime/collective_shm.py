@@ -44,7 +44,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-import random
+import sys
 import time
 import zlib
 
@@ -77,8 +77,9 @@ _OPS = ("allreduce", "reduce", "broadcast", "barrier")
 
 def available() -> bool:
     from .. import _config
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
+    if not sys.platform.startswith("linux") or \
+            platform.machine().lower() not in ("x86_64", "amd64"):
+        return False    # the ordering argument is x86's; liveness is read from /proc
     return bool(_config.os_environ_get("COLLECTIVE_SHM", 1, int))
 
 
@@ -256,7 +257,7 @@ def setup(ctx, group: str, request) -> ShmGroup | None:
     """
     from .collective_buffers import _Block
     block = None
-    token = random.getrandbits(62) | 1
+    token = (int.from_bytes(os.urandom(8), "little") >> 2) | 1   # not the user's random seed
     if available():
         try:
             block = _Block(ctx, HEADER + SLOT)
