@@ -8,18 +8,26 @@ one actor per rank, made with ``MPI_Comm_create_group`` by exactly those ranks:
     or, inside each actor:  init_collective_group(world_size, rank, group_name="g")
              ── CONTROL_CALL collective_join ──▶ head replies to all once all joined
 
-Inside an ordinary actor (an executor process, which has no MPI) an operation
-is a request to the actor's rank, which copies the tensor straight out of the
-executor's memory (``process_vm_readv``) into its own buffer, runs the MPI
-operation there and copies the result back (``runtime/collective_buffers.py``):
-one memory copy each way, nothing through the socket. Inside an actor that
-lives in its rank (``@remote(in_rank=True)``) an operation is a direct MPI call
-on the tensor's own buffer, and ``get_communicator`` hands out the mpi4py
-communicator itself. Numpy arrays and PyTorch CPU tensors, either way.
+Ordinary actors (executor processes, which have no MPI) take one of two routes:
+
+    all members on one node (x86-64): the executors run allreduce, reduce,
+        broadcast and barrier among themselves, through one block each of the
+        node's shared-memory store, in cache-sized chunks, with flags in shared
+        memory (``runtime/collective_shm.py``); the ranks only set the group up
+        on its first operation. No message, no rank woken per operation.
+    otherwise (and allgather; ``HPC_RAY_COLLECTIVE_SHM=0``): a request to the
+        actor's rank, which copies the tensor straight out of the executor's
+        memory (``process_vm_readv``) into its own buffer, runs the MPI operation
+        there and copies the result back (``runtime/collective_buffers.py``).
+
+Inside an actor that lives in its rank (``@remote(in_rank=True)``) an operation
+is a direct MPI call on the tensor's own buffer, and ``get_communicator`` hands
+out the mpi4py communicator itself. Numpy arrays and PyTorch CPU tensors, on
+every route.
 
 If an ordinary member dies (a crash, ``ray.kill``), the others' operations in
 its groups raise a ``RayError`` instead of waiting for it forever
-(``runtime/collective_ops.py``).
+(``runtime/collective_ops.py``, ``runtime/collective_shm.py``).
 
     @ray.remote(num_cpus=1)
     class Replica:
@@ -43,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .exceptions import RayError
-from .runtime import collective_buffers, context
+from .runtime import collective_buffers, collective_shm, context
 from .transport import messages as m
 from .runtime.collective_ops import _apply, _group, rank_create_group, rank_destroy_group
 
@@ -125,6 +133,7 @@ def init_collective_group(world_size: int, rank: int, backend: str = "mpi",
     if _in_rank(ctx):
         rank_create_group(ctx.loop, group_name, mpi_ranks)
     else:
+        ctx.collective_groups.pop(group_name, None)
         _executor_op(ctx, group_name, "create", mpi_ranks)
 
 
@@ -133,6 +142,17 @@ def _executor_op(ctx, group: str, op: str, *args) -> Any:
     if not ok:
         raise result
     return result
+
+
+def _shm_group(ctx, group: str):
+    """The group's route among this node's executors, set up on its first
+    operation; None: through the rank."""
+    groups = ctx.collective_groups
+    if group not in groups:
+        # Before the first operation on every member, whatever its route.
+        groups[group] = collective_shm.setup(
+            ctx, group, lambda info: _executor_op(ctx, group, "setup", info))
+    return groups[group] if ctx.collective_shm else None
 
 
 def is_group_initialized(group_name: str = DEFAULT_GROUP) -> bool:
@@ -174,6 +194,7 @@ def destroy_collective_group(group_name: str = DEFAULT_GROUP) -> None:
     if _in_rank(ctx):
         rank_destroy_group(ctx.loop, group_name)
     else:
+        ctx.collective_groups.pop(group_name, None)   # its store block goes back
         _executor_op(ctx, group_name, "destroy")
 
 
@@ -199,6 +220,13 @@ def _run(op: str, tensor, group_name: str, **kw) -> None:
         return
     if not arr.flags.writeable:
         raise ValueError(f"{op} works in place: the array is read-only (copy it first)")
+    shm = _shm_group(ctx, group_name)
+    if shm is not None:
+        work = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+        shm.run(op, work, **kw)
+        if work is not arr:
+            np.copyto(arr, work)
+        return
     collective_buffers.run(ctx, group_name, op, arr, kw)
 
 
@@ -228,6 +256,9 @@ def allgather(tensor_list: list, tensor, group_name: str = DEFAULT_GROUP) -> Non
     else:
         # Not a member (size -1): the rank raises that before touching any memory.
         size = max(1, _executor_op(ctx, group_name, "size"))
+        if size > 1:
+            _shm_group(ctx, group_name)   # set up on the first operation (allgather
+                                          # itself goes through the rank)
         out = collective_buffers.run(ctx, group_name, "allgather", arr, {}, members=size)
     if len(tensor_list) != len(out):
         raise ValueError(f"tensor_list has {len(tensor_list)} entries but the group has "
@@ -240,5 +271,9 @@ def barrier(group_name: str = DEFAULT_GROUP) -> None:
     ctx = _ctx()
     if _in_rank(ctx):
         _apply(ctx.loop, _group(ctx.loop, group_name)[0], group_name, "barrier", np.empty(0))
+        return
+    shm = _shm_group(ctx, group_name)
+    if shm is not None:
+        shm.run("barrier", np.empty(0))
     else:
         _executor_op(ctx, group_name, "barrier")

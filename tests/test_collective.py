@@ -33,17 +33,23 @@ def test_collective_ops(run, mode, n):
     result = run("collective_ops.py", n, *args, mode=mode, timeout=120)
     values = result.assert_ok("collective_ops")
     assert values["with_torch"] == (HAVE_TORCH and bool(args))
+    assert values["mixed"] is True
     # Per kind of actor: 4 groups' results, 37 arrays per member.
     workers = n - 1
     half = max(1, workers // 2)
     assert values["compared"] == 2 * 37 * (2 * workers + half + (workers - half))
 
 
-@pytest.mark.parametrize("mode,n", [("embedded", 4), ("mpiexec", 4), ("mpiexec", 5)])
-def test_collective_ordinary_actors(run, mode, n):
-    result = run("collective_ordinary.py", n, mode=mode, timeout=120)
+@pytest.mark.parametrize("mode,n,shm", [("embedded", 4, "1"), ("mpiexec", 4, "1"),
+                                        ("mpiexec", 5, "1"), ("mpiexec", 4, "0")])
+def test_collective_ordinary_actors(run, mode, n, shm):
+    # shm "0": HPC_RAY_COLLECTIVE_SHM=0, every operation through the ranks.
+    result = run("collective_ordinary.py", n, mode=mode, timeout=120,
+                 env={"HPC_RAY_COLLECTIVE_SHM": shm})
     values = result.assert_ok("collective_ordinary")
+    assert values["route"] == ("shm" if shm == "1" else "rank")
     assert values["dtypes"] == 7
+    assert values["collective_calls"] == 40
     assert values["same_rank_refused"] is True
     # Each death leaves one member fewer, down to a group of one.
     expected = {f"survived_{how}": n - 2 - i for i, how in enumerate(("exit", "segv", "kill"))

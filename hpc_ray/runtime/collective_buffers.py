@@ -1,8 +1,9 @@
 """How an ordinary actor's tensor reaches its rank's MPI collective and back.
 
-An ordinary actor runs in an executor process without MPI; its rank runs the
-collective for it. The tensor crosses between the two processes by one of two
-routes, never through the socket:
+An ordinary actor runs in an executor process without MPI; where its group's
+members are not all on one node (``collective_shm`` runs those), its rank runs
+the collective for it. The tensor crosses between the two processes by one of
+two routes, never through the socket:
 
     executor                                    rank
     ── COLLECTIVE_OP(group, op, (CROSS_MEMORY, pid, address, out_address, ...)) ──▶
@@ -18,9 +19,13 @@ routes, never through the socket:
     ◀── REPLY ──   the result out of the block into the tensor
 
 Either way the data moves once each way (a memcpy's speed), and MPI runs on the
-rank's private memory: MPI's shared-memory transport is about 2x slower on pages
-of a shared mapping (no transparent huge pages for shmem) than on a process's
-own memory, measured on 3 ranks with 16 MB (benchmarks/allreduce.py).
+rank's private memory: MPICH's Allreduce of 16 MB among 3 ranks took 9.5 ms on
+private memory with transparent huge pages, 19.4 ms on private 4 KiB pages, 19.9
+ms on a /dev/shm mapping and 18.8 ms on a shared anonymous mapping with
+MADV_HUGEPAGE (shmem gets no huge pages here: shmem_enabled=never, and no
+hugetlbfs pages are reserved); at 1 MB all four were alike (re-measured
+2026-11-22 on 2 cores, load ~2). So MPI in place on a store block would cost
+more than the two copies.
 
 A scratch block is a store allocation like any other (ALLOC to the head); the
 rank counts it among the executor's unsealed blocks, so it returns to the store

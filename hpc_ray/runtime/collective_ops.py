@@ -4,7 +4,8 @@ The rank side of ``hpc_ray.collective``: a rank makes a group's communicator
 (``MPI_Comm_create_group``) and runs collectives on it, for an actor living in
 the rank (``in_rank=True``) or on behalf of one of its executors
 (``COLLECTIVE_OP``, answered with the result; ``collective_buffers`` moves the
-tensor).
+tensor). Executors of one node run their groups' operations among themselves
+(``collective_shm``); their ranks only set such a group up (``setup``).
 
 Every operation (barrier included) starts with a small header exchange among
 the members, ``Iallgather`` of (status, shape/dtype signature): it checks that
@@ -60,10 +61,30 @@ def rank_create_group(loop, name: str, mpi_ranks: list[int], owner=None) -> None
     comm = world.Create_group(world.Get_group().Incl(mpi_ranks), group_creation_tag(name))
     loop.groups[name] = (comm, comm.Get_rank())
     loop.group_owners[name] = owner
+    if owner is None:
+        _setup_due(loop).add(name)
     loop.broken_groups.pop(name, None)
 
 
+def _setup_due(loop) -> set:
+    """Groups of in-rank members here whose first operation has not run yet."""
+    due = getattr(loop, "collective_setup_due", None)
+    if due is None:
+        due = loop.collective_setup_due = set()
+    return due
+
+
+def rank_setup(loop, comm, group: str, info: tuple) -> tuple[int, list]:
+    """Every member's ``info`` before the group's first operation, where the
+    members' executors decide whether to run it among themselves through the
+    store (``collective_shm``): each one's (node, block, pid, token). In-rank
+    members take part with no block, which keeps the group on MPI."""
+    _exchange_headers(loop, comm, group, "setup", np.empty(0))
+    return comm.Get_rank(), comm.allgather(info)
+
+
 def rank_destroy_group(loop, name: str) -> None:
+    _setup_due(loop).discard(name)
     g = loop.groups.pop(name, None)
     loop.group_owners.pop(name, None)
     loop.broken_groups.pop(name, None)
@@ -115,6 +136,8 @@ def rank_run_op(loop, group: str, op: str, args: tuple, owner=None) -> tuple[boo
             g = loop.groups.get(group)
             return True, -1 if g is None else g[0].Get_size()
         comm, _ = _group(loop, group)
+        if op == "setup":
+            return True, rank_setup(loop, comm, group, args[0])
         if op == "barrier":
             _apply(loop, comm, group, "barrier", np.empty(0))
             return True, None
@@ -211,6 +234,10 @@ def _apply(loop, comm, group: str, op: str, arr: np.ndarray, reduce_op: str = "s
            root: int = 0, out: np.ndarray | None = None) -> np.ndarray | None:
     MPI = _mpi()
     polite = _polite(loop)
+    due = _setup_due(loop)
+    if group in due:
+        due.discard(group)
+        rank_setup(loop, comm, group, (loop.node, None, os.getpid(), 0))
     _exchange_headers(loop, comm, group, op, arr)
     if op == "barrier":
         return None

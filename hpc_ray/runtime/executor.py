@@ -103,6 +103,11 @@ class ExecutorContext(context.ContextBase):
         #: by its finalizer, any thread, any time; sent at a flush) when replaced.
         self.cross_memory = True
         self.collective_scratch = None
+        #: Groups run among this node's executors through the store
+        #: (``collective_shm``): name -> ShmGroup, or None for the rank's route;
+        #: ``collective_shm`` False sends every operation through the rank.
+        self.collective_groups: dict = {}
+        self.collective_shm = True
         self.freed_blocks: collections.deque = collections.deque()
         #: (actor class, method name) -> the class attribute a call goes to.
         self.methods: dict = {}
@@ -162,7 +167,10 @@ class ExecutorContext(context.ContextBase):
             for msg in msgs:
                 if msg[0] == m.TASK_DONE or msg[0] == m.TASK_FAILED:
                     self.direct_tids.discard(msg[1])
-        self.rank_sends += 1
+        if not all(msg[0] == m.COLLECTIVE_OP for msg in msgs):
+            # (A collective is answered by the rank itself: nothing of it reaches
+            # the head, so a direct call's result need not follow it there.)
+            self.rank_sends += 1
         self.conn.send_bytes(pickle.dumps(msgs, protocol=5))
 
     def _direct_only(self, msgs: list) -> bool:

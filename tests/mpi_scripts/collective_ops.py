@@ -320,6 +320,24 @@ with section("driver-side errors"):
 exercise("in_rank", {"in_rank": True})
 exercise("executor", {})
 
+if W >= 2:
+    with section("a group of an in-rank actor and ordinary ones"):
+        # Member 0 lives in its rank, the others are executors: the group keeps
+        # MPI (the executors do not run it among themselves) and sums right.
+        mixed = [ray.remote(num_cpus=1, in_rank=True)(Member).remote(0)] + \
+            [ray.remote(num_cpus=1)(Member).remote(i) for i in range(1, W)]
+        infos = ray.get([a.join.remote(W, i, "mixed") for i, a in enumerate(mixed)])
+        check(infos == [(i, W, True) for i in range(W)], f"mixed join: {infos}")
+        got = ray.get([a.interleave.remote(["mixed"], 11) for a in mixed])
+        for step in range(3):
+            total = sum(data(11 + step, r, "float64") for r in range(W))
+            check(all(np.array_equal(g[f"mixed/{step}"], total) for g in got),
+                  f"mixed step {step}")
+        check(ray.get([a.leave.remote("mixed") for a in mixed]) == [(False, -1)] * W)
+        for a in mixed:
+            ray.kill(a)
+    report("mixed", True)
+
 report("compared", COMPARED[0])
 ray.shutdown()
 ok("collective_ops")

@@ -39,6 +39,19 @@ class Member:
         from hpc_ray.runtime import context
         context.current().cross_memory = False
 
+    def route(self, group):
+        """Which way this member's operations in ``group`` go."""
+        from hpc_ray.runtime import context
+        ctx = context.current()
+        if not ctx.collective_shm or ctx.collective_groups.get(group) is None:
+            return "rank"
+        return "shm"
+
+    def through_rank(self, yes=True):
+        """Send every operation through the rank, or not (on every member at once)."""
+        from hpc_ray.runtime import context
+        context.current().collective_shm = not yes
+
     def big(self, group, n):
         """Several MB through each op; returns the results and this member's rank."""
         rank = col.get_rank(group)
@@ -83,6 +96,10 @@ class Member:
             return a.tolist()
         except Exception as exc:
             return type(exc).__name__, str(exc)
+
+    def allreduce_and_print(self, group, value):
+        print(f"member {self.index} reduces {value}")
+        return self.allreduce(group, value)
 
     def rank(self):
         from hpc_ray.runtime import context
@@ -129,6 +146,23 @@ actors = [Member.remote(i) for i in range(W)]
 check(sorted(ray.get([a.join.remote(W, i, "g") for i, a in enumerate(actors)])) ==
       list(range(W)))
 
+SHM = os.environ.get("HPC_RAY_COLLECTIVE_SHM", "1") != "0"
+with section("several MB among the members, through the node's store"):
+    for n in (3 << 17, 3 << 19):            # 3 MB, then 12 MB (chunks of the blocks)
+        expect_big(ray.get([a.big.remote("g", n) for a in actors]), n, f"shm {n}")
+    routes = ray.get([a.route.remote("g") for a in actors])
+    check(routes == ["shm" if SHM else "rank"] * W, routes)
+report("route", routes[0])
+
+with section("dtypes, through the node's store"):
+    got = ray.get([a.dtypes.remote("g") for a in actors])
+    for dtype in DTYPES:
+        want = sum((np.arange(1000) % 7 + r).astype(dtype) for r in range(W)).astype(dtype)
+        for r in range(W):
+            check(got[r][dtype].dtype == np.dtype(dtype) and np.array_equal(got[r][dtype], want),
+                  f"dtype {dtype}")
+
+ray.get([a.through_rank.remote() for a in actors])
 with section("several MB, cross-memory route"):
     for n in (3 << 17, 3 << 19):            # 3 MB, then 12 MB (the rank's buffer grows)
         expect_big(ray.get([a.big.remote("g", n) for a in actors]), n, f"cross {n}")
@@ -146,6 +180,21 @@ with section("dtypes"):
             check(got[r][dtype].dtype == np.dtype(dtype) and np.array_equal(got[r][dtype], want),
                   f"dtype {dtype}")
 report("dtypes", len(DTYPES))
+
+with section("calls that run a collective, back to back"):
+    # Each call's result comes back in order and right, whether it takes the
+    # driver's direct channel or the rank (a collective is no reason to leave
+    # the direct channel; a printed line is).
+    for k in range(40):
+        if k % 10 == 9:
+            got = ray.get([a.allreduce_and_print.remote("g", float(k)) for a in actors])
+        else:
+            got = ray.get([a.allreduce.remote("g", float(k)) for a in actors])
+        check(got == [[float(k) * W] * 4] * W, f"step {k}: {got}")
+    tasks = ray.tasks()
+    check(all(t["State"] in ("FINISHED", "FAILED") for t in tasks.values()),
+          [t for t in tasks.values() if t["State"] not in ("FINISHED", "FAILED")])
+report("collective_calls", 40)
 
 with section("two members on one rank"):
     # Not supported: a group has one member per rank. Both ways of forming such
@@ -165,6 +214,7 @@ with section("two members on one rank"):
     for a in lights:
         ray.kill(a)
 
+ray.get([a.through_rank.remote(False) for a in actors])   # deaths on the default route
 with section("a member dies"):
     # Three ways: it is gone before the others call, it dies while they wait,
     # it is killed while they wait. The survivors get an error naming the group,
