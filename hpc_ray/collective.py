@@ -10,12 +10,12 @@ one actor per rank, made with ``MPI_Comm_create_group`` by exactly those ranks:
 
 Ordinary actors (executor processes, which have no MPI) take one of two routes:
 
-    all members on one node (x86-64): the executors run allreduce, reduce,
-        broadcast and barrier among themselves, through one block each of the
+    all members on one node (Linux, x86-64): the executors run every operation
+        among themselves, through one block each of the
         node's shared-memory store, in cache-sized chunks, with flags in shared
         memory (``runtime/collective_shm.py``); the ranks only set the group up
         on its first operation. No message, no rank woken per operation.
-    otherwise (and allgather; ``HPC_RAY_COLLECTIVE_SHM=0``): a request to the
+    otherwise (``HPC_RAY_COLLECTIVE_SHM=0``): a request to the
         actor's rank, which copies the tensor straight out of the executor's
         memory (``process_vm_readv``) into its own buffer, runs the MPI operation
         there and copies the result back (``runtime/collective_buffers.py``).
@@ -256,10 +256,11 @@ def allgather(tensor_list: list, tensor, group_name: str = DEFAULT_GROUP) -> Non
     else:
         # Not a member (size -1): the rank raises that before touching any memory.
         size = max(1, _executor_op(ctx, group_name, "size"))
-        if size > 1:
-            _shm_group(ctx, group_name)   # set up on the first operation (allgather
-                                          # itself goes through the rank)
-        out = collective_buffers.run(ctx, group_name, "allgather", arr, {}, members=size)
+        shm = _shm_group(ctx, group_name) if size > 1 else None
+        if shm is not None:
+            out = shm.allgather(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))
+        else:
+            out = collective_buffers.run(ctx, group_name, "allgather", arr, {}, members=size)
     if len(tensor_list) != len(out):
         raise ValueError(f"tensor_list has {len(tensor_list)} entries but the group has "
                          f"{len(out)} members")
