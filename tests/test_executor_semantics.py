@@ -18,6 +18,7 @@ def test_executor_semantics(run, mode):
     assert values["threads"] == "ok" and values["retries"] == "ok"
     assert values["method_retries"] == "ok"
     assert values["timed_get"] == "ok"
+    assert values["thread_lends"] == "ok"
     pid = values["prints"]["pid"]
     # Each printed line reaches the output once, prefixed: under mpiexec the
     # executor's output is not also passed on by the launcher.

@@ -19,7 +19,9 @@ Threads of the user's code may call the API at once. Every send goes out under
 one lock; a thread waiting for its reply reads the socket itself unless another
 thread already does, and whoever reads files replies by request id and leaves
 the rest (EXECUTE, ...) for the main thread, the only one that runs tasks. A
-thread other than the main one never runs nested work nor reports BLOCKED.
+thread other than the main one never runs nested work; its long wait in a task
+lends the task's CPU with LEND instead of BLOCKED, and the rank runs what it gets
+for that CPU in a spare executor.
 
 stdout and stderr are pipes to the rank (log_to_driver), line-buffered.
 
@@ -312,22 +314,27 @@ class ExecutorContext(context.ContextBase):
                     self.emit(on_timeout + (req,))
                     deadline = None
                     continue
-                if blocking and main and not blocked:
+                if blocking and not blocked and (main or self.actor_id is None):
                     # Still waiting after 50 ms, with or without a timeout: let the
                     # scheduler count our CPU as free, as Ray does for a blocked get.
+                    # The main thread runs what the rank sends meanwhile (BLOCKED);
+                    # another thread's wait lends it to another executor (LEND).
                     if self._poll(0.05 if left is None else min(left, 0.05)) \
                             or req in replies:
                         continue
                     if deadline is not None and time.monotonic() >= deadline:
                         continue
                     blocked = True
-                    self.emit((m.BLOCKED, 1))
+                    self.emit((m.BLOCKED, 1) if main else (m.LEND, 1))
                     self.flush()
                     continue
                 self._recv(None if left is None else min(left, 0.05))
         finally:
             if blocked:
-                if self.actor_id is None:
+                if not main:
+                    self.emit((m.LEND, -1))
+                    self.flush()
+                elif self.actor_id is None:
                     self._stop_lending()
                 else:
                     self.emit((m.BLOCKED, -1))   # an actor is sent no nested work

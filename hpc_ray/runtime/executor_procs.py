@@ -40,7 +40,7 @@ class ExecutorProc:
 
     __slots__ = ("proc", "conn", "serial", "known_fns", "assigned", "blocked", "actor_id",
                  "calls", "retiring", "ready", "pid", "fd", "outbuf", "inbuf", "holds",
-                 "unsealed", "pipes", "extra", "idle_since", "cpus")
+                 "unsealed", "pipes", "extra", "idle_since", "cpus", "lending", "spare")
 
     def __init__(self, proc: subprocess.Popen, conn: Connection, serial: int,
                  actor_id: int | None) -> None:
@@ -58,6 +58,11 @@ class ExecutorProc:
         self.ready = False
         #: An extra executor, for num_cpus=0 tasks only.
         self.extra = False
+        #: Threads of its task other than the main one waiting in get() (LEND).
+        self.lending = 0
+        #: A CPU executor started to run tasks on CPUs such threads lend; stopped
+        #: when idle (the rank keeps one CPU executor per CPU otherwise).
+        self.spare = False
         #: CPUs its actor holds (an actor's executor only).
         self.cpus = 0
         #: When it last had nothing assigned (extras stop after a while idle).
@@ -268,12 +273,13 @@ class ExecutorProcesses:
         self._drain(ex)
         self._close(ex)
         self._reclaim(ex)
-        if not ex.extra:
+        if not ex.extra and not ex.spare:
             self.executors.append(self.spawn())
 
     def retire_idle_extras(self) -> None:
+        """Stop extra and spare executors idle for ``extra_idle`` seconds."""
         now = time.monotonic()
-        for ex in list(self.extras):
+        for ex in [*self.extras, *(ex for ex in self.executors if ex.spare)]:
             if ex.ready and not ex.assigned and now - ex.idle_since > self.extra_idle:
                 self._retire(ex)
 
@@ -318,8 +324,8 @@ class ExecutorProcesses:
                 lost.append(tid)
             else:
                 requeue.append(spec)
-        if ex.blocked and lends_cpu(ex):
-            self.out.append((m.BLOCKED, -ex.blocked))
+        if lends_cpu(ex) and (ex.blocked or thread_lent(ex)):
+            self.out.append((m.BLOCKED, -ex.blocked - thread_lent(ex)))
         if ex.actor_id is not None and self.actors.get(ex.actor_id) is ex:
             self._forget_actor(ex.actor_id)
             self.out.append((m.WORKER_CRASHED, lost + [spec[m.T_ID] for spec in requeue],
@@ -331,7 +337,8 @@ class ExecutorProcesses:
         (self.zero_cpu_queue if ex.extra else self.queue).extendleft(reversed(requeue))
         if ex in self.executors:
             self.executors.remove(ex)
-            self.executors.append(self.spawn())
+            if not ex.spare:
+                self.executors.append(self.spawn())
         elif ex in self.extras:
             self.extras.remove(ex)
 
@@ -340,3 +347,10 @@ def lends_cpu(ex: ExecutorProc) -> bool:
     """Whether ``ex`` waiting in ``get`` frees a CPU the head may hand out meanwhile:
     only a CPU executor's task holds one (an actor keeps its CPU while it waits)."""
     return not ex.extra and ex.actor_id is None
+
+
+def thread_lent(ex: ExecutorProc) -> bool:
+    """Whether ``ex``'s CPU is lent by threads of its task other than the main
+    one (LEND) while the main thread is not waiting itself: the lent CPU runs
+    tasks in another executor (the main thread lends by running them nested)."""
+    return ex.lending > 0 and not ex.blocked

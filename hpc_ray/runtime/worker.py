@@ -4,7 +4,8 @@
     rank ──[executor messages, req ids renumbered]──▶ head
     rank ◀──FETCH──▶ ranks of other nodes (raw store bytes on Tag.OBJECT_DATA)
     rank ══ socketpair ══ executor (one per CPU for tasks, one per actor, and
-                                   extras for num_cpus=0 tasks, on demand)
+                                   extras for num_cpus=0 tasks, on demand,
+                                   spares for CPUs lent by a task's threads)
     rank ◀── stdout/stderr pipes ── executor; whole lines ──LOG──▶ head,
              printed on rank 0 as "(pid=P, rank=R) line" (log_to_driver)
 
@@ -41,7 +42,7 @@ from mpi4py import MPI
 from ..transport import messages as m
 from ..transport.comm import Backoff, Fetcher, Sender, recv_control, tighten_timer_slack
 from ..transport.serialization import loads
-from .executor_procs import ExecutorProc, ExecutorProcesses, lends_cpu
+from .executor_procs import ExecutorProc, ExecutorProcesses, lends_cpu, thread_lent
 
 logger = logging.getLogger(__name__)
 
@@ -393,17 +394,24 @@ class WorkerLoop(ExecutorProcesses):
             elif kind == m.COLLECTIVE_OP:
                 from . import collective_ops as collective
                 ex.send([(m.REPLY, msg[1], collective.rank_run_op(self, *msg[2:], owner=ex))])
-            elif kind == m.BLOCKED:
-                ex.blocked += msg[1]
+            elif kind == m.BLOCKED or kind == m.UNBLOCK or kind == m.LEND:
+                # The head counts the CPUs lent: one per waiting main thread (each
+                # nested level holds one), or one while only other threads wait.
+                was = thread_lent(ex)
+                if kind == m.LEND:
+                    ex.lending += msg[1]
+                else:
+                    ex.blocked += 1 if kind == m.BLOCKED and msg[1] > 0 else -1
                 if lends_cpu(ex):
-                    out.append(msg)
-            elif kind == m.UNBLOCK:
-                # No nested task goes to ``ex`` after this (unless it blocks again);
-                # those sent before reach it ahead of the reply, and it runs them.
-                ex.blocked -= 1
-                if lends_cpu(ex):
-                    out.append((m.BLOCKED, -1))
-                ex.send([(m.REPLY, msg[1], None)])
+                    delta = thread_lent(ex) - was
+                    if kind != m.LEND:
+                        delta += 1 if kind == m.BLOCKED and msg[1] > 0 else -1
+                    if delta:
+                        out.append((m.BLOCKED, delta))
+                if kind == m.UNBLOCK:
+                    # No nested task goes to ``ex`` after this (unless it blocks
+                    # again); those sent before reach it ahead of the reply.
+                    ex.send([(m.REPLY, msg[1], None)])
             elif kind == m.EXEC_READY:
                 ex.ready = True
             elif kind == m.ACTOR_DIED:
@@ -427,9 +435,18 @@ class WorkerLoop(ExecutorProcesses):
         that neither running tasks nor actors hold, and nested in those whose
         task waits in ``get`` (its CPU is lent meanwhile)."""
         ready = [ex for ex in self.executors if ex.ready and not ex.retiring]
-        busy = sum(1 for ex in self.executors if ex.assigned)
+        busy = sum(1 for ex in self.executors if ex.assigned and not thread_lent(ex))
         room = max(0, math.ceil(self.cpus - self.actor_cpus - 1e-9) - busy)
         idle = [ex for ex in ready if not ex.assigned][:room]
+        lent = sum(1 for ex in self.executors if ex.assigned and thread_lent(ex))
+        if lent and len(idle) < room:
+            # A CPU lent by a thread runs its task in another process: start
+            # spares for the lent CPUs that no idle executor can take.
+            starting = sum(1 for ex in self.executors if not ex.ready)
+            for _ in range(min(room - len(idle), lent) - starting):
+                spare = self.spawn()
+                spare.spare = True
+                self.executors.append(spare)
         return idle + [ex for ex in ready if ex.assigned and ex.blocked]
 
     def _dispatch_zero_cpu(self) -> None:
@@ -573,7 +590,7 @@ class WorkerLoop(ExecutorProcesses):
                                      f"(pid {self.driver_pid}) is gone; exiting\n")
                     self.driver_gone = True
                     break
-                if self.extras:
+                if self.extras or len(self.executors) > self.cpus:
                     self.retire_idle_extras()
         self.close()
 

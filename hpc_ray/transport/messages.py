@@ -71,6 +71,7 @@ class Msg(enum.IntEnum):
     LOG = 32
     DIRECT_HELLO = 33
     UNBLOCK = 34
+    LEND = 35
     EXEC_READY = 40
 
 
@@ -108,6 +109,7 @@ EXEC_READY = Msg.EXEC_READY.value
 LOG = Msg.LOG.value
 DIRECT_HELLO = Msg.DIRECT_HELLO.value
 UNBLOCK = Msg.UNBLOCK.value
+LEND = Msg.LEND.value
 
 
 # --- head (rank 0) -> worker rank (and the rank passes some on to an executor) -----
@@ -290,6 +292,15 @@ class Unblock(NamedTuple):
     req_id: int
 
 
+class Lend(NamedTuple):
+    """A thread of the executor's task other than the main one waits in get()
+    (+1), or no longer does (-1): the task's CPU may run another task meanwhile,
+    in another executor (the main thread is busy). Executor ->
+    ``WorkerLoop.on_executor`` (BLOCKED to the head)."""
+    kind: int
+    delta: int
+
+
 class AddLocation(NamedTuple):
     """An object was copied to this node. Rank -> ``Head.add_location``."""
     kind: int
@@ -403,7 +414,7 @@ SCHEMA: dict[int, type] = {
     ACTOR_READY: ActorReady, ACTOR_DIED: ActorDied, CONTROL_CALL: ControlCall,
     PROFILE: Profile, RETURNED: Returned, STOPPED: Stopped, FREE_BLOCKS: FreeBlocks,
     FETCH: Fetch, COLLECTIVE_OP: CollectiveOp, EXEC_READY: ExecReady, LOG: Log,
-    DIRECT_HELLO: DirectHello, UNBLOCK: Unblock,
+    DIRECT_HELLO: DirectHello, UNBLOCK: Unblock, LEND: Lend,
 }
 
 #: Kinds the head handles (``HeadLoop``'s handler table must cover exactly these).

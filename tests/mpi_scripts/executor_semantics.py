@@ -142,6 +142,24 @@ with section("timed get lends its CPU"):
     report("timed_get", "ok")
 
 
+@ray.remote
+def thread_waits(n):
+    out = []
+    waiter = threading.Thread(target=lambda: out.append(
+        ray.get([leaf.remote(i) for i in range(n)])))
+    waiter.start()
+    waiter.join()   # the main thread waits outside the API
+    return out[0]
+
+
+with section("a thread's get lends its CPU"):
+    # Both CPUs are taken by tasks whose main threads wait in join(): the leaves
+    # run only because a waiting thread lends its task's CPU to another process.
+    got = ray.get([thread_waits.remote(3), thread_waits.remote(3)], timeout=90)
+    check(got == [[1, 2, 3]] * 2, f"thread_waits: {got}")
+    report("thread_lends", "ok")
+
+
 with section("threads"):
     want = [expected(i) for i in range(THREADS)]
     out, mine = ray.get(threaded_task.remote(THREADS, ROUNDS), timeout=120)
