@@ -5,6 +5,7 @@ faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "
 
 import gc
 import signal
+import time
 
 import numpy as np
 
@@ -46,6 +47,9 @@ class Acc:
         self.total += x
         return self.total
 
+    def nap(self, seconds):
+        time.sleep(seconds)
+
 
 with section("failed argument does not free a held one"):
     failed = boom.remote()
@@ -64,7 +68,10 @@ with section("actor killed with calls queued on failed refs"):
     acc = Acc.remote()
     check(ray.get(acc.add.remote(1), timeout=T) == 1)
     x = ray.put(5)
-    calls = [acc.add.remote(failed) for _ in range(5)] + [acc.add.remote(x)]
+    # The first call naps, so that every other call is still queued when the kill
+    # comes (a call the actor has finished before the kill returns its value).
+    calls = [acc.nap.remote(30)] + [acc.add.remote(failed) for _ in range(5)] + \
+        [acc.add.remote(x)]
     ray.kill(acc)
     for c in calls:
         expect_raises(Exception, ray.get, c, timeout=T)
