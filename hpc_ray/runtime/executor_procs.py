@@ -13,14 +13,13 @@ import json
 import os
 import pickle
 import socket
-import struct
 import subprocess
 import sys
 import time
 from multiprocessing.connection import Connection
 
 from ..transport import messages as m
-from ..transport.frames import read_available, split_frames
+from ..transport.frames import add_frame, read_available, split_frames, write_pending
 from ..transport.serialization import SHM, loads
 
 #: Environment variables of the MPI launcher that an executor must not see: with
@@ -106,25 +105,11 @@ class ExecutorProc:
 
     def send(self, msgs: list) -> None:
         # Sent even before EXEC_READY: the bytes wait until the executor reads.
-        data = pickle.dumps(msgs, protocol=5)
-        n = len(data)
-        if n <= 0x7FFFFFFF:
-            self.outbuf += struct.pack("!i", n)
-        else:
-            self.outbuf += struct.pack("!iQ", -1, n)
-        self.outbuf += data
+        add_frame(self.outbuf, pickle.dumps(msgs, protocol=5))
         self.write_some()
 
     def write_some(self) -> None:
-        while self.outbuf:
-            try:
-                k = os.write(self.fd, self.outbuf)
-            except BlockingIOError:
-                return
-            except OSError:
-                self.outbuf.clear()  # it died; EOF on its socket reports that
-                return
-            del self.outbuf[:k]
+        write_pending(self.fd, self.outbuf)
 
     def read_frames(self) -> list[bytes] | None:
         """Complete frames available now; None at EOF (the executor died)."""

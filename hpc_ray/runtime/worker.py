@@ -398,16 +398,15 @@ class WorkerLoop(ExecutorProcesses):
                 # The head counts the CPUs lent: one per waiting main thread (each
                 # nested level holds one), or one while only other threads wait.
                 was = thread_lent(ex)
+                main = 0
                 if kind == m.LEND:
                     ex.lending += msg[1]
                 else:
-                    ex.blocked += 1 if kind == m.BLOCKED and msg[1] > 0 else -1
-                if lends_cpu(ex):
-                    delta = thread_lent(ex) - was
-                    if kind != m.LEND:
-                        delta += 1 if kind == m.BLOCKED and msg[1] > 0 else -1
-                    if delta:
-                        out.append((m.BLOCKED, delta))
+                    main = msg[1] if kind == m.BLOCKED else -1
+                    ex.blocked += main
+                delta = main + thread_lent(ex) - was
+                if delta and lends_cpu(ex):
+                    out.append((m.BLOCKED, delta))
                 if kind == m.UNBLOCK:
                     # No nested task goes to ``ex`` after this (unless it blocks
                     # again); those sent before reach it ahead of the reply.
@@ -435,10 +434,10 @@ class WorkerLoop(ExecutorProcesses):
         that neither running tasks nor actors hold, and nested in those whose
         task waits in ``get`` (its CPU is lent meanwhile)."""
         ready = [ex for ex in self.executors if ex.ready and not ex.retiring]
-        busy = sum(1 for ex in self.executors if ex.assigned and not thread_lent(ex))
-        room = max(0, math.ceil(self.cpus - self.actor_cpus - 1e-9) - busy)
+        running = [ex for ex in self.executors if ex.assigned]
+        lent = sum(1 for ex in running if thread_lent(ex))
+        room = max(0, math.ceil(self.cpus - self.actor_cpus - 1e-9) - len(running) + lent)
         idle = [ex for ex in ready if not ex.assigned][:room]
-        lent = sum(1 for ex in self.executors if ex.assigned and thread_lent(ex))
         if lent and len(idle) < room:
             # A CPU lent by a thread runs its task in another process: start
             # spares for the lent CPUs that no idle executor can take.

@@ -23,7 +23,7 @@ import socket
 import struct
 
 from . import messages as m
-from .frames import read_available, split_frames
+from .frames import add_frame, read_available, split_frames, write_pending
 from .serialization import loads
 
 _CRED = struct.Struct("3i")   # struct ucred: pid, uid, gid
@@ -72,21 +72,11 @@ class Channel:
         self.rank = -1
 
     def send(self, msgs: list) -> None:
-        data = pickle.dumps(msgs, protocol=5)
-        self.outbuf += struct.pack("!i", len(data))
-        self.outbuf += data
+        add_frame(self.outbuf, pickle.dumps(msgs, protocol=5))
         self.write_some()
 
     def write_some(self) -> None:
-        while self.outbuf:
-            try:
-                k = self.sock.send(self.outbuf)
-            except BlockingIOError:
-                return
-            except OSError:
-                self.outbuf.clear()   # the process died: EOF on the read side says so
-                return
-            del self.outbuf[:k]
+        write_pending(self.fd, self.outbuf)
 
     def read(self) -> list[list] | None:
         """The batches that arrived whole so far; None at EOF."""

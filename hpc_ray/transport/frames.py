@@ -2,7 +2,9 @@
 
 A frame is a 4-byte big-endian length and that many bytes, or, for 2 GiB and
 more, -1 then an 8-byte length. Both the rank's executor sockets and the
-driver's direct channels (``direct.py``) read them this way.
+driver's direct channels (``direct.py``) are read and written this way, through
+non-blocking buffers (``add_frame``/``write_pending``, ``read_available``/
+``split_frames``).
 """
 from __future__ import annotations
 
@@ -15,6 +17,28 @@ import threading
 #: 1 MiB object every call, 27 us against 5 us here for a 200-byte message.
 READ_CHUNK = 1 << 20
 _local = threading.local()
+
+
+def add_frame(buf: bytearray, data: bytes) -> None:
+    """Append ``data`` to ``buf`` as one frame."""
+    n = len(data)
+    buf += struct.pack("!i", n) if n <= 0x7FFFFFFF else struct.pack("!iQ", -1, n)
+    buf += data
+
+
+def write_pending(fd: int, buf: bytearray) -> None:
+    """Write what ``buf`` holds to ``fd`` (non-blocking) until it would block;
+    the rest stays in ``buf``. A dead peer's bytes are dropped: EOF on the
+    read side reports it."""
+    while buf:
+        try:
+            k = os.write(fd, buf)
+        except BlockingIOError:
+            return
+        except OSError:
+            buf.clear()
+            return
+        del buf[:k]
 
 
 def read_available(fd: int, buf: bytearray) -> bool | None:

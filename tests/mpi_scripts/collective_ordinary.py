@@ -14,7 +14,6 @@ from _harness import NUM_WORKERS, check, expect_raises, init_kwargs, ok, report,
 
 import hpc_ray as ray
 from hpc_ray import collective as col
-from hpc_ray.exceptions import RayError
 
 W = NUM_WORKERS
 DTYPES = ("uint8", "int16", "uint32", "int64", "float32", "float64", "complex128")
@@ -147,6 +146,15 @@ check(sorted(ray.get([a.join.remote(W, i, "g") for i, a in enumerate(actors)])) 
       list(range(W)))
 
 SHM = os.environ.get("HPC_RAY_COLLECTIVE_SHM", "1") != "0"
+def check_dtypes(got):
+    """Every member's sum of ``dtypes()`` in every dtype, in that dtype."""
+    for dtype in DTYPES:
+        want = sum((np.arange(1000) % 7 + r).astype(dtype) for r in range(W)).astype(dtype)
+        for r in range(W):
+            check(got[r][dtype].dtype == np.dtype(dtype) and np.array_equal(got[r][dtype], want),
+                  f"dtype {dtype}")
+
+
 with section("several MB among the members, through the node's store"):
     for n in (3 << 17, 3 << 19):            # 3 MB, then 12 MB (chunks of the blocks)
         expect_big(ray.get([a.big.remote("g", n) for a in actors]), n, f"shm {n}")
@@ -156,11 +164,7 @@ report("route", routes[0])
 
 with section("dtypes, through the node's store"):
     got = ray.get([a.dtypes.remote("g") for a in actors])
-    for dtype in DTYPES:
-        want = sum((np.arange(1000) % 7 + r).astype(dtype) for r in range(W)).astype(dtype)
-        for r in range(W):
-            check(got[r][dtype].dtype == np.dtype(dtype) and np.array_equal(got[r][dtype], want),
-                  f"dtype {dtype}")
+    check_dtypes(got)
 
 ray.get([a.through_rank.remote() for a in actors])
 with section("several MB, cross-memory route"):
@@ -174,11 +178,7 @@ with section("several MB, store route"):
 
 with section("dtypes"):
     got = ray.get([a.dtypes.remote("g") for a in actors])
-    for dtype in DTYPES:
-        want = sum((np.arange(1000) % 7 + r).astype(dtype) for r in range(W)).astype(dtype)
-        for r in range(W):
-            check(got[r][dtype].dtype == np.dtype(dtype) and np.array_equal(got[r][dtype], want),
-                  f"dtype {dtype}")
+    check_dtypes(got)
 report("dtypes", len(DTYPES))
 
 with section("calls that run a collective, back to back"):
