@@ -174,6 +174,9 @@ class ActorClass:
         placement = m.IN_RANK if opts.get("in_rank") else 0
         spec = build_spec(self._class_id, self._blob, self.__name__, args, kwargs, 1,
                           resources, 0, placement, actor_id, 0, ctx.put_serialized, keep)
+        # A creation spec's retries field carries the calls' retries: the actor's
+        # process takes direct calls (runtime/peer_calls.py) only without them.
+        spec[m.T_RETRIES] = task_retries
         # The actor lives while some process holds a handle to it (as in Ray): each
         # handle carries a ref to this token, counted like any object ref; when the
         # head frees the token, the actor ends once its pending calls are done.
@@ -249,10 +252,10 @@ class ActorHandle:
         if name not in self._meta and name != "__ray_terminate__":
             raise AttributeError(f"actor {self._class_name} has no method {name!r}")
         num_returns, retries = self._meta.get(name, (1, 0))
-        method = ActorMethod(self, name, num_returns, self._checks.get(name), retries)
-        # Cached on the instance: the next `handle.name` is a plain attribute lookup.
-        self.__dict__[name] = method
-        return method
+        # Not cached on the handle: the method refers to the handle, and that
+        # cycle would keep a dropped handle (and so its actor) alive until the
+        # next garbage collection of the process.
+        return ActorMethod(self, name, num_returns, self._checks.get(name), retries)
 
     def _call(self, name: str, args: tuple, kwargs: dict, num_returns: int,
               max_retries: int = 0):
@@ -261,7 +264,7 @@ class ActorHandle:
         spec = build_spec(name, None, f"{self._class_name}.{name}", args, kwargs,
                           num_returns, None, max_retries, 0, self._actor_id, 0,
                           ctx.put_serialized, keep)
-        ctx.submit(spec)
+        ctx.submit_call(spec, self._lifetime)
         refs = [context.ObjectRef(oid) for oid in spec[m.T_RETURNS]]
         return refs[0] if num_returns == 1 else refs
 

@@ -78,6 +78,7 @@ class Context(Protocol):
     resources: dict           #: what the current task or actor holds
 
     def submit(self, spec: list) -> None: ...
+    def submit_call(self, spec: list, lifetime) -> None: ...
     def get(self, refs: list, timeout: float | None) -> list: ...
     def wait(self, ids: list, num_returns: int, timeout: float | None) -> set: ...
     def put(self, value: Any) -> "ObjectRef": ...
@@ -103,6 +104,11 @@ class ContextBase:
 
     def register_function(self, fn_id, fn) -> None:
         """Make ``fn`` callable by id here without unpickling (local mode only)."""
+
+    def submit_call(self, spec: list, lifetime) -> None:
+        """Submit an actor call; ``lifetime`` is the handle's lifetime ref (executors
+        keep it while a call made straight to the actor is in flight)."""
+        self.submit(spec)
 
 
 def current() -> Context:

@@ -240,7 +240,13 @@ def _actor_checkpoint_saved(head: Head, actor_id: int, checkpoint_id: bytes,
     return [b for b, _ in expired]
 
 
+def _ping(head: Head) -> None:
+    """Nothing: its answer tells a caller that the head has handled every message
+    the caller sent before it (``peer_calls``: its holds of a result's refs)."""
+
+
 _CALLS = {
+    "ping": _ping,
     "register_actor": _register_actor,
     "actor_checkpoints": _actor_checkpoints,
     "actor_checkpoint_saved": _actor_checkpoint_saved,

@@ -54,13 +54,15 @@ from ..exceptions import (ActorDiedError, GetTimeoutError, RayError, TaskError,
 from ..transport import direct
 from ..transport import messages as m
 from ..transport.serialization import RAW, SHM, loads
-from . import context, hooks, interrupts, taskspec, values
+from . import context, hooks, interrupts, peer_calls, taskspec, values
 from .store import Arena
 
 #: Flush buffered messages to the rank after this many (or at any blocking point).
 FLUSH_EVERY = 64
 #: While executing a batch, send results at least this often (seconds).
 FLUSH_INTERVAL = 0.002
+#: wait() over direct results and head objects asks the head this long at a time.
+DIRECT_WAIT_SLICE = 0.005
 
 
 class ExecutorContext(context.ContextBase):
@@ -69,7 +71,8 @@ class ExecutorContext(context.ContextBase):
     is_driver = False
 
     def __init__(self, conn: Connection, arena: Arena, node: int, rank: int,
-                 size: int, store_size: int, direct_addr: str | None = None) -> None:
+                 size: int, store_size: int, direct_addr: str | None = None,
+                 session_id: str | None = None) -> None:
         self.conn = conn
         #: The driver's direct channel (actors on its host): address, connection,
         #: and the ids of the calls that came over it and are not answered yet.
@@ -130,6 +133,19 @@ class ExecutorContext(context.ContextBase):
         self.batches = 0
         #: The thread that runs serve(): the only one that executes tasks.
         self.main_thread = threading.get_ident()
+        # Direct calls between executors (``peer_calls``): the sockets the wait
+        # loop watches besides the rank's, fd -> reader (returns messages for the
+        # inbox), and those of them written through a buffer, fd -> Channel,
+        # whose buffers ``peer_lock`` guards.
+        self.peer_readers: dict = {}
+        self.peer_channels: dict = {}
+        self.peer_lock = threading.Lock()
+        #: Threads of a task calling actors at once: one route decision at a time.
+        self.peer_route_lock = threading.Lock()
+        self.peer_session = session_id if peer_calls.ENABLED else None
+        self.peer = (peer_calls.PeerCaller(session_id, self.peer_readers, self.peer_channels,
+                                           self.peer_lock) if self.peer_session else None)
+        self.peer_server: peer_calls.PeerServer | None = None
 
     # --- pipe -------------------------------------------------------------------
 
@@ -143,9 +159,15 @@ class ExecutorContext(context.ContextBase):
         with self.lock:
             if released:
                 ids = []
+                peer = self.peer
                 while released:
-                    ids.append(released.popleft())
-                self.out.append((m.RELEASE, ids))
+                    oid = released.popleft()
+                    if peer is not None and peer.owns(oid):
+                        peer.forget(oid)   # a direct result: the head never knew it
+                    else:
+                        ids.append(oid)
+                if ids:
+                    self.out.append((m.RELEASE, ids))
             if self.freed_blocks:
                 blocks = []
                 while self.freed_blocks:
@@ -233,8 +255,8 @@ class ExecutorContext(context.ContextBase):
             self.reading = True
         msgs = None
         try:
-            if self.dconn is not None:
-                msgs = self._recv_either(timeout)
+            if self.dconn is not None or self.peer_readers:
+                msgs = self._recv_select(timeout)
             elif timeout is None or self.conn.poll(timeout):
                 msgs = loads(self.conn.recv_bytes())
         except (EOFError, OSError):
@@ -248,22 +270,46 @@ class ExecutorContext(context.ContextBase):
                 arrived.notify_all()
         return msgs is not None
 
-    def _recv_either(self, timeout: float | None) -> list | None:
+    def _recv_select(self, timeout: float | None) -> list | None:
         """The next batch from the rank or the driver's direct channel (direct calls
-        are noted in ``direct_tids``); None on timeout."""
-        fds = (self.conn.fileno(), self.dconn.fileno())
-        ready = select.select(fds, (), (), timeout)[0]
-        if not ready:
+        are noted in ``direct_tids``), after whatever the peer sockets brought:
+        calls for this actor (in the batch), results for this caller (filed by
+        ``peer_calls``). None on timeout."""
+        poller = select.poll()
+        conn_fd = self.conn.fileno()
+        poller.register(conn_fd, select.POLLIN)
+        dfd = -1
+        if self.dconn is not None:
+            dfd = self.dconn.fileno()
+            poller.register(dfd, select.POLLIN)
+        channels = self.peer_channels
+        for fd in tuple(self.peer_readers):
+            ch = channels.get(fd)
+            poller.register(fd, select.POLLIN | select.POLLOUT if ch is not None and ch.outbuf
+                            else select.POLLIN)
+        events = poller.poll(None if timeout is None else timeout * 1000.0)
+        if not events:
             return None
         msgs = []
-        if fds[0] in ready:
-            msgs = loads(self.conn.recv_bytes())
-        if fds[1] in ready:
-            calls = loads(self.dconn.recv_bytes())
-            for msg in calls:
-                self.direct_tids.add(msg[1][m.T_ID])
-            msgs = msgs + calls
-        return msgs
+        calls = []
+        for fd, ev in events:
+            if fd == conn_fd:
+                msgs = loads(self.conn.recv_bytes())
+            elif fd == dfd:
+                calls = loads(self.dconn.recv_bytes())
+                for msg in calls:
+                    self.direct_tids.add(msg[1][m.T_ID])
+            else:
+                if ev & select.POLLOUT:
+                    ch = channels.get(fd)
+                    if ch is not None:
+                        with self.peer_lock:
+                            ch.write_some()
+                if ev & ~select.POLLOUT:
+                    reader = self.peer_readers.get(fd)
+                    if reader is not None:
+                        calls = calls + reader()
+        return msgs + calls if calls else msgs
 
     def _file(self, msgs: list) -> None:
         replies, inbox = self.replies, self.inbox
@@ -290,13 +336,22 @@ class ExecutorContext(context.ContextBase):
         """
         req = next(self.req_ids)
         self.emit((msg_kind, req) + fields)
+        replies = self.replies
+        self._await(lambda: req in replies, timeout, blocking,
+                    None if on_timeout is None else lambda: self.emit(on_timeout + (req,)))
+        return replies.pop(req)
+
+    def _await(self, done, timeout: float | None = None, blocking: bool = False,
+               on_timeout=None) -> None:
+        """Read and handle what arrives until ``done()``: a request's reply, or the
+        results of direct calls (``peer_calls``). See ``_request`` for ``blocking``;
+        at the timeout, ``on_timeout()`` is called once, or GetTimeoutError raised."""
         main = threading.get_ident() == self.main_thread
         deadline = None if timeout is None else time.monotonic() + timeout
         nested = blocking and main and self.actor_id is None
         blocked = False
-        replies = self.replies
         try:
-            while req not in replies:
+            while not done():
                 i = self._handleable(nested) if main else None
                 if i is not None:
                     msg = self.inbox.pop(i)
@@ -311,7 +366,7 @@ class ExecutorContext(context.ContextBase):
                 if left is not None and left <= 0:
                     if on_timeout is None:
                         raise GetTimeoutError(f"timed out after {timeout} s")
-                    self.emit(on_timeout + (req,))
+                    on_timeout()
                     deadline = None
                     continue
                 if blocking and not blocked and (main or self.actor_id is None):
@@ -319,8 +374,7 @@ class ExecutorContext(context.ContextBase):
                     # scheduler count our CPU as free, as Ray does for a blocked get.
                     # The main thread runs what the rank sends meanwhile (BLOCKED);
                     # another thread's wait lends it to another executor (LEND).
-                    if self._poll(0.05 if left is None else min(left, 0.05)) \
-                            or req in replies:
+                    if self._poll(0.05 if left is None else min(left, 0.05)) or done():
                         continue
                     if deadline is not None and time.monotonic() >= deadline:
                         continue
@@ -338,7 +392,6 @@ class ExecutorContext(context.ContextBase):
                     self._stop_lending()
                 else:
                     self.emit((m.BLOCKED, -1))   # an actor is sent no nested work
-        return replies.pop(req)
 
     def _stop_lending(self) -> None:
         """The main thread's wait that lent its CPU is over: tell the rank, and
@@ -378,8 +431,45 @@ class ExecutorContext(context.ContextBase):
         self.emit((m.HOLD, list(ids)))
 
     def submit(self, spec: list) -> None:
+        peer = self.peer
+        if peer is not None and (peer.pending or peer.results):
+            self._promote([d[1] for d in spec[m.T_DEPS]] + (spec[m.T_CONTAINED] or []))
         self.emit((m.SUBMIT, spec))
         self.flush()
+
+    def submit_call(self, spec: list, lifetime) -> None:
+        """An actor call: straight to the actor when ``peer_calls`` allows it."""
+        peer = self.peer
+        if peer is None:
+            self.submit(spec)
+            return
+        with self.peer_route_lock:
+            how, link = peer.route(spec)
+            if how == peer_calls.DIRECT:
+                peer.send(link, spec, lifetime)
+                return
+        if how == peer_calls.DRAIN:
+            self._await(lambda: not link.inflight, None, blocking=True)
+        peer.note_head_call(spec[m.T_ACTOR], spec[m.T_RETURNS])
+        self.submit(spec)
+
+    def _promote(self, oids) -> None:
+        """Direct results about to leave this process become objects at the head."""
+        peer = self.peer
+        for oid in oids:
+            if not peer.owns(oid):
+                continue
+            if oid in peer.pending:
+                self._await(lambda: oid not in peer.pending, None, blocking=True)
+            res = peer.results.pop(oid, None)
+            if res is None:
+                continue
+            self.emit((m.PUT, oid, res.record, res.contained or None))
+            if res.pins is not None:
+                # The head holds the nested refs through the object once it has the
+                # PUT: an answered request sent after it says so.
+                self.control("ping")
+                peer.unpin(res)
 
     def control(self, name: str, *args) -> Any:
         ok, result = self._request(m.CONTROL_CALL, name, args)
@@ -389,17 +479,98 @@ class ExecutorContext(context.ContextBase):
 
     def get(self, refs: list, timeout: float | None) -> list:
         ids = [r.id for r in refs]
+        peer = self.peer
+        if peer is not None and (peer.pending or peer.results):
+            recs = self._get_records(ids, timeout)
+        else:
+            recs = self._get_from_head(ids, timeout)
+            if peer is not None and peer.head_calls:
+                peer.seen_finished(ids)
+        return [values.from_record(rec, self.arena, ref) for ref, rec in zip(refs, recs)]
+
+    def _get_from_head(self, ids: list, timeout: float | None) -> list:
         try:
-            recs = self._request(m.GET, ids, timeout=timeout, blocking=True)
+            return self._request(m.GET, ids, timeout=timeout, blocking=True)
         except GetTimeoutError:
             raise GetTimeoutError(f"get timed out after {timeout} s waiting for "
                                   f"{len(ids)} object(s)") from None
-        return [values.from_record(rec, self.arena, ref) for ref, rec in zip(refs, recs)]
+
+    def _get_records(self, ids: list, timeout: float | None) -> list:
+        """Records of ``ids``, some of them direct results (``peer_calls``)."""
+        peer = self.peer
+        results = peer.results
+        mine = [i for i in ids if peer.owns(i)]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if any(i not in results for i in mine):
+            try:
+                self._await(lambda: all(i in results or i not in peer.pending for i in mine),
+                            timeout, blocking=True)
+            except GetTimeoutError:
+                raise GetTimeoutError(f"get timed out after {timeout} s waiting for "
+                                      f"{len(ids)} object(s)") from None
+        got = {i: results.get(i) for i in mine}
+        others = [i for i in ids if got.get(i) is None]   # (promoted meanwhile: at the head)
+        if others:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            got.update(zip(others, self._get_from_head(others, left)))
+            if peer.head_calls:
+                peer.seen_finished(others)
+        pinned = [res for res in got.values() if type(res) is peer_calls.Result
+                  and res.pins is not None]
+        if pinned:
+            # Our holds of their nested refs are at the head once it answers this.
+            self.control("ping")
+            for res in pinned:
+                peer.unpin(res)
+        return [rec.record if type(rec) is peer_calls.Result else rec
+                for rec in (got[i] for i in ids)]
 
     def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
+        peer = self.peer
+        if peer is not None and (peer.pending or peer.results) and any(map(peer.owns, ids)):
+            return self._wait_direct(ids, num_returns, timeout)
         ready = self._request(m.WAIT, ids, num_returns, timeout=timeout,
                               on_timeout=(m.WAIT_NOW,), blocking=True)
+        if peer is not None and peer.head_calls:
+            peer.seen_finished(ready)
         return set(ready[:num_returns])
+
+    def _wait_direct(self, ids: list[int], num_returns: int,
+                     timeout: float | None) -> set[int]:
+        """wait() over direct results and head objects: the head is asked in slices
+        of ``DIRECT_WAIT_SLICE`` while direct results may still come."""
+        peer = self.peer
+        results = peer.results
+        mine = [i for i in ids if peer.owns(i)]
+        others = [i for i in ids if i not in mine]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ready_others: set = set()
+        while True:
+            ready = {i for i in mine if i in results or i not in peer.pending}
+            need = num_returns - len(ready) - len(ready_others)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if need <= 0 or left == 0:
+                break
+            if others:
+                waiting = [i for i in others if i not in ready_others]
+                pending = len(ready) < len(mine)
+                span = left if not pending else (DIRECT_WAIT_SLICE if left is None
+                                                 else min(left, DIRECT_WAIT_SLICE))
+                got = self._request(m.WAIT, waiting, min(need, len(waiting)), timeout=span,
+                                    on_timeout=(m.WAIT_NOW,), blocking=True)
+                ready_others.update(got)
+                if peer.head_calls:
+                    peer.seen_finished(got)
+                if not pending and len(got) < min(need, len(waiting)):
+                    break   # timed out with nothing direct left to wait for
+            else:
+                try:
+                    self._await(lambda: sum(i in results or i not in peer.pending
+                                            for i in mine) >= num_returns, left, blocking=True)
+                except GetTimeoutError:
+                    pass
+        ready |= ready_others
+        return set([i for i in ids if i in ready][:num_returns])
 
     def _alloc(self, size: int) -> tuple[int, int]:
         if size > self.store_size:
@@ -414,11 +585,15 @@ class ExecutorContext(context.ContextBase):
             raise TypeError("put() of an ObjectRef is not allowed; pass the ref itself")
         rec, contained = values.to_record(value, self._alloc, self.arena,
                                           "value passed to put()")
+        if contained and self.peer is not None:
+            self._promote(contained)
         oid = context.new_ids(1)
         self.emit((m.PUT, oid, rec, contained or None))
         return context.ObjectRef(oid)
 
     def put_serialized(self, s) -> context.ObjectRef:
+        if s.contained and self.peer is not None:
+            self._promote(s.contained)
         rec = values.serialized_to_record(s, self._alloc, self.arena)
         oid = context.new_ids(1)
         self.emit((m.PUT, oid, rec, s.contained or None))
@@ -486,9 +661,14 @@ class ExecutorContext(context.ContextBase):
         if direct:
             sends = self.rank_sends
             _Output.printed = False
+        server = self.peer_server
+        peer_call = server is not None and tid in server.calls
         outer = self.current_task_name, self.current_task_id
+        if outer[1] is None and self.peer is not None and self.actor_id is None:
+            self.peer.new_task()
         self.current_task_name, self.current_task_id = name, tid
         self._set_gpus(spec[m.T_RES])
+        contained = None
         try:
             if spec[m.T_ACTOR] is not None:
                 result = self._call_method(spec)
@@ -497,18 +677,24 @@ class ExecutorContext(context.ContextBase):
                 args, kwargs = taskspec.load_args(spec[m.T_PAYLOAD], spec[m.T_DEPS],
                                                   self._read_dep)
                 result = fn(*args, **kwargs)
-            recs, contained = self._results(spec, result)
+            recs, contained = self._results(spec, result, peer_call)
         except BaseException as exc:  # user code: everything is reported, nothing escapes
-            self.emit((m.TASK_FAILED, tid, self._failure_record(exc, spec), t0, time.time(),
-                       self.pid))
+            msg = (m.TASK_FAILED, tid, self._failure_record(exc, spec), t0, time.time(),
+                   self.pid)
             if isinstance(exc, SystemExit) and spec[m.T_ACTOR] is not None:
                 self.exiting = True
                 self.emit((m.ACTOR_DIED, self.actor_id, f"exit() called in {name}", False))
         else:
-            self.emit((m.TASK_DONE, tid, recs, contained or None, t0, time.time(), self.pid))
+            msg = (m.TASK_DONE, tid, recs, contained or None, t0, time.time(), self.pid)
         finally:
             self.current_task_name, self.current_task_id = outer
             hooks.after_task()
+        if not peer_call:
+            self.emit(msg)
+        else:
+            if contained or self.exiting:
+                self.flush()   # what the call put or said goes ahead of its answer
+            server.answer(tid, msg, contained)
         if direct and (self.rank_sends != sends or _Output.printed):
             # What the call sent through the rank (a hold, a put, a printed line)
             # must reach the head before its result: the result follows that path.
@@ -545,7 +731,7 @@ class ExecutorContext(context.ContextBase):
               + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
         return values.error_record(TaskError(name, tb, self.rank, self.host, exc))
 
-    def _results(self, spec: list, result: Any) -> tuple[list, list]:
+    def _results(self, spec: list, result: Any, inline: bool = False) -> tuple[list, list]:
         returns = spec[m.T_RETURNS]
         n = len(returns)
         if n == 1:
@@ -562,10 +748,15 @@ class ExecutorContext(context.ContextBase):
             if type(v) in (int, float, bool, type(None)):
                 recs.append((RAW, v))
                 continue
-            rec, c = values.to_record(v, self._alloc, self.arena,
-                                      f"return value of {spec[m.T_NAME]}")
+            what = f"return value of {spec[m.T_NAME]}"
+            if inline:
+                rec, c = peer_calls.inline_record(v, what)
+            else:
+                rec, c = values.to_record(v, self._alloc, self.arena, what)
             recs.append(rec)
             contained.extend(c)
+        if contained and self.peer is not None:
+            self._promote(contained)
         return recs, contained
 
     # --- actors -----------------------------------------------------------------
@@ -590,6 +781,14 @@ class ExecutorContext(context.ContextBase):
             self.actor_failed()
             return
         self._open_direct()
+        if self.peer_session is not None and not spec[m.T_RETRIES]:
+            # Creation specs carry the actor's max_task_retries there (actors.py):
+            # calls the head must retry do not come direct.
+            self.peer_server = peer_calls.PeerServer.open(
+                self.peer_session, self.actor_id, self.peer_readers, self.peer_channels,
+                self.peer_lock)
+            if self.peer_server is not None:
+                self.peer_server.held = spec[m.T_RES]
         self.emit((m.ACTOR_READY, self.actor_id, self.pid))
         self.flush()
 
@@ -696,7 +895,7 @@ def main() -> None:
     arena = Arena(cfg["arena_fd"], cfg["store_size"]) if cfg["store_size"] else Arena(-1, 0)
     conn = Connection(cfg["fd"])
     ctx = ExecutorContext(conn, arena, cfg["node"], cfg["rank"], cfg["size"],
-                          cfg["store_size"], cfg.get("direct_addr"))
+                          cfg["store_size"], cfg.get("direct_addr"), cfg.get("session_id"))
     context.set_current(ctx)
     ctx.serve()
 

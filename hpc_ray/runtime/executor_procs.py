@@ -135,6 +135,8 @@ class ExecutorProcesses:
             "sys_path": self.cfg["sys_path"], "cwd": self.cfg.get("cwd"),
             # The driver's direct channel, for actors (only on the driver's host).
             "direct_addr": self.cfg.get("direct_addr") if self.driver_pid else None,
+            # Names the actors' sockets for direct calls between executors.
+            "session_id": self.cfg.get("session_id"),
         })
         fds = (child_sock.fileno(),) + ((self.arena.fd,) if self.arena.size else ())
         pipe = subprocess.PIPE if self.log_to_driver else None

@@ -76,6 +76,8 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
         "resources": dict(resources or {}),
         "embedded": embedded,
         "job_id": job_id,
+        # Unique to this session: names the actors' sockets for direct calls.
+        "session_id": f"{job_id}-{os.getpid()}-{os.urandom(4).hex()}",
         "pretouch": _config.os_environ_get("PRETOUCH", 128 << 20, _config.parse_bytes),
         "extra_idle": _config.os_environ_get("EXTRA_EXECUTOR_IDLE", None, float),
         "log_to_driver": context.log_to_driver,

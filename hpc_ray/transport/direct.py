@@ -31,17 +31,22 @@ _CRED = struct.Struct("3i")   # struct ucred: pid, uid, gid
 
 def listen(job_id: str) -> tuple[socket.socket | None, str | None]:
     """A non-blocking listening socket and its address, or (None, None) off Linux."""
+    return listen_at(f"hpc_ray-{job_id}-{os.getpid()}-{os.urandom(6).hex()}")
+
+
+def listen_at(address: str) -> tuple[socket.socket | None, str | None]:
+    """``listen`` at a chosen abstract address; (None, None) if taken or off Linux."""
     if not hasattr(socket, "SO_PEERCRED"):
         return None, None
-    name = f"\0hpc_ray-{job_id}-{os.getpid()}-{os.urandom(6).hex()}"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.bind(name)
+        sock.bind("\0" + address)
         sock.listen(256)
         sock.setblocking(False)
     except OSError:
+        sock.close()
         return None, None
-    return sock, name[1:]
+    return sock, address
 
 
 def connect(address: str) -> socket.socket | None:

@@ -72,6 +72,7 @@ class Msg(enum.IntEnum):
     DIRECT_HELLO = 33
     UNBLOCK = 34
     LEND = 35
+    UNPIN = 36
     EXEC_READY = 40
 
 
@@ -110,6 +111,7 @@ LOG = Msg.LOG.value
 DIRECT_HELLO = Msg.DIRECT_HELLO.value
 UNBLOCK = Msg.UNBLOCK.value
 LEND = Msg.LEND.value
+UNPIN = Msg.UNPIN.value
 
 
 # --- head (rank 0) -> worker rank (and the rank passes some on to an executor) -----
@@ -404,6 +406,14 @@ class DirectHello(NamedTuple):
     rank: int
 
 
+class Unpin(NamedTuple):
+    """The caller of a direct call now holds the refs nested in its result itself:
+    the actor may drop the pins it kept on them (``runtime/peer_calls.py``).
+    Caller's executor -> the actor's executor, over their direct socket."""
+    kind: int
+    task_id: int
+
+
 SCHEMA: dict[int, type] = {
     EXECUTE: Execute, REPLY: Reply, CREATE_ACTOR: CreateActor, KILL_ACTOR: KillActor,
     RUN_FUNCTION: RunFunction, SHUTDOWN: Shutdown, GROUP_CREATE: GroupCreate, STEAL: Steal,
@@ -414,7 +424,7 @@ SCHEMA: dict[int, type] = {
     ACTOR_READY: ActorReady, ACTOR_DIED: ActorDied, CONTROL_CALL: ControlCall,
     PROFILE: Profile, RETURNED: Returned, STOPPED: Stopped, FREE_BLOCKS: FreeBlocks,
     FETCH: Fetch, COLLECTIVE_OP: CollectiveOp, EXEC_READY: ExecReady, LOG: Log,
-    DIRECT_HELLO: DirectHello, UNBLOCK: Unblock, LEND: Lend,
+    DIRECT_HELLO: DirectHello, UNBLOCK: Unblock, LEND: Lend, UNPIN: Unpin,
 }
 
 #: Kinds the head handles (``HeadLoop``'s handler table must cover exactly these).

@@ -1,0 +1,342 @@
+"""Direct calls from a task or actor to an actor on the same host (Ray's direct actor calls).
+
+    caller's executor ── EXECUTE ─────────────────▶ actor's executor
+    caller's executor ◀─ TASK_DONE / TASK_FAILED ──     (one socket per caller and actor)
+
+Through the head such a call crosses six processes' wake-ups (caller -> rank
+-> head over MPI -> actor, and back); here it crosses two. The actor listens on
+an abstract Unix socket named after the session and the actor (``address``): no
+file to clean up, nothing to look up, and a connect succeeds only on the
+actor's host, once the actor is up. Only the caller and the actor know of the
+call, as in Ray: the caller owns the result and keeps it in its memory.
+
+What keeps the usual semantics (``executor.ExecutorContext`` applies these rules):
+
+* Order. A caller's calls to one actor run in the order they were made. A call
+  goes direct only while none of the caller's earlier calls to that actor may
+  still be queued at the head (``head_calls``: made through the head and not
+  yet seen finished by a get or wait). A call that must go through the head
+  (refs among its arguments, arguments too large for a message, retries) first
+  waits until the caller's direct calls to that actor are answered.
+* Escape. Before a result's ref leaves the process (an argument of a call,
+  part of a put or of a returned value), the caller puts the value at the head
+  under the ref's id (``ExecutorContext._promote``): it becomes an ordinary
+  object. A ref dropped without escaping costs the head nothing.
+* Refs nested in a result. The actor keeps them alive (``PeerServer.pins``)
+  until the caller holds them itself: the caller's holds go to the head
+  through its rank, and once the head has answered a request sent after them,
+  the caller sends UNPIN.
+* Failure. When the actor's process ends, its sockets close and the calls in
+  flight fail with ActorDiedError, as Ray fails them when an actor dies. An
+  actor with ``max_task_retries`` does not listen, so the head retries its calls.
+* A caller's get() waits for a direct result in the executor's usual loop, so
+  its CPU is lent after 50 ms, as for any blocked get.
+
+The head never sees these calls: they are missing from ``ray.tasks()`` and the
+timeline. The driver's calls use its own direct channels (``transport/direct.py``).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from ..exceptions import ActorDiedError
+from ..transport import direct
+from ..transport import messages as m
+from ..transport.serialization import RAW, serialize
+from . import context, values
+from .taskspec import ARGS_IN_STORE
+
+#: Seconds before a caller tries again to connect to an actor that refused
+#: (not up yet, on another host, or not accepting direct calls).
+RETRY_CONNECT = 0.2
+#: Calls through the head a caller tracks per actor (made, not seen finished)
+#: before it stops tracking and sends that actor's calls through the head only.
+MAX_HEAD_CALLS = 1000
+#: ``HPC_RAY_DIRECT_CALLS=0`` sends every call through the head.
+ENABLED = os.environ.get("HPC_RAY_DIRECT_CALLS", "1") != "0"
+
+
+#: PeerCaller.route's answers.
+DIRECT, DRAIN, HEAD = range(3)
+
+
+def address(session_id: str, actor_id: int) -> str:
+    return f"hpc_ray-{session_id}-actor-{actor_id:x}"
+
+
+def direct_eligible(spec: list) -> bool:
+    """Whether a call can skip the head: inline arguments without refs (the
+    head resolves and keeps those), one return value, no retries."""
+    return (not spec[m.T_DEPS] and spec[m.T_CONTAINED] is None
+            and spec[m.T_PAYLOAD][0] != ARGS_IN_STORE
+            and len(spec[m.T_RETURNS]) == 1 and not spec[m.T_RETRIES])
+
+
+def inline_record(value, what: str) -> tuple[tuple, list]:
+    """A value's record for a direct result: always inline (a store block would
+    need the head's books), however large."""
+    if type(value) in (int, float, bool, type(None)):
+        return (RAW, value), []
+    try:
+        s = serialize(value)
+    except Exception as exc:
+        raise TypeError(f"could not serialize the {what} ({type(value).__name__}): "
+                        f"{type(exc).__name__}: {exc}") from exc
+    return s.inline_record(), s.contained
+
+
+class Link:
+    """A caller's socket to one actor and the calls in flight on it."""
+
+    __slots__ = ("actor_id", "channel", "inflight")
+
+    def __init__(self, actor_id: int, channel: direct.Channel) -> None:
+        self.actor_id = actor_id
+        self.channel = channel
+        #: task id -> return id, for calls sent and not answered yet.
+        self.inflight: dict[int, int] = {}
+
+
+class Result:
+    """A direct call's answer, kept by the caller until its ref dies or escapes."""
+
+    __slots__ = ("record", "contained", "pins", "link", "tid")
+
+    def __init__(self, record: tuple, contained, pins, link, tid: int) -> None:
+        self.record = record
+        self.contained = contained
+        #: Refs this process made to the nested refs, until it no longer needs
+        #: the actor's pins on them: None once UNPIN was sent (or none needed).
+        self.pins = pins
+        self.link = link
+        self.tid = tid
+
+
+class PeerCaller:
+    """The caller's side: links to actors, calls in flight, results kept."""
+
+    def __init__(self, session_id: str, readers: dict, channels: dict, lock) -> None:
+        self.session_id = session_id
+        #: Shared with the executor's wait loop: fd -> reader, fd -> Channel, and
+        #: the lock around every write to a channel.
+        self.readers = readers
+        self.channels = channels
+        self.lock = lock
+        self.links: dict[int, Link] = {}
+        #: return id -> (link, task id, the handle's lifetime ref): in flight.
+        self.pending: dict[int, tuple] = {}
+        #: return id -> Result: arrived.
+        self.results: dict[int, Result] = {}
+        #: Return ids whose refs died while the call was in flight.
+        self.dropped: set[int] = set()
+        #: actor id -> return ids of calls made through the head, not seen finished.
+        self.head_calls: dict[int, set] = {}
+        #: Actors this caller calls through the head only (too many calls to track).
+        self.head_only: set[int] = set()
+        self.refused: dict[int, float] = {}
+
+    def owns(self, oid: int) -> bool:
+        return oid in self.results or oid in self.pending
+
+    def route(self, spec: list) -> tuple[int, Link | None]:
+        """How to send this call: (DIRECT, the link to send it on), (DRAIN, a link
+        whose calls in flight must be answered first, then through the head), or
+        (HEAD, None)."""
+        actor_id = spec[m.T_ACTOR]
+        link = self.links.get(actor_id)
+        if self.head_calls.get(actor_id) or not direct_eligible(spec) \
+                or actor_id in self.head_only:
+            # Through the head it could overtake the direct calls still in flight.
+            return (DRAIN, link) if link is not None and link.inflight else (HEAD, None)
+        if link is None:
+            link = self._connect(actor_id)
+            if link is None:
+                return HEAD, None
+        return DIRECT, link
+
+    def _connect(self, actor_id: int) -> Link | None:
+        refused = self.refused.get(actor_id)
+        now = time.monotonic()
+        if refused is not None and now - refused < RETRY_CONNECT:
+            return None
+        sock = direct.connect(address(self.session_id, actor_id))
+        if sock is None:
+            self.refused[actor_id] = now
+            return None
+        link = Link(actor_id, direct.Channel(sock))
+        self.links[actor_id] = link
+        fd = link.channel.fd
+        self.channels[fd] = link.channel
+        self.readers[fd] = lambda link=link: self._read(link)
+        return link
+
+    def send(self, link: Link, spec: list, lifetime) -> None:
+        tid = spec[m.T_ID]
+        oid = spec[m.T_RETURNS][0]
+        link.inflight[tid] = oid
+        self.pending[oid] = (link, tid, lifetime)
+        with self.lock:
+            link.channel.send([(m.EXECUTE, spec)])
+
+    def note_head_call(self, actor_id: int, returns: list) -> None:
+        if actor_id in self.head_only:
+            return
+        calls = self.head_calls.get(actor_id)
+        if calls is None:
+            calls = self.head_calls[actor_id] = set()
+        calls.update(returns)
+        if len(calls) > MAX_HEAD_CALLS:
+            del self.head_calls[actor_id]
+            self.head_only.add(actor_id)
+
+    def new_task(self) -> None:
+        """A task starts in this process: a new caller, whose calls need not stay
+        behind the previous task's."""
+        self.head_calls.clear()
+        self.head_only.clear()
+
+    def seen_finished(self, oids) -> None:
+        """A get or wait saw these head objects ready: calls that made them are done."""
+        for actor_id, calls in list(self.head_calls.items()):
+            calls.difference_update(oids)
+            if not calls:
+                del self.head_calls[actor_id]
+
+    def _read(self, link: Link) -> list:
+        batches = link.channel.read()
+        if batches is None:
+            self._lost(link)
+            return []
+        for msgs in batches:
+            for msg in msgs:
+                self._answer(link, msg)
+        return []
+
+    def _answer(self, link: Link, msg: tuple) -> None:
+        tid = msg[1]
+        oid = link.inflight.pop(tid, None)
+        if oid is None:
+            return
+        self.pending.pop(oid, None)
+        contained = msg[3] if msg[0] == m.TASK_DONE else None
+        if oid in self.dropped:
+            self.dropped.discard(oid)
+            if contained:
+                with self.lock:
+                    link.channel.send([(m.UNPIN, tid)])
+            return
+        if msg[0] == m.TASK_DONE:
+            record = msg[2][0]
+        else:
+            record = msg[2]
+        pins = [context.ObjectRef(c, _owned=False) for c in contained] if contained else None
+        self.results[oid] = Result(record, contained, pins, link, tid)
+
+    def _lost(self, link: Link) -> None:
+        """The actor's process is gone: its calls in flight fail."""
+        self.close(link)
+        for tid, oid in link.inflight.items():
+            self.pending.pop(oid, None)
+            if oid in self.dropped:
+                self.dropped.discard(oid)
+                continue
+            err = values.error_record(ActorDiedError(
+                f"the actor's process ended while it ran or queued this direct call "
+                f"(task {tid:x}); the call is lost"))
+            self.results[oid] = Result(err, None, None, None, tid)
+        link.inflight.clear()
+
+    def close(self, link: Link) -> None:
+        if self.links.get(link.actor_id) is link:
+            del self.links[link.actor_id]
+        fd = link.channel.fd
+        self.channels.pop(fd, None)
+        self.readers.pop(fd, None)
+        link.channel.close()
+        self.refused[link.actor_id] = time.monotonic()
+
+    def unpin(self, res: Result) -> None:
+        """The caller holds ``res``'s nested refs itself now (see the module doc)."""
+        link = res.link
+        if res.pins is not None and link is not None and self.links.get(link.actor_id) is link:
+            with self.lock:
+                link.channel.send([(m.UNPIN, res.tid)])
+        res.pins = None
+
+    def forget(self, oid: int) -> None:
+        """The last ref to a direct result died in this process."""
+        res = self.results.pop(oid, None)
+        if res is not None:
+            if res.pins is not None:
+                self.unpin(res)
+        elif oid in self.pending:
+            self.dropped.add(oid)
+
+
+class PeerServer:
+    """The actor's side: the listening socket, its callers, pins on nested refs."""
+
+    def __init__(self, listener, readers: dict, channels: dict, lock) -> None:
+        self.listener = listener
+        self.readers = readers
+        self.channels = channels
+        self.lock = lock
+        self.callers: dict[int, direct.Channel] = {}
+        #: task id -> the channel its call came on, until answered.
+        self.calls: dict[int, direct.Channel] = {}
+        #: (channel fd, task id) -> refs kept alive for the caller.
+        self.pins: dict[tuple, list] = {}
+        #: What the actor holds (GPU ids, resources): a direct call runs with it.
+        self.held = None
+        readers[listener.fileno()] = self._accept
+
+    @classmethod
+    def open(cls, session_id: str, actor_id: int, readers: dict, channels: dict, lock):
+        sock, _ = direct.listen_at(address(session_id, actor_id))
+        return None if sock is None else cls(sock, readers, channels, lock)
+
+    def _accept(self) -> list:
+        for ch in direct.accept(self.listener):
+            self.callers[ch.fd] = ch
+            self.channels[ch.fd] = ch
+            self.readers[ch.fd] = lambda ch=ch: self._read(ch)
+        return []
+
+    def _read(self, ch: direct.Channel) -> list:
+        batches = ch.read()
+        if batches is None:
+            self._drop(ch)
+            return []
+        calls = []
+        for msgs in batches:
+            for msg in msgs:
+                if msg[0] == m.EXECUTE:
+                    spec = msg[1]
+                    spec[m.T_RES] = self.held
+                    self.calls[spec[m.T_ID]] = ch
+                    calls.append(msg)
+                elif msg[0] == m.UNPIN:
+                    self.pins.pop((ch.fd, msg[1]), None)
+        return calls
+
+    def _drop(self, ch: direct.Channel) -> None:
+        fd = ch.fd
+        self.callers.pop(fd, None)
+        self.channels.pop(fd, None)
+        self.readers.pop(fd, None)
+        for key in [k for k in self.pins if k[0] == fd]:
+            del self.pins[key]
+        ch.close()
+
+    def answer(self, tid: int, msg: tuple, contained) -> bool:
+        """Send a direct call's result to its caller; False if ``tid`` came another way."""
+        ch = self.calls.pop(tid, None)
+        if ch is None:
+            return False
+        if self.callers.get(ch.fd) is ch:
+            if contained:
+                self.pins[(ch.fd, tid)] = [context.ObjectRef(c) for c in contained]
+            with self.lock:
+                ch.send([msg])
+        return True

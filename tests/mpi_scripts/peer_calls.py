@@ -1,0 +1,228 @@
+"""Issue 12: tasks and actors call actors on their host straight over a socket
+(runtime/peer_calls.py), and what the user sees is what the head's path gives:
+results of every kind, errors, order when some calls must take the head's path,
+refs that leave the caller, wait and get timeouts, a dead actor, a dropped
+handle, CPU lending while a caller waits, and no object left at the head."""
+import faulthandler, os
+faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
+
+import time
+
+import numpy as np
+
+from _harness import check, expect_raises, init_kwargs, ok, poll_for, report, section
+
+import hpc_ray as ray
+
+ray.init(**init_kwargs())
+
+
+@ray.remote
+class Box:
+    def __init__(self):
+        self.seen = []
+
+    def add(self, x):
+        self.seen.append(x if isinstance(x, int) else f"array{np.shape(x)}")
+        return len(self.seen)
+
+    def seen_list(self):
+        return self.seen
+
+    def big(self, n):
+        return np.full(n, 3.0)          # 8 * n bytes: past the inline limit
+
+    def nested(self, x):
+        return [ray.put(x)]             # a ref inside the result
+
+    def fail(self):
+        raise ValueError("boom in Box.fail")
+
+    def nap(self, s):
+        time.sleep(s)
+        return s
+
+    def die(self):
+        os._exit(1)
+
+    def pid(self):
+        return os.getpid()
+
+    def run_task(self):
+        return ray.get(plus_one.remote(41))   # needs a CPU while the callers wait
+
+
+@ray.remote
+def plus_one(x):
+    return x + 1
+
+
+@ray.remote
+def far_array():
+    return np.zeros(1 << 15)
+
+
+@ray.remote
+def total(values):
+    return sum(ray.get(values))
+
+
+def used_direct_calls():
+    """Inside a task: whether this process has a direct socket to some actor."""
+    from hpc_ray.runtime import context
+    peer = getattr(context.current(), "peer", None)
+    return peer is not None and bool(peer.links)
+
+
+@ray.remote
+def results_of_every_kind(box):
+    out = {}
+    out["plain"] = ray.get(box.add.remote(1))
+    arr = ray.get(box.big.remote(1 << 15))
+    out["big"] = [int(arr.shape[0]), float(arr[-1])]
+    inner = ray.get(box.nested.remote("inside"))
+    out["nested"] = ray.get(inner[0])
+    try:
+        ray.get(box.fail.remote())
+        out["error"] = "no error"
+    except ValueError as err:
+        out["error"] = "ValueError" if "boom in Box.fail" in str(err) else str(err)
+    out["direct"] = used_direct_calls()
+    return out
+
+
+@ray.remote
+def ordered_calls(box, n):
+    # Calls with refs among their arguments take the head's path; the others go
+    # direct: one order all the same.
+    refs = [box.add.remote(far_array.remote() if i % 6 == 2 else i) for i in range(n)]
+    return ray.get(refs)
+
+
+@ray.remote
+def refs_that_leave(box):
+    a = box.add.remote(10)
+    b = box.add.remote(20)
+    c = box.add.remote(30)
+    return {"returned": a, "in_a_list": total.remote([b]), "as_arg": plus_one.remote(c),
+            "put": ray.put([box.add.remote(40)])}
+
+
+@ray.remote
+def waits(box):
+    slow = box.nap.remote(1.0)
+    fast = plus_one.remote(1)
+    ready, rest = ray.wait([slow, fast], num_returns=1, timeout=20)
+    first = "fast" if ready == [fast] else "slow" if ready == [slow] else repr(ready)
+    ready, rest = ray.wait([slow], timeout=0.05)
+    timed_out = (ready, len(rest))
+    try:
+        ray.get(box.nap.remote(1.0), timeout=0.1)
+        get_timeout = "returned"
+    except ray.exceptions.GetTimeoutError:
+        get_timeout = "GetTimeoutError"
+    ready, rest = ray.wait([slow, fast], num_returns=2, timeout=20)
+    return {"first": first, "timed_out": [timed_out[0], timed_out[1]],
+            "get_timeout": get_timeout, "both": len(ready)}
+
+
+@ray.remote
+def dropped_handle():
+    box = Box.remote()
+    ray.get(box.pid.remote())
+    ref = box.add.remote(5)
+    del box
+    return ray.get(ref)
+
+
+@ray.remote
+def call_dead_actor(box):
+    pid = ray.get(box.pid.remote())
+    errors = []
+    for ref in (box.die.remote(), box.add.remote(1)):
+        try:
+            ray.get(ref, timeout=30)
+            errors.append("returned")
+        except ray.exceptions.RayActorError:
+            errors.append("RayActorError")
+    return pid, errors
+
+
+@ray.remote
+class Caller:
+    def __init__(self, box):
+        self.box = box
+
+    def calls(self, n):
+        return ray.get([self.box.add.remote(i) for i in range(n)])
+
+
+@ray.remote
+def waits_on_actor_that_needs_a_cpu(box):
+    return ray.get(box.run_task.remote())
+
+
+box = Box.remote()
+ray.get(box.pid.remote(), timeout=30)
+
+with section("results of every kind"):
+    got = ray.get(results_of_every_kind.remote(box), timeout=60)
+    direct = os.environ.get("HPC_RAY_TEST_EXPECT_DIRECT", "1") == "1"
+    check(got == {"plain": 1, "big": [1 << 15, 3.0], "nested": "inside",
+                  "error": "ValueError", "direct": direct}, got)
+
+with section("order across both paths"):
+    box2 = Box.remote()
+    ray.get(box2.pid.remote(), timeout=30)
+    got = ray.get(ordered_calls.remote(box2, 40), timeout=60)
+    check(got == list(range(1, 41)), f"every call ran once, in order: {got}")
+    seen = ray.get(box2.seen_list.remote(), timeout=30)
+    want = ["array(32768,)" if i % 6 == 2 else i for i in range(40)]
+    check(seen == want, f"the actor saw the calls in the order made: {seen}")
+
+with section("refs that leave the caller"):
+    box3 = Box.remote()
+    ray.get(box3.pid.remote(), timeout=30)
+    out = ray.get(refs_that_leave.remote(box3), timeout=60)
+    check(ray.get(out["returned"], timeout=30) == 1, "a returned ref")
+    check(ray.get(out["in_a_list"], timeout=30) == 2, "a ref inside a task's argument")
+    check(ray.get(out["as_arg"], timeout=30) == 4, "a ref as a task's argument")
+    inner = ray.get(out["put"], timeout=30)
+    check(ray.get(inner[0], timeout=30) == 4, "a ref inside a put value")
+    del out, inner
+
+with section("wait and timeouts"):
+    got = ray.get(waits.remote(box), timeout=60)
+    check(got == {"first": "fast", "timed_out": [[], 1], "get_timeout": "GetTimeoutError",
+                  "both": 2}, got)
+
+with section("a dropped handle"):
+    check(ray.get(dropped_handle.remote(), timeout=60) == 1, "the call in flight finished")
+
+with section("an actor calling an actor"):
+    caller = Caller.remote(box)
+    got = ray.get(caller.calls.remote(20), timeout=60)
+    check(len(got) == 20 and got == sorted(got), got)
+
+with section("callers waiting lend their CPUs"):
+    # Two tasks hold both CPUs while they wait for the actor, whose call needs a CPU.
+    got = ray.get([waits_on_actor_that_needs_a_cpu.remote(box) for _ in range(2)],
+                  timeout=60)
+    check(got == [42, 42], got)
+
+with section("a dead actor"):
+    doomed = Box.remote()
+    pid, errors = ray.get(call_dead_actor.remote(doomed), timeout=60)
+    check(errors == ["RayActorError", "RayActorError"], errors)
+    err = expect_raises(ray.exceptions.RayActorError, ray.get, doomed.add.remote(2), timeout=30)
+    check(err is not None, "the driver's call fails too")
+
+with section("nothing left at the head"):
+    # Every handle gone: the actors end and their lifetime tokens go; no result
+    # of a direct call was ever an object there, those that left the callers were.
+    del got, err, box, box2, box3, caller, doomed
+    check(poll_for(lambda: not ray.objects(), 30), f"objects left: {ray.objects()}")
+
+report("done", True)
+ray.shutdown()
+ok("peer_calls")

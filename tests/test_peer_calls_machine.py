@@ -1,0 +1,274 @@
+"""Direct calls between executors (``runtime/peer_calls.py``) as a state machine.
+
+Hypothesis plays one caller's process against one actor, with the caller's real
+``PeerCaller`` and the actor's real ``PeerServer`` talking over a real abstract
+Unix socket in this process. The head is a FIFO that delivers the calls routed
+through it to the actor whenever hypothesis likes. Events: calls that may go
+direct and calls that must go through the head, deliveries, the actor reading
+and running its next call, the caller reading answers, gets, dropped refs, a
+new task in the caller's process, and the actor's process dying and coming back.
+
+After every step it checks:
+
+- a task's calls run in the order the task made them, whichever path each took;
+- a call is never both in flight and answered, and every call in flight is on
+  the link it was sent on;
+- no caller has calls through the head outstanding while direct ones are in
+  flight to the same actor (the rule that keeps the order);
+- no direct call is lost: each is in flight, answered (a value, or
+  ActorDiedError once the actor died), or its ref was dropped.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, settings, strategies as st  # noqa: E402
+from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition,  # noqa: E402
+                                 rule)
+
+from hpc_ray.exceptions import ActorDiedError  # noqa: E402
+from hpc_ray.runtime.peer_calls import DIRECT, DRAIN, PeerCaller, PeerServer  # noqa: E402
+from hpc_ray.transport import messages as m  # noqa: E402
+from hpc_ray.transport.serialization import ERROR, RAW, loads  # noqa: E402
+
+ACTOR = 0x5EED
+_sessions = itertools.count()
+_ids = itertools.count(1)
+
+
+def call_spec(direct_ok: bool) -> list:
+    s = [None] * 13
+    tid = next(_ids)
+    s[m.T_ID] = tid
+    s[m.T_FN] = "add"
+    s[m.T_NAME] = "Box.add"
+    s[m.T_PAYLOAD] = (RAW, (1,))
+    # A ref among the arguments: the head must resolve it, so no direct path.
+    s[m.T_DEPS] = [] if direct_ok else [(0, 999)]
+    s[m.T_RETURNS] = [next(_ids)]
+    s[m.T_RETRIES] = 0
+    s[m.T_ACTOR] = ACTOR
+    return s
+
+
+class PeerMachine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.session = f"test-{os.getpid()}-{next(_sessions)}"
+        lock = threading.Lock()
+        self.c_readers: dict = {}
+        self.c_channels: dict = {}
+        self.caller = PeerCaller(self.session, self.c_readers, self.c_channels, lock)
+        self.s_readers: dict = {}
+        self.s_channels: dict = {}
+        self.lock = lock
+        self.server = PeerServer.open(self.session, ACTOR, self.s_readers, self.s_channels, lock)
+        assert self.server is not None
+        self.head_fifo: list = []       # specs routed through the head, not at the actor yet
+        self.inbox: list = []           # (path, spec) in the order the actor got them
+        self.made: dict = {}            # return id -> (task, seq, path)
+        self.executed: list = []        # (task, seq) in the order the actor ran them
+        self.finished_at_head: set = set()
+        self.dropped: set = set()
+        self.task = 0
+        self.seq = 0
+
+    def teardown(self):
+        self._close_server()
+        for link in list(self.caller.links.values()):
+            self.caller.close(link)
+
+    # --- the actor's side ------------------------------------------------------
+
+    def _close_server(self):
+        for fd in list(self.server.callers):
+            self.server._drop(self.server.callers[fd])
+        self.s_readers.pop(self.server.listener.fileno(), None)
+        self.server.listener.close()
+
+    def _actor_read(self):
+        seen: set = set()
+        while self.s_readers.keys() - seen:      # a connection accepted is read at once
+            for fd in list(self.s_readers.keys() - seen):
+                seen.add(fd)
+                reader = self.s_readers.get(fd)
+                if reader is not None:
+                    self.inbox.extend(("direct", msg[1]) for msg in reader())
+
+    def _actor_step(self):
+        path, spec = self.inbox.pop(0)
+        oid = spec[m.T_RETURNS][0]
+        task, seq, _ = self.made[oid]
+        self.executed.append((task, seq))
+        if path == "direct":
+            tid = spec[m.T_ID]
+            answered = self.server.answer(tid, (m.TASK_DONE, tid, [(RAW, oid)], None,
+                                                0.0, 0.0, 0), None)
+            assert answered
+        else:
+            self.finished_at_head.add(oid)
+
+    def _caller_read(self):
+        for fd in list(self.c_readers):
+            reader = self.c_readers.get(fd)
+            if reader is not None:
+                reader()
+
+    # --- rules -----------------------------------------------------------------
+
+    @rule(direct_ok=st.booleans())
+    def call(self, direct_ok):
+        spec = call_spec(direct_ok)
+        how, link = self.caller.route(spec)
+        if how == DRAIN:
+            # What the executor's _await does: run until the link's calls are answered.
+            for _ in range(1000):
+                if not link.inflight:
+                    break
+                self._actor_read()
+                if self.inbox:
+                    self._actor_step()
+                elif self.head_fifo:
+                    self.inbox.append(("head", self.head_fifo.pop(0)))
+                self._caller_read()
+            assert not link.inflight, "a drain never ended"
+        oid = spec[m.T_RETURNS][0]
+        self.seq += 1
+        if how == DIRECT:
+            self.caller.send(link, spec, None)
+            self.made[oid] = (self.task, self.seq, "direct")
+        else:
+            self.caller.note_head_call(ACTOR, spec[m.T_RETURNS])
+            self.head_fifo.append(spec)
+            self.made[oid] = (self.task, self.seq, "head")
+
+    @precondition(lambda self: self.head_fifo)
+    @rule()
+    def head_delivers(self):
+        self.inbox.append(("head", self.head_fifo.pop(0)))
+
+    @rule()
+    def actor_reads(self):
+        self._actor_read()
+
+    @precondition(lambda self: self.inbox)
+    @rule()
+    def actor_runs_next_call(self):
+        self._actor_step()
+
+    @rule()
+    def caller_reads(self):
+        self._caller_read()
+
+    @precondition(lambda self: self.made)
+    @rule(data=st.data())
+    def get(self, data):
+        oid = data.draw(st.sampled_from(sorted(self.made)))
+        if oid in self.finished_at_head:
+            self.caller.seen_finished([oid])
+
+    @precondition(lambda self: self.made)
+    @rule(data=st.data())
+    def drop_ref(self, data):
+        oid = data.draw(st.sampled_from(sorted(self.made)))
+        if self.made[oid][2] == "direct" and oid not in self.dropped:
+            self.dropped.add(oid)
+            self.caller.forget(oid)
+
+    @rule()
+    def time_passes(self):
+        self.caller.refused.clear()     # RETRY_CONNECT is over: the caller may connect again
+
+    @rule()
+    def new_task(self):
+        self.caller.new_task()
+        self.task += 1
+        self.seq = 0
+
+    @rule()
+    def actor_dies_and_restarts(self):
+        self._close_server()
+        # Calls queued in the dead process never run; those that came through the
+        # head fail there (no retries).
+        for path, spec in self.inbox:
+            if path == "head":
+                self.finished_at_head.add(spec[m.T_RETURNS][0])
+        self.inbox.clear()
+        self.s_readers.clear()
+        self.s_channels.clear()
+        self.server = PeerServer.open(self.session, ACTOR, self.s_readers, self.s_channels,
+                                      self.lock)
+        assert self.server is not None
+        self._caller_read()
+
+    # --- invariants ------------------------------------------------------------
+
+    @invariant()
+    def each_tasks_calls_run_in_order(self):
+        last: dict = {}
+        for task, seq in self.executed:
+            assert seq > last.get(task, 0), f"task {task} ran call {seq} after {last[task]}"
+            last[task] = seq
+
+    @invariant()
+    def a_call_is_in_flight_or_answered_not_both(self):
+        caller = self.caller
+        assert not (caller.pending.keys() & caller.results.keys())
+        assert caller.dropped <= caller.pending.keys()
+        for link in caller.links.values():
+            for tid, oid in link.inflight.items():
+                assert caller.pending[oid][0] is link and caller.pending[oid][1] == tid
+
+    @invariant()
+    def no_head_calls_outstanding_beside_direct_ones(self):
+        link = self.caller.links.get(ACTOR)
+        if link is not None and link.inflight:
+            assert not self.caller.head_calls.get(ACTOR)
+
+    @invariant()
+    def no_direct_call_is_lost(self):
+        caller = self.caller
+        for oid, (_, _, path) in self.made.items():
+            if path != "direct" or oid in self.dropped:
+                continue
+            assert oid in caller.pending or oid in caller.results, oid
+            res = caller.results.get(oid)
+            if res is not None:
+                rec = res.record
+                assert rec == (RAW, oid) or (rec[0] == ERROR and
+                                             isinstance(loads(rec[1]), ActorDiedError)), rec
+
+
+PeerMachine.TestCase.settings = settings(max_examples=120, stateful_step_count=40,
+                                         deadline=None,
+                                         suppress_health_check=[HealthCheck.too_slow])
+TestPeerMachine = PeerMachine.TestCase
+
+
+def test_a_restarted_actor_fails_the_calls_in_flight_and_takes_new_ones():
+    machine = PeerMachine()
+    try:
+        machine.call(True)
+        machine.call(True)
+        machine.actor_reads()
+        machine.actor_runs_next_call()       # the first call runs, the second is queued
+        machine.actor_dies_and_restarts()
+        machine.caller_reads()
+        results = machine.caller.results
+        first, second = sorted(results)
+        assert results[first].record == (RAW, first)
+        assert results[second].record[0] == ERROR
+        machine.time_passes()
+        machine.call(True)                   # a new link to the new process
+        machine.actor_reads()
+        machine.actor_runs_next_call()
+        machine.caller_reads()
+        third = max(results)
+        assert results[third].record == (RAW, third)
+    finally:
+        machine.teardown()
