@@ -5,8 +5,9 @@ Hypothesis plays one caller's process against one actor, with the caller's real
 Unix socket in this process. The head is a FIFO that delivers the calls routed
 through it to the actor whenever hypothesis likes. Events: calls that may go
 direct and calls that must go through the head, deliveries, the actor reading
-and running its next call, the caller reading answers, gets, dropped refs, a
-new task in the caller's process, and the actor's process dying and coming back.
+and running its next call, the actor sending the answers it queued, the caller
+reading answers, gets, dropped refs, a new task in the caller's process, and the
+actor's process dying (answers it had not sent are lost) and coming back.
 
 After every step it checks:
 
@@ -135,6 +136,7 @@ class PeerMachine(RuleBasedStateMachine):
                     self._actor_step()
                 elif self.head_fifo:
                     self.inbox.append(("head", self.head_fifo.pop(0)))
+                self.server.send_answers()
                 self._caller_read()
             assert not link.inflight, "a drain never ended"
         oid = spec[m.T_RETURNS][0]
@@ -160,6 +162,10 @@ class PeerMachine(RuleBasedStateMachine):
     @rule()
     def actor_runs_next_call(self):
         self._actor_step()
+
+    @rule()
+    def actor_flushes(self):
+        self.server.send_answers()
 
     @rule()
     def caller_reads(self):
@@ -257,6 +263,7 @@ def test_a_restarted_actor_fails_the_calls_in_flight_and_takes_new_ones():
         machine.call(True)
         machine.actor_reads()
         machine.actor_runs_next_call()       # the first call runs, the second is queued
+        machine.actor_flushes()
         machine.actor_dies_and_restarts()
         machine.caller_reads()
         results = machine.caller.results
@@ -267,6 +274,7 @@ def test_a_restarted_actor_fails_the_calls_in_flight_and_takes_new_ones():
         machine.call(True)                   # a new link to the new process
         machine.actor_reads()
         machine.actor_runs_next_call()
+        machine.actor_flushes()
         machine.caller_reads()
         third = max(results)
         assert results[third].record == (RAW, third)

@@ -182,6 +182,9 @@ class ExecutorContext(context.ContextBase):
                     self._send_direct(out)
                 else:
                     self._send(out)
+        server = self.peer_server
+        if server is not None and server.queued:
+            server.send_answers()
         self.last_flush = time.monotonic()
 
     def _send(self, msgs: list) -> None:
@@ -699,8 +702,8 @@ class ExecutorContext(context.ContextBase):
             # What the call sent through the rank (a hold, a put, a printed line)
             # must reach the head before its result: the result follows that path.
             self.direct_tids.discard(tid)
-        if len(self.out) >= FLUSH_EVERY or not self.inbox or \
-                time.monotonic() - self.last_flush > FLUSH_INTERVAL:
+        if len(self.out) + (server.queued if peer_call else 0) >= FLUSH_EVERY or \
+                not self.inbox or time.monotonic() - self.last_flush > FLUSH_INTERVAL:
             self.flush()
         if self.exiting:
             self.flush()

@@ -287,6 +287,10 @@ class PeerServer:
         self.calls: dict[int, direct.Channel] = {}
         #: (channel fd, task id) -> refs kept alive for the caller.
         self.pins: dict[tuple, list] = {}
+        #: Results not sent yet, per caller's channel (the executor sends them at
+        #: its flushes: a batch of calls is answered in a few frames), and how many.
+        self.answers: dict = {}
+        self.queued = 0
         #: What the actor holds (GPU ids, resources): a direct call runs with it.
         self.held = None
         readers[listener.fileno()] = self._accept
@@ -330,13 +334,26 @@ class PeerServer:
         ch.close()
 
     def answer(self, tid: int, msg: tuple, contained) -> bool:
-        """Send a direct call's result to its caller; False if ``tid`` came another way."""
+        """Queue a direct call's result for its caller (sent by ``send_answers``);
+        False if ``tid`` came another way."""
         ch = self.calls.pop(tid, None)
         if ch is None:
             return False
         if self.callers.get(ch.fd) is ch:
             if contained:
                 self.pins[(ch.fd, tid)] = [context.ObjectRef(c) for c in contained]
-            with self.lock:
-                ch.send([msg])
+            queued = self.answers.get(ch)
+            if queued is None:
+                self.answers[ch] = [msg]
+            else:
+                queued.append(msg)
+            self.queued += 1
         return True
+
+    def send_answers(self) -> None:
+        """Send the queued results, one frame per caller."""
+        answers, self.answers, self.queued = self.answers, {}, 0
+        with self.lock:
+            for ch, msgs in answers.items():
+                if self.callers.get(ch.fd) is ch:
+                    ch.send(msgs)
