@@ -136,6 +136,7 @@ class HeadLoop(threading.Thread):
             m.ACTOR_DIED: lambda src, msg: head.actor_died(msg[1], msg[2], msg[3]),
             m.CONTROL_CALL: self._on_control,
             m.PROFILE: lambda src, msg: head.add_events(msg[1]),
+            m.DIRECT_DONE: lambda src, msg: head.direct_calls_done(msg[1]),
             m.FREE_BLOCKS: lambda src, msg: head.free_blocks(src, msg[1]),
             m.FETCH: lambda src, msg: self.fetcher.serve(src, msg[2], msg[3]),
             m.RETURNED: lambda src, msg: head.tasks_returned(src, msg[1]),

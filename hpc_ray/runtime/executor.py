@@ -176,6 +176,13 @@ class ExecutorContext(context.ContextBase):
             if self.profile_events:
                 events, self.profile_events = self.profile_events, []
                 self.out.append((m.PROFILE, events))
+            if self.peer is not None and self.peer.finished:
+                # A task's process reports when the task ends; an actor's, by count
+                # and age only (not with every call it answers).
+                done = self.peer.report_due(self.current_task_id is None and
+                                            self.actor_id is None)
+                if done:
+                    self.out.append((m.DIRECT_DONE, done))
             if self.out:
                 out, self.out = self.out, []
                 if self.direct_tids and self._direct_only(out):
@@ -789,7 +796,7 @@ class ExecutorContext(context.ContextBase):
             # calls the head must retry do not come direct.
             self.peer_server = peer_calls.PeerServer.open(
                 self.peer_session, self.actor_id, self.peer_readers, self.peer_channels,
-                self.peer_lock)
+                self.peer_lock, self.rank)
             if self.peer_server is not None:
                 self.peer_server.held = spec[m.T_RES]
         self.emit((m.ACTOR_READY, self.actor_id, self.pid))

@@ -53,6 +53,10 @@ RETRY_CONNECT = 0.2
 #: Calls through the head a caller tracks per actor (made, not seen finished)
 #: before it stops tracking and sends that actor's calls through the head only.
 MAX_HEAD_CALLS = 1000
+#: Summaries of answered calls a caller keeps before it sends them to the head
+#: (for ``tasks()`` and the timeline), and the longest it keeps one (seconds).
+REPORT_EVERY = 256
+REPORT_AGE = 1.0
 #: ``HPC_RAY_DIRECT_CALLS=0`` sends every call through the head.
 ENABLED = os.environ.get("HPC_RAY_DIRECT_CALLS", "1") != "0"
 
@@ -89,11 +93,13 @@ def inline_record(value, what: str) -> tuple[tuple, list]:
 class Link:
     """A caller's socket to one actor and the calls in flight on it."""
 
-    __slots__ = ("actor_id", "channel", "inflight")
+    __slots__ = ("actor_id", "channel", "inflight", "rank")
 
     def __init__(self, actor_id: int, channel: direct.Channel) -> None:
         self.actor_id = actor_id
         self.channel = channel
+        #: The actor's rank, from its DIRECT_HELLO.
+        self.rank = -1
         #: task id -> return id, for calls sent and not answered yet.
         self.inflight: dict[int, int] = {}
 
@@ -124,8 +130,12 @@ class PeerCaller:
         self.channels = channels
         self.lock = lock
         self.links: dict[int, Link] = {}
-        #: return id -> (link, task id, the handle's lifetime ref): in flight.
+        #: return id -> (link, task id, the handle's lifetime ref, call name,
+        #: submit time): in flight.
         self.pending: dict[int, tuple] = {}
+        #: Summaries of answered calls not reported to the head yet, and since when.
+        self.finished: list = []
+        self.finished_since = 0.0
         #: return id -> Result: arrived.
         self.results: dict[int, Result] = {}
         #: Return ids whose refs died while the call was in flight.
@@ -175,7 +185,7 @@ class PeerCaller:
         tid = spec[m.T_ID]
         oid = spec[m.T_RETURNS][0]
         link.inflight[tid] = oid
-        self.pending[oid] = (link, tid, lifetime)
+        self.pending[oid] = (link, tid, lifetime, spec[m.T_NAME], time.time())
         with self.lock:
             link.channel.send([(m.EXECUTE, spec)])
 
@@ -210,7 +220,10 @@ class PeerCaller:
             return []
         for msgs in batches:
             for msg in msgs:
-                self._answer(link, msg)
+                if msg[0] == m.DIRECT_HELLO:
+                    link.rank = msg[3]
+                else:
+                    self._answer(link, msg)
         return []
 
     def _answer(self, link: Link, msg: tuple) -> None:
@@ -218,8 +231,12 @@ class PeerCaller:
         oid = link.inflight.pop(tid, None)
         if oid is None:
             return
-        self.pending.pop(oid, None)
-        contained = msg[3] if msg[0] == m.TASK_DONE else None
+        sent = self.pending.pop(oid, None)
+        done = msg[0] == m.TASK_DONE
+        if sent is not None:
+            self._report(tid, sent[3], "FINISHED" if done else "FAILED", link.rank, oid,
+                         sent[4], msg[-3], msg[-2], msg[-1])
+        contained = msg[3] if done else None
         if oid in self.dropped:
             self.dropped.discard(oid)
             if contained:
@@ -237,7 +254,9 @@ class PeerCaller:
         """The actor's process is gone: its calls in flight fail."""
         self.close(link)
         for tid, oid in link.inflight.items():
-            self.pending.pop(oid, None)
+            sent = self.pending.pop(oid, None)
+            if sent is not None:
+                self._report(tid, sent[3], "FAILED", link.rank, oid, sent[4], None, None, 0)
             if oid in self.dropped:
                 self.dropped.discard(oid)
                 continue
@@ -246,6 +265,22 @@ class PeerCaller:
                 f"(task {tid:x}); the call is lost"))
             self.results[oid] = Result(err, None, None, None, tid)
         link.inflight.clear()
+
+    def _report(self, tid, name, state, rank, oid, t_submit, t_start, t_end, pid) -> None:
+        """Keep a summary for the head, in its history's form (head/tasks.py summary)."""
+        if not self.finished:
+            self.finished_since = time.monotonic()
+        self.finished.append((tid, name, state, rank, 1, (oid,), t_submit, t_start,
+                              t_end, pid))
+
+    def report_due(self, idle: bool) -> list | None:
+        """The summaries to send now: many, old, or the caller is between tasks."""
+        finished = self.finished
+        if finished and (idle or len(finished) >= REPORT_EVERY
+                         or time.monotonic() - self.finished_since > REPORT_AGE):
+            self.finished = []
+            return finished
+        return None
 
     def close(self, link: Link) -> None:
         if self.links.get(link.actor_id) is link:
@@ -277,8 +312,10 @@ class PeerCaller:
 class PeerServer:
     """The actor's side: the listening socket, its callers, pins on nested refs."""
 
-    def __init__(self, listener, readers: dict, channels: dict, lock) -> None:
+    def __init__(self, listener, readers: dict, channels: dict, lock, hello: tuple) -> None:
         self.listener = listener
+        #: The first frame to each caller: which actor process and rank this is.
+        self.hello = hello
         self.readers = readers
         self.channels = channels
         self.lock = lock
@@ -296,15 +333,20 @@ class PeerServer:
         readers[listener.fileno()] = self._accept
 
     @classmethod
-    def open(cls, session_id: str, actor_id: int, readers: dict, channels: dict, lock):
+    def open(cls, session_id: str, actor_id: int, readers: dict, channels: dict, lock,
+             rank: int = -1):
         sock, _ = direct.listen_at(address(session_id, actor_id))
-        return None if sock is None else cls(sock, readers, channels, lock)
+        if sock is None:
+            return None
+        return cls(sock, readers, channels, lock, (m.DIRECT_HELLO, actor_id, os.getpid(), rank))
 
     def _accept(self) -> list:
         for ch in direct.accept(self.listener):
             self.callers[ch.fd] = ch
             self.channels[ch.fd] = ch
             self.readers[ch.fd] = lambda ch=ch: self._read(ch)
+            with self.lock:
+                ch.send([self.hello])
         return []
 
     def _read(self, ch: direct.Channel) -> list:

@@ -73,6 +73,7 @@ class Msg(enum.IntEnum):
     UNBLOCK = 34
     LEND = 35
     UNPIN = 36
+    DIRECT_DONE = 37
     EXEC_READY = 40
 
 
@@ -112,6 +113,7 @@ DIRECT_HELLO = Msg.DIRECT_HELLO.value
 UNBLOCK = Msg.UNBLOCK.value
 LEND = Msg.LEND.value
 UNPIN = Msg.UNPIN.value
+DIRECT_DONE = Msg.DIRECT_DONE.value
 
 
 # --- head (rank 0) -> worker rank (and the rank passes some on to an executor) -----
@@ -414,6 +416,14 @@ class Unpin(NamedTuple):
     task_id: int
 
 
+class DirectDone(NamedTuple):
+    """Direct calls a task or actor made and saw answered (``runtime/peer_calls.py``),
+    for ``tasks()`` and the timeline: summaries as the head's history keeps them.
+    Executor (``ExecutorContext.flush``, batched) -> rank -> ``Head.direct_calls_done``."""
+    kind: int
+    summaries: list
+
+
 SCHEMA: dict[int, type] = {
     EXECUTE: Execute, REPLY: Reply, CREATE_ACTOR: CreateActor, KILL_ACTOR: KillActor,
     RUN_FUNCTION: RunFunction, SHUTDOWN: Shutdown, GROUP_CREATE: GroupCreate, STEAL: Steal,
@@ -425,13 +435,14 @@ SCHEMA: dict[int, type] = {
     PROFILE: Profile, RETURNED: Returned, STOPPED: Stopped, FREE_BLOCKS: FreeBlocks,
     FETCH: Fetch, COLLECTIVE_OP: CollectiveOp, EXEC_READY: ExecReady, LOG: Log,
     DIRECT_HELLO: DirectHello, UNBLOCK: Unblock, LEND: Lend, UNPIN: Unpin,
+    DIRECT_DONE: DirectDone,
 }
 
 #: Kinds the head handles (``HeadLoop``'s handler table must cover exactly these).
 TO_HEAD = frozenset((TASK_DONE, TASK_FAILED, WORKER_CRASHED, SUBMIT, PUT, GET, WAIT,
                      WAIT_NOW, ALLOC, HOLD, RELEASE, BLOCKED, ADD_LOCATION, ACTOR_READY,
                      ACTOR_DIED, CONTROL_CALL, PROFILE, RETURNED, STOPPED, FREE_BLOCKS,
-                     FETCH, LOG))
+                     FETCH, LOG, DIRECT_DONE))
 #: Kinds a worker rank handles from MPI (``WorkerLoop.on_control``).
 TO_RANK = frozenset((EXECUTE, REPLY, CREATE_ACTOR, KILL_ACTOR, RUN_FUNCTION, SHUTDOWN,
                      GROUP_CREATE, STEAL, THROTTLE, FETCH))

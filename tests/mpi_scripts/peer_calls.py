@@ -217,6 +217,15 @@ with section("a dead actor"):
     err = expect_raises(ray.exceptions.RayActorError, ray.get, doomed.add.remote(2), timeout=30)
     check(err is not None, "the driver's call fails too")
 
+with section("tasks() and the timeline show direct calls"):
+    tasks = ray.tasks()
+    adds = [t for t in tasks.values() if t["FunctionName"] == "Box.add"]
+    # ordered_calls alone made 40 calls to Box.add, some direct, some through the head.
+    check(len(adds) >= 40 and all(t["State"] in ("FINISHED", "FAILED") for t in adds),
+          f"{len(adds)} Box.add calls in tasks(): {adds[:3]}")
+    events = [ev for ev in ray.timeline() if ev.get("name") == "Box.add"]
+    check(len(events) >= 40, f"{len(events)} Box.add spans in the timeline")
+
 with section("nothing left at the head"):
     # Every handle gone: the actors end and their lifetime tokens go; no result
     # of a direct call was ever an object there, those that left the callers were.

@@ -119,6 +119,15 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         for ev in events:
             self.history.event(ev)
 
+    def direct_calls_done(self, summaries) -> None:
+        """Calls that went straight from their caller to an actor (``peer_calls``):
+        the head saw nothing else of them; ``tasks()`` and the timeline show them."""
+        history = self.history
+        for s in summaries:
+            history.task_finished(s)
+            if s[8]:
+                history.event((s[1], s[3], s[7], s[8], s[9], s[0]))
+
     # --- workers ------------------------------------------------------------------
 
     def add_worker(self, rank: int, resources: dict, gpu_ids: list[int], pid: int) -> None:
