@@ -49,10 +49,10 @@ def call_spec(direct_ok: bool) -> list:
     s[m.T_FN] = "add"
     s[m.T_NAME] = "Box.add"
     s[m.T_PAYLOAD] = (RAW, (1,))
-    # A ref among the arguments: the head must resolve it, so no direct path.
-    s[m.T_DEPS] = [] if direct_ok else [(0, 999)]
+    s[m.T_DEPS] = []
     s[m.T_RETURNS] = [next(_ids)]
-    s[m.T_RETRIES] = 0
+    # A call with retries must go through the head, which retries it.
+    s[m.T_RETRIES] = 0 if direct_ok else 1
     s[m.T_ACTOR] = ACTOR
     return s
 

@@ -53,7 +53,7 @@ from ..exceptions import (ActorDiedError, GetTimeoutError, RayError, TaskError,
                           WorkerCrashedError)
 from ..transport import direct
 from ..transport import messages as m
-from ..transport.serialization import RAW, SHM, loads
+from ..transport.serialization import ERROR, RAW, SHM, loads
 from . import context, hooks, interrupts, peer_calls, taskspec, values
 from .store import Arena
 
@@ -146,6 +146,12 @@ class ExecutorContext(context.ContextBase):
         self.peer = (peer_calls.PeerCaller(session_id, self.peer_readers, self.peer_channels,
                                            self.peer_lock) if self.peer_session else None)
         self.peer_server: peer_calls.PeerServer | None = None
+        #: HOLD messages sent so far (a direct call's answer waits for the head to
+        #: confirm those the call made: see ``peer_calls``).
+        self.holds_sent = 0
+        #: Objects this process knows exist (put here, seen by get or wait), while
+        #: it holds refs to them: direct calls may take them as arguments.
+        self.ready_ids: set = set()
 
     # --- pipe -------------------------------------------------------------------
 
@@ -166,6 +172,7 @@ class ExecutorContext(context.ContextBase):
                         peer.forget(oid)   # a direct result: the head never knew it
                     else:
                         ids.append(oid)
+                        self.ready_ids.discard(oid)
                 if ids:
                     self.out.append((m.RELEASE, ids))
             if self.freed_blocks:
@@ -438,6 +445,7 @@ class ExecutorContext(context.ContextBase):
         self.profile_events.append(event)   # sent with the next flush
 
     def hold_refs(self, ids) -> None:
+        self.holds_sent += 1
         self.emit((m.HOLD, list(ids)))
 
     def submit(self, spec: list) -> None:
@@ -453,9 +461,15 @@ class ExecutorContext(context.ContextBase):
         if peer is None:
             self.submit(spec)
             return
+        deps = spec[m.T_DEPS]
+        ready = self.ready_ids
+        deps_ready = not deps or all(d[1] in ready or peer.owns(d[1]) for d in deps)
         with self.peer_route_lock:
-            how, link = peer.route(spec)
+            how, link = peer.route(spec, deps_ready)
             if how == peer_calls.DIRECT:
+                if peer.pending or peer.results:
+                    # The actor fetches the arguments' objects from the head.
+                    self._promote(peer_calls.refs_of(spec))
                 peer.send(link, spec, lifetime)
                 return
         if how == peer_calls.DRAIN:
@@ -475,6 +489,7 @@ class ExecutorContext(context.ContextBase):
             if res is None:
                 continue
             self.emit((m.PUT, oid, res.record, res.contained or None))
+            self.ready_ids.add(oid)
             if res.pins is not None:
                 # The head holds the nested refs through the object once it has the
                 # PUT: an answered request sent after it says so.
@@ -494,8 +509,10 @@ class ExecutorContext(context.ContextBase):
             recs = self._get_records(ids, timeout)
         else:
             recs = self._get_from_head(ids, timeout)
-            if peer is not None and peer.head_calls:
-                peer.seen_finished(ids)
+            if peer is not None:
+                self.ready_ids.update(ids)
+                if peer.head_calls:
+                    peer.seen_finished(ids)
         return [values.from_record(rec, self.arena, ref) for ref, rec in zip(refs, recs)]
 
     def _get_from_head(self, ids: list, timeout: float | None) -> list:
@@ -523,6 +540,7 @@ class ExecutorContext(context.ContextBase):
         if others:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             got.update(zip(others, self._get_from_head(others, left)))
+            self.ready_ids.update(others)
             if peer.head_calls:
                 peer.seen_finished(others)
         pinned = [res for res in got.values() if type(res) is peer_calls.Result
@@ -541,8 +559,10 @@ class ExecutorContext(context.ContextBase):
             return self._wait_direct(ids, num_returns, timeout)
         ready = self._request(m.WAIT, ids, num_returns, timeout=timeout,
                               on_timeout=(m.WAIT_NOW,), blocking=True)
-        if peer is not None and peer.head_calls:
-            peer.seen_finished(ready)
+        if peer is not None:
+            self.ready_ids.update(ready)
+            if peer.head_calls:
+                peer.seen_finished(ready)
         return set(ready[:num_returns])
 
     def _wait_direct(self, ids: list[int], num_returns: int,
@@ -569,6 +589,7 @@ class ExecutorContext(context.ContextBase):
                 got = self._request(m.WAIT, waiting, min(need, len(waiting)), timeout=span,
                                     on_timeout=(m.WAIT_NOW,), blocking=True)
                 ready_others.update(got)
+                self.ready_ids.update(got)
                 if peer.head_calls:
                     peer.seen_finished(got)
                 if not pending and len(got) < min(need, len(waiting)):
@@ -599,6 +620,8 @@ class ExecutorContext(context.ContextBase):
             self._promote(contained)
         oid = context.new_ids(1)
         self.emit((m.PUT, oid, rec, contained or None))
+        if self.peer is not None:
+            self.ready_ids.add(oid)
         return context.ObjectRef(oid)
 
     def put_serialized(self, s) -> context.ObjectRef:
@@ -607,6 +630,8 @@ class ExecutorContext(context.ContextBase):
         rec = values.serialized_to_record(s, self._alloc, self.arena)
         oid = context.new_ids(1)
         self.emit((m.PUT, oid, rec, s.contained or None))
+        if self.peer is not None:
+            self.ready_ids.add(oid)
         return context.ObjectRef(oid)
 
     # --- executing --------------------------------------------------------------
@@ -679,7 +704,11 @@ class ExecutorContext(context.ContextBase):
         self.current_task_name, self.current_task_id = name, tid
         self._set_gpus(spec[m.T_RES])
         contained = None
+        if peer_call:
+            holds = self.holds_sent
         try:
+            if peer_call and spec[m.T_DEPS]:
+                self._fetch_deps(spec)
             if spec[m.T_ACTOR] is not None:
                 result = self._call_method(spec)
             else:
@@ -702,7 +731,11 @@ class ExecutorContext(context.ContextBase):
         if not peer_call:
             self.emit(msg)
         else:
-            if contained or self.exiting:
+            if self.holds_sent != holds:
+                # The caller lets go of the arguments once answered: the head must
+                # have this process's holds first (its answer to a ping says so).
+                self.control("ping")
+            elif contained or self.exiting:
                 self.flush()   # what the call put or said goes ahead of its answer
             server.answer(tid, msg, contained)
         if direct and (self.rank_sends != sends or _Output.printed):
@@ -716,10 +749,21 @@ class ExecutorContext(context.ContextBase):
             self.flush()
             self.actor_terminated()
 
+    def _fetch_deps(self, spec: list) -> None:
+        """A direct call's argument refs, resolved as the head does on dispatch."""
+        deps = spec[m.T_DEPS]
+        recs = self._get_from_head([oid for _, oid in deps], None)
+        for rec in recs:
+            if rec[0] == ERROR:
+                raise _DepFailed(rec)
+        spec[m.T_DEPS] = [(pos, oid, rec) for (pos, oid), rec in zip(deps, recs)]
+
     def actor_terminated(self) -> None:
         os._exit(0)
 
     def _failure_record(self, exc: BaseException, spec: list) -> tuple:
+        if isinstance(exc, _DepFailed):
+            return exc.record   # as the head fails a call whose argument failed
         name = spec[m.T_NAME]
         if isinstance(exc, SystemExit):
             # exit() ends a worker in Ray 0.7: a task's caller sees RayWorkerError,
@@ -852,6 +896,14 @@ class ExecutorContext(context.ContextBase):
                 self._recv(None)
             while self.inbox:
                 self.handle(self.inbox.pop(0))
+
+
+class _DepFailed(Exception):
+    """An argument of a direct call is an error: the call fails with it."""
+
+    def __init__(self, record: tuple) -> None:
+        super().__init__()
+        self.record = record
 
 
 class _Output(io.TextIOWrapper):

@@ -16,8 +16,14 @@ What keeps the usual semantics (``executor.ExecutorContext`` applies these rules
   goes direct only while none of the caller's earlier calls to that actor may
   still be queued at the head (``head_calls``: made through the head and not
   yet seen finished by a get or wait). A call that must go through the head
-  (refs among its arguments, arguments too large for a message, retries) first
-  waits until the caller's direct calls to that actor are answered.
+  (retries, several return values) first waits until the caller's direct calls
+  to that actor are answered.
+* Refs among the arguments. A call goes direct only if the objects of its
+  top-level refs are known to exist (put by the caller, seen by its get or
+  wait, or direct results); the actor gets their values from the head itself.
+  The caller keeps the objects alive until the answer comes (``pending``), and
+  an actor that took holds of its own meanwhile (a view into the store, refs
+  nested in the arguments) has the head confirm them before it answers.
 * Escape. Before a result's ref leaves the process (an argument of a call,
   part of a put or of a returned value), the caller puts the value at the head
   under the ref's id (``ExecutorContext._promote``): it becomes an ordinary
@@ -45,7 +51,6 @@ from ..transport import direct
 from ..transport import messages as m
 from ..transport.serialization import RAW, serialize
 from . import context, values
-from .taskspec import ARGS_IN_STORE
 
 #: Seconds before a caller tries again to connect to an actor that refused
 #: (not up yet, on another host, or not accepting direct calls).
@@ -70,11 +75,19 @@ def address(session_id: str, actor_id: int) -> str:
 
 
 def direct_eligible(spec: list) -> bool:
-    """Whether a call can skip the head: inline arguments without refs (the
-    head resolves and keeps those), one return value, no retries."""
-    return (not spec[m.T_DEPS] and spec[m.T_CONTAINED] is None
-            and spec[m.T_PAYLOAD][0] != ARGS_IN_STORE
-            and len(spec[m.T_RETURNS]) == 1 and not spec[m.T_RETRIES])
+    """Whether a call can skip the head: one return value, no retries (the head
+    retries calls lost with the actor's process)."""
+    return len(spec[m.T_RETURNS]) == 1 and not spec[m.T_RETRIES]
+
+
+def refs_of(spec: list) -> list[int]:
+    """The objects a call's arguments refer to: top-level refs (the actor fetches
+    their values from the head), the stored arguments, refs nested deeper."""
+    deps = spec[m.T_DEPS]
+    contained = spec[m.T_CONTAINED]
+    if not deps:
+        return list(contained) if contained else []
+    return [d[1] for d in deps] + (contained or [])
 
 
 def inline_record(value, what: str) -> tuple[tuple, list]:
@@ -149,14 +162,16 @@ class PeerCaller:
     def owns(self, oid: int) -> bool:
         return oid in self.results or oid in self.pending
 
-    def route(self, spec: list) -> tuple[int, Link | None]:
+    def route(self, spec: list, deps_ready: bool = True) -> tuple[int, Link | None]:
         """How to send this call: (DIRECT, the link to send it on), (DRAIN, a link
         whose calls in flight must be answered first, then through the head), or
-        (HEAD, None)."""
+        (HEAD, None). ``deps_ready``: whether the objects of the call's top-level
+        ref arguments are known to exist (else the head holds the call until they
+        do: an actor waiting for one could wait for a call queued behind it)."""
         actor_id = spec[m.T_ACTOR]
         link = self.links.get(actor_id)
         if self.head_calls.get(actor_id) or not direct_eligible(spec) \
-                or actor_id in self.head_only:
+                or not deps_ready or actor_id in self.head_only:
             # Through the head it could overtake the direct calls still in flight.
             return (DRAIN, link) if link is not None and link.inflight else (HEAD, None)
         if link is None:
@@ -185,7 +200,10 @@ class PeerCaller:
         tid = spec[m.T_ID]
         oid = spec[m.T_RETURNS][0]
         link.inflight[tid] = oid
-        self.pending[oid] = (link, tid, lifetime, spec[m.T_NAME], time.time())
+        # The handle's lifetime ref and the arguments' objects live until the answer.
+        refs = spec[m.T_DEPS] or spec[m.T_CONTAINED]
+        keep = (lifetime, [context.ObjectRef(i) for i in refs_of(spec)]) if refs else lifetime
+        self.pending[oid] = (link, tid, keep, spec[m.T_NAME], time.time())
         with self.lock:
             link.channel.send([(m.EXECUTE, spec)])
 

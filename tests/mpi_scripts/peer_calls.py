@@ -48,6 +48,19 @@ class Box:
     def pid(self):
         return os.getpid()
 
+    def echo(self, x):
+        return x
+
+    def keep(self, arr):
+        self.kept = arr
+        return arr.sum()
+
+    def kept_sum(self):
+        return self.kept.sum()
+
+    def size(self, arr):
+        return arr.size
+
     def run_task(self):
         return ray.get(plus_one.remote(41))   # needs a CPU while the callers wait
 
@@ -55,6 +68,11 @@ class Box:
 @ray.remote
 def plus_one(x):
     return x + 1
+
+
+@ray.remote
+def boom():
+    raise ValueError("boom task")
 
 
 @ray.remote
@@ -93,10 +111,33 @@ def results_of_every_kind(box):
 
 @ray.remote
 def ordered_calls(box, n):
-    # Calls with refs among their arguments take the head's path; the others go
-    # direct: one order all the same.
-    refs = [box.add.remote(far_array.remote() if i % 6 == 2 else i) for i in range(n)]
+    # Calls with retries take the head's path, the others go direct (with refs
+    # among their arguments or not): one order all the same.
+    refs = [box.add.remote(far_array.remote()) if i % 6 == 2 else
+            box.add.options(max_retries=1).remote(i) if i % 6 == 4 else
+            box.add.remote(i) for i in range(n)]
     return ray.get(refs)
+
+
+@ray.remote
+def arguments_with_refs(box):
+    small = ray.put(5)
+    big = ray.put(np.arange(1 << 15, dtype=np.float64))      # a view into the store
+    failed = boom.remote()
+    out = {"small": ray.get(box.echo.remote(small)),
+           "big": float(ray.get(box.keep.remote(big)))}
+    del big                       # the actor keeps a view of it: it must stay valid,
+    filler = [ray.put(np.full(1 << 15, -1.0)) for _ in range(8)]   # not be reused
+    out["kept"] = float(ray.get(box.kept_sum.remote()))
+    del filler
+    out["nested"] = ray.get(box.echo.remote([small]))[0] == small
+    out["large_args"] = int(ray.get(box.size.remote(np.ones(1 << 16))))
+    try:
+        ray.get(box.echo.remote(failed))
+        out["failed_arg"] = "returned"
+    except ValueError as err:
+        out["failed_arg"] = "ValueError" if "boom task" in str(err) else str(err)
+    return out
 
 
 @ray.remote
@@ -179,6 +220,12 @@ with section("order across both paths"):
     seen = ray.get(box2.seen_list.remote(), timeout=30)
     want = ["array(32768,)" if i % 6 == 2 else i for i in range(40)]
     check(seen == want, f"the actor saw the calls in the order made: {seen}")
+
+with section("arguments with refs"):
+    got = ray.get(arguments_with_refs.remote(box), timeout=60)
+    want_sum = float(np.arange(1 << 15).sum())
+    check(got == {"small": 5, "big": want_sum, "kept": want_sum, "nested": True,
+                  "large_args": 1 << 16, "failed_arg": "ValueError"}, got)
 
 with section("refs that leave the caller"):
     box3 = Box.remote()
