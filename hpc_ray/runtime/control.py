@@ -240,6 +240,24 @@ def _actor_checkpoint_saved(head: Head, actor_id: int, checkpoint_id: bytes,
     return [b for b, _ in expired]
 
 
+def _actor_pid(head: Head, actor_id: int) -> int:
+    """The process the head runs the actor in now; 0 while it has none (dead,
+    restarting, not started)."""
+    from .head.actors import A_ALIVE
+    actor = head.actors.get(actor_id)
+    return actor.pid if actor is not None and actor.state is A_ALIVE else 0
+
+
+def _actor_death(head: Head, actor_id: int) -> tuple:
+    """(class name, how its last process ended, whether it is being restarted)."""
+    from .head.actors import A_DEAD
+    actor = head.actors.get(actor_id)
+    if actor is not None:
+        return actor.class_name, actor.last_death or actor.error, actor.state is not A_DEAD
+    dead = head.history.dead_actors.get(actor_id)
+    return (dead[0], dead[1], False) if dead else (None, None, False)
+
+
 def _ping(head: Head) -> None:
     """Nothing: its answer tells a caller that the head has handled every message
     the caller sent before it (``peer_calls``: its holds of a result's refs)."""
@@ -247,6 +265,8 @@ def _ping(head: Head) -> None:
 
 _CALLS = {
     "ping": _ping,
+    "actor_pid": _actor_pid,
+    "actor_death": _actor_death,
     "register_actor": _register_actor,
     "actor_checkpoints": _actor_checkpoints,
     "actor_checkpoint_saved": _actor_checkpoint_saved,

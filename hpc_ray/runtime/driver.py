@@ -46,7 +46,8 @@ from ..transport import messages as m
 from ..transport.comm import Backoff, Fetcher, Sender, recv_control, tighten_timer_slack
 from ..transport.messages import FETCH_PLAN
 from ..transport.serialization import RAW
-from . import context, interrupts, values
+from . import context, interrupts, peer_calls, values
+from .driver_calls import DriverDirectCalls
 from .head import Head
 from .interrupts import deferred
 
@@ -434,6 +435,14 @@ def drain_refs(head: Head) -> None:
     rel = []
     while released:
         rel.append(released.popleft())
+    peer = _peer[0]
+    if rel and peer is not None and (peer.pending or peer.results):
+        # Results of direct calls: the head never knew them.
+        mine = {oid for oid in rel if peer.owns(oid)}
+        if mine:
+            for oid in mine:
+                peer.forget(oid)
+            rel = [oid for oid in rel if oid not in mine]
     if _held:
         ids = []
         while _held:
@@ -454,15 +463,20 @@ _held: collections.deque = collections.deque()
 _submitted: collections.deque = collections.deque()
 #: Hand submissions over at least this often, even while no one waits.
 SUBMIT_BATCH = 256
+#: The driver's PeerCaller (direct calls), for drain_refs().
+_peer: list = [None]
 
 
-class DriverContext(context.ContextBase):
-    """The API on rank 0: calls go straight into the head under its lock."""
+class DriverContext(DriverDirectCalls, context.ContextBase):
+    """The API on rank 0: calls go straight into the head under its lock, and
+    calls to actors on this host straight to them (``driver_calls``)."""
 
     is_driver = True
 
     def __init__(self, head: Head, loop: HeadLoop, arena, node: int, rank: int,
-                 world: dict) -> None:
+                 world: dict, session_id: str | None = None) -> None:
+        self.init_direct_calls(session_id)
+        _peer[0] = self.peer
         self.head = head
         self.loop = loop
         self.arena = arena
@@ -482,6 +496,9 @@ class DriverContext(context.ContextBase):
     # --- tasks ------------------------------------------------------------------
 
     def submit(self, spec: list) -> None:
+        peer = self.peer
+        if peer is not None and (peer.pending or peer.results):
+            self._promote(peer_calls.refs_of(spec))
         # Deque appends are atomic: no lock here. get()/wait() and the comm thread
         # drain the queue; the comm thread is woken when the queue was empty.
         if _submitted:
@@ -501,6 +518,8 @@ class DriverContext(context.ContextBase):
 
     def control(self, name: str, *args) -> Any:
         from . import control
+        if self.peer is not None and self.peer.finished:
+            self._report_direct(True)    # tasks(), timeline() see every answered call
         with deferred(), self.head.lock:
             drain_refs(self.head)
             result = control.call(self.head, name, args)
@@ -576,6 +595,12 @@ class DriverContext(context.ContextBase):
                         head.cond.wait(min(wait, 0.001 * min(spins, 100)))
 
     def get(self, refs: list, timeout: float | None) -> list:
+        peer = self.peer
+        if peer is not None and (peer.pending or peer.results):
+            return self.get_with_direct(refs, timeout)
+        return self.get_from_head(refs, timeout)
+
+    def get_from_head(self, refs: list, timeout: float | None) -> list:
         head = self.head
         ids = [r.id for r in refs]
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -648,9 +673,13 @@ class DriverContext(context.ContextBase):
         with deferred():
             rec, contained = values.to_record(value, self._alloc, self.arena,
                                               "value passed to put()")
+            if contained and self.peer is not None:
+                self._promote(contained)
             return self._seal(rec, contained)
 
     def put_serialized(self, s) -> context.ObjectRef:
+        if s.contained and self.peer is not None:
+            self._promote(s.contained)
         with deferred():
             rec = values.serialized_to_record(s, self._alloc, self.arena)
             return self._seal(rec, s.contained)
@@ -670,6 +699,13 @@ class DriverContext(context.ContextBase):
 
     def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
         """The ids ready (at most ``num_returns``, earliest in input order first)."""
+        peer = self.peer
+        if peer is not None and (peer.pending or peer.results) and any(map(peer.owns, ids)):
+            return self.wait_with_direct(ids, num_returns, timeout)
+        return self.wait_on_head(ids, num_returns, timeout)
+
+    def wait_on_head(self, ids: list[int], num_returns: int,
+                     timeout: float | None) -> set[int]:
         objects = self.head.objects
         deadline = None if timeout is None else time.monotonic() + timeout
 
@@ -695,6 +731,11 @@ class DriverContext(context.ContextBase):
                 interrupts.uninstall()
 
     def _shutdown(self) -> None:
+        peer = self.peer
+        if peer is not None:
+            for link in list(peer.links.values()):
+                peer.close(link)
+            _peer[0] = None
         head = self.head
         with head.lock:
             drain_refs(head)

@@ -461,6 +461,8 @@ class ExecutorContext(context.ContextBase):
         if peer is None:
             self.submit(spec)
             return
+        if peer.dead and spec[m.T_ACTOR] in peer.dead:
+            peer.settle(spec[m.T_ACTOR], lambda a: self.control("actor_pid", a))
         deps = spec[m.T_DEPS]
         ready = self.ready_ids
         deps_ready = not deps or all(d[1] in ready or peer.owns(d[1]) for d in deps)
@@ -474,7 +476,7 @@ class ExecutorContext(context.ContextBase):
                 return
         if how == peer_calls.DRAIN:
             self._await(lambda: not link.inflight, None, blocking=True)
-        peer.note_head_call(spec[m.T_ACTOR], spec[m.T_RETURNS])
+        peer.note_head_call(spec[m.T_ACTOR], spec[m.T_RETURNS][:1])
         self.submit(spec)
 
     def _promote(self, oids) -> None:
@@ -488,7 +490,7 @@ class ExecutorContext(context.ContextBase):
             res = peer.results.pop(oid, None)
             if res is None:
                 continue
-            self.emit((m.PUT, oid, res.record, res.contained or None))
+            self.emit((m.PUT, oid, self._record(res), res.contained or None))
             self.ready_ids.add(oid)
             if res.pins is not None:
                 # The head holds the nested refs through the object once it has the
@@ -550,8 +552,15 @@ class ExecutorContext(context.ContextBase):
             self.control("ping")
             for res in pinned:
                 peer.unpin(res)
-        return [rec.record if type(rec) is peer_calls.Result else rec
+        return [self._record(rec) if type(rec) is peer_calls.Result else rec
                 for rec in (got[i] for i in ids)]
+
+    def _record(self, res: peer_calls.Result) -> tuple:
+        """A direct result's record (a lost call's error, worded once the head knows)."""
+        if res.record is None:
+            return self.peer.explain(res, lambda a: self.control("actor_pid", a),
+                                     lambda a: self.control("actor_death", a))
+        return res.record
 
     def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
         peer = self.peer

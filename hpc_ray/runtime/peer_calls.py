@@ -58,6 +58,9 @@ RETRY_CONNECT = 0.2
 #: Calls through the head a caller tracks per actor (made, not seen finished)
 #: before it stops tracking and sends that actor's calls through the head only.
 MAX_HEAD_CALLS = 1000
+#: Longest a caller waits for the head to learn of an actor process's end that
+#: the caller saw first (``PeerCaller.settle``).
+SETTLE_WAIT = 10.0
 #: Summaries of answered calls a caller keeps before it sends them to the head
 #: (for ``tasks()`` and the timeline), and the longest it keeps one (seconds).
 REPORT_EVERY = 256
@@ -106,13 +109,14 @@ def inline_record(value, what: str) -> tuple[tuple, list]:
 class Link:
     """A caller's socket to one actor and the calls in flight on it."""
 
-    __slots__ = ("actor_id", "channel", "inflight", "rank")
+    __slots__ = ("actor_id", "channel", "inflight", "rank", "pid")
 
     def __init__(self, actor_id: int, channel: direct.Channel) -> None:
         self.actor_id = actor_id
         self.channel = channel
-        #: The actor's rank, from its DIRECT_HELLO.
+        #: The actor's rank and process, from its DIRECT_HELLO.
         self.rank = -1
+        self.pid = 0
         #: task id -> return id, for calls sent and not answered yet.
         self.inflight: dict[int, int] = {}
 
@@ -120,10 +124,14 @@ class Link:
 class Result:
     """A direct call's answer, kept by the caller until its ref dies or escapes."""
 
-    __slots__ = ("record", "contained", "pins", "link", "tid")
+    __slots__ = ("record", "contained", "pins", "link", "tid", "lost")
 
-    def __init__(self, record: tuple, contained, pins, link, tid: int) -> None:
+    def __init__(self, record: tuple | None, contained, pins, link, tid: int,
+                 lost: tuple | None = None) -> None:
+        #: None for a call lost with the actor's process until ``explain`` says why.
         self.record = record
+        #: (actor id, its process, call name) of a lost call.
+        self.lost = lost
         self.contained = contained
         #: Refs this process made to the nested refs, until it no longer needs
         #: the actor's pins on them: None once UNPIN was sent (or none needed).
@@ -153,10 +161,14 @@ class PeerCaller:
         self.results: dict[int, Result] = {}
         #: Return ids whose refs died while the call was in flight.
         self.dropped: set[int] = set()
-        #: actor id -> return ids of calls made through the head, not seen finished.
+        #: actor id -> first return ids of calls made through the head, not seen
+        #: finished (a call's task id is its first return id - 1).
         self.head_calls: dict[int, set] = {}
         #: Actors this caller calls through the head only (too many calls to track).
         self.head_only: set[int] = set()
+        #: actor id -> the process this caller saw end: the next call waits until
+        #: the head knows too (``settle``), or it could go to that process.
+        self.dead: dict[int, int] = {}
         self.refused: dict[int, float] = {}
 
     def owns(self, oid: int) -> bool:
@@ -240,6 +252,7 @@ class PeerCaller:
             for msg in msgs:
                 if msg[0] == m.DIRECT_HELLO:
                     link.rank = msg[3]
+                    link.pid = msg[2]
                 else:
                     self._answer(link, msg)
         return []
@@ -271,6 +284,8 @@ class PeerCaller:
     def _lost(self, link: Link) -> None:
         """The actor's process is gone: its calls in flight fail."""
         self.close(link)
+        if link.pid:
+            self.dead[link.actor_id] = link.pid
         for tid, oid in link.inflight.items():
             sent = self.pending.pop(oid, None)
             if sent is not None:
@@ -278,11 +293,34 @@ class PeerCaller:
             if oid in self.dropped:
                 self.dropped.discard(oid)
                 continue
-            err = values.error_record(ActorDiedError(
-                f"the actor's process ended while it ran or queued this direct call "
-                f"(task {tid:x}); the call is lost"))
-            self.results[oid] = Result(err, None, None, None, tid)
+            self.results[oid] = Result(None, None, None, None, tid,
+                                       (link.actor_id, link.pid, sent and sent[3]))
         link.inflight.clear()
+
+    def settle(self, actor_id: int, head_pid, pid: int | None = None) -> None:
+        """Wait until the head no longer runs ``actor_id`` in the process this
+        caller saw end (``head_pid(actor_id)``: the head's current one, 0 for
+        none), at most SETTLE_WAIT: its rank reports the death soon after."""
+        dead = self.dead.get(actor_id, pid)
+        deadline = time.monotonic() + SETTLE_WAIT
+        while dead and head_pid(actor_id) == dead and time.monotonic() < deadline:
+            time.sleep(0.002)
+        self.dead.pop(actor_id, None)
+
+    def explain(self, res: Result, head_pid, death) -> tuple:
+        """The error record of a call lost with its actor's process, in the words
+        the head uses for calls it loses: ``death(actor_id)`` gives (class name,
+        how the process ended, whether the actor is being restarted)."""
+        if res.record is None:
+            actor_id, pid, name = res.lost
+            self.settle(actor_id, head_pid, pid)
+            cls, reason, restarting = death(actor_id)
+            text = (f"actor {cls} died: {reason}; the call {name} was lost"
+                    + ("; the actor is being restarted" if restarting else "")
+                    if cls else f"the actor's process (pid {pid}) ended; the call {name} "
+                    f"was lost")
+            res.record = values.error_record(ActorDiedError(text))
+        return res.record
 
     def _report(self, tid, name, state, rank, oid, t_submit, t_start, t_end, pid) -> None:
         """Keep a summary for the head, in its history's form (head/tasks.py summary)."""

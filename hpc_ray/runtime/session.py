@@ -99,7 +99,8 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
     sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
     loop = HeadLoop(comm, head, arena, listener)
     loop.start()
-    ctx = DriverContext(head, loop, arena, node, 0, {"size": comm.Get_size()})
+    ctx = DriverContext(head, loop, arena, node, 0, {"size": comm.Get_size()},
+                        cfg.get("session_id"))
     ctx.job_id = job_id
     return Session(ctx, comm, inter, arena, embedded, job_id)
 

@@ -184,8 +184,10 @@ def call_dead_actor(box):
         try:
             ray.get(ref, timeout=30)
             errors.append("returned")
-        except ray.exceptions.RayActorError:
-            errors.append("RayActorError")
+        except ray.exceptions.RayActorError as err:
+            # Worded as the head words the calls it loses: which actor, which call.
+            errors.append("RayActorError" if "actor Box died" in str(err) and "Box." in str(err)
+                          else str(err))
     return pid, errors
 
 

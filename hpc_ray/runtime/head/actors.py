@@ -164,7 +164,7 @@ class ActorEntry:
     __slots__ = ("actor_id", "class_id", "spec", "resources", "rank", "state", "queue",
                  "inflight", "max_restarts", "restarts", "name", "gpu_ids", "error",
                  "class_name", "pid", "max_task_retries", "meta", "unreferenced",
-                 "lenders", "direct", "via_rank", "fenced")
+                 "lenders", "direct", "via_rank", "fenced", "last_death")
 
     def __init__(self, actor_id: int, spec: list, resources: dict, max_restarts: int,
                  name: str | None, class_name: str, max_task_retries: int,
@@ -191,6 +191,8 @@ class ActorEntry:
         self.gpu_ids: list[int] = []
         self.lenders: list = ()               #: sibling ranks lending CPUs (resources.hold)
         self.error: str = ""
+        #: How its last process ended (kept across restarts, for direct callers).
+        self.last_death: str = ""
         self.class_name = class_name
         self.pid = 0
         self.max_task_retries = max_task_retries
@@ -409,6 +411,7 @@ class ActorLifecycle:
         restart = allow_restart and (actor.max_restarts < 0
                                      or actor.restarts < actor.max_restarts)
         msg = f"actor {actor.class_name} died: {reason}"
+        actor.last_death = reason
         lost = list(actor.inflight.values())
         actor.clear_inflight()
         requeue = []

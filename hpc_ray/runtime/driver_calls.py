@@ -1,0 +1,246 @@
+"""The driver's direct calls to actors on its host (``peer_calls``, caller side).
+
+The driver calls an actor on its host as a task does: straight over the actor's
+socket, the result owned by the driver, the head not involved. What the head
+would otherwise do for the call, the driver does here in-process under the
+head's lock: an escaping result is put into the head's tables, the holds of
+refs nested in a result are applied before the actor's pins go, and the calls'
+summaries go into the head's history (``tasks()``, the timeline).
+
+User threads wait for results here, not in the head's wait loop: one thread at
+a time reads the sockets (``reading``), for all of them, and wakes the others
+(``arrived``); a Ctrl-C lands between reads, never inside one.
+"""
+from __future__ import annotations
+
+import select
+import threading
+import time
+
+from ..exceptions import GetTimeoutError
+from ..transport import messages as m
+from . import peer_calls, values
+from .interrupts import deferred
+
+#: Longest a waiting thread blocks on the sockets at a time (a Ctrl-C, a
+#: deadline and the other threads' wake-ups are looked at in between).
+POLL_SLICE = 0.05
+#: wait() over direct results and head objects asks the head this long at a time.
+WAIT_SLICE = 0.005
+
+
+class DriverDirectCalls:
+    """A mixin of ``DriverContext``: its actor calls, gets and waits on direct results."""
+
+    head = None    # (DriverContext's)
+
+    def init_direct_calls(self, session_id: str | None) -> None:
+        self.peer_readers: dict = {}
+        self.peer_channels: dict = {}
+        self.peer_lock = threading.Lock()
+        self.peer_route_lock = threading.Lock()
+        self.arrived = threading.Condition(threading.Lock())
+        self.reading = False
+        self.peer = (peer_calls.PeerCaller(session_id, self.peer_readers, self.peer_channels,
+                                           self.peer_lock)
+                     if session_id and peer_calls.ENABLED else None)
+
+    # --- calls ------------------------------------------------------------------
+
+    def submit_call(self, spec: list, lifetime) -> None:
+        peer = self.peer
+        if peer is None:
+            self.submit(spec)
+            return
+        actor_id = spec[m.T_ACTOR]
+        if peer.dead and actor_id in peer.dead:
+            peer.settle(actor_id, lambda a: self.control("actor_pid", a))
+        deps = spec[m.T_DEPS]
+        deps_ready = not deps or all(peer.owns(d[1]) or self._sealed(d[1]) for d in deps)
+        if peer.head_calls.get(actor_id):
+            self._prune_head_calls(actor_id)
+        with self.peer_route_lock:
+            how, link = peer.route(spec, deps_ready)
+            if how == peer_calls.DIRECT:
+                if peer.pending or peer.results:
+                    self._promote(peer_calls.refs_of(spec))
+                peer.send(link, spec, lifetime)
+                if link.channel.outbuf:
+                    # The actor's socket is full: wait for room (it is not read
+                    # here otherwise until the next get or wait).
+                    self.wait_direct(lambda: not link.channel.outbuf
+                                     or peer.links.get(actor_id) is not link, None)
+                return
+        if how == peer_calls.DRAIN:
+            self.wait_direct(lambda: not link.inflight, None)
+        peer.note_head_call(actor_id, spec[m.T_RETURNS][:1])
+        self.submit(spec)
+
+    def _record(self, res: peer_calls.Result) -> tuple:
+        """A direct result's record (a lost call's error, worded once the head knows)."""
+        if res.record is None:
+            return self.peer.explain(res, lambda a: self.control("actor_pid", a),
+                                     lambda a: self.control("actor_death", a))
+        return res.record
+
+    def _sealed(self, oid: int) -> bool:
+        """Whether the head knows the object's value (its holder keeps it there)."""
+        e = self.head.objects.entries.get(oid)
+        return e is not None and e.record is not None
+
+    def _prune_head_calls(self, actor_id: int) -> None:
+        """The driver's calls through the head that have finished (the head is here)."""
+        from .driver import drain_refs
+        head = self.head
+        calls = self.peer.head_calls.get(actor_id)
+        with deferred(), head.lock:
+            drain_refs(head)
+            tasks = head.tasks
+            done = [oid for oid in calls if oid - 1 not in tasks]   # task id = first return - 1
+        self.peer.seen_finished(done)
+
+    def _promote(self, oids) -> None:
+        """Direct results about to leave the driver become objects at the head."""
+        from .driver import drain_refs
+        peer = self.peer
+        head = self.head
+        for oid in oids:
+            if not peer.owns(oid):
+                continue
+            if oid in peer.pending:
+                self.wait_direct(lambda: oid not in peer.pending, None)
+            res = peer.results.pop(oid, None)
+            if res is None:
+                continue
+            with deferred(), head.lock:
+                drain_refs(head)      # our holds of its nested refs first
+                head.hold((oid,))
+                head.put_object(oid, self._record(res), res.contained or None)
+            if res.pins is not None:
+                peer.unpin(res)
+
+    # --- waiting ----------------------------------------------------------------
+
+    def wait_direct(self, done, deadline: float | None) -> bool:
+        """Read the direct sockets until ``done()``; False at the deadline."""
+        while not done():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self._turn(POLL_SLICE if left is None else min(left, POLL_SLICE))
+        return True
+
+    def _turn(self, span: float) -> None:
+        """Read the sockets once (up to ``span`` seconds), or wait for the thread that does."""
+        arrived = self.arrived
+        with arrived:
+            if self.reading:
+                arrived.wait(span)
+                return
+            self.reading = True
+        try:
+            self._read_sockets(span)
+        finally:
+            with arrived:
+                self.reading = False
+                arrived.notify_all()
+
+    def _read_sockets(self, timeout: float) -> None:
+        poller = select.poll()
+        channels = self.peer_channels
+        for fd in tuple(self.peer_readers):
+            ch = channels.get(fd)
+            poller.register(fd, select.POLLIN | select.POLLOUT if ch is not None and ch.outbuf
+                            else select.POLLIN)
+        events = poller.poll(timeout * 1000.0)
+        with deferred():
+            for fd, ev in events:
+                if ev & select.POLLOUT:
+                    ch = channels.get(fd)
+                    if ch is not None:
+                        with self.peer_lock:
+                            ch.write_some()
+                if ev & ~select.POLLOUT:
+                    reader = self.peer_readers.get(fd)
+                    if reader is not None:
+                        reader()
+        if self.peer.finished:
+            self._report_direct(False)
+
+    def _report_direct(self, now: bool) -> None:
+        done = self.peer.report_due(now)
+        if done:
+            with deferred(), self.head.lock:
+                self.head.direct_calls_done(done)
+
+    def get_with_direct(self, refs: list, timeout: float | None) -> list:
+        """get() of refs some of which are direct results."""
+        from .driver import drain_refs
+        peer = self.peer
+        results = peer.results
+        ids = [r.id for r in refs]
+        mine = [i for i in ids if peer.owns(i)]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self.wait_direct(lambda: all(i in results or i not in peer.pending
+                                            for i in mine), deadline):
+            raise GetTimeoutError(f"get timed out after {timeout} s: direct calls to "
+                                  f"actors not answered")
+        got = {i: results.get(i) for i in mine}
+        others = [r for r in refs if got.get(r.id) is None]   # (promoted meanwhile: at the head)
+        if others:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            for ref, value in zip(others, self.get_from_head(others, left)):
+                got[ref.id] = (value,)
+        pinned = [res for res in got.values() if type(res) is peer_calls.Result
+                  and res.pins is not None]
+        if pinned:
+            with deferred(), self.head.lock:
+                drain_refs(self.head)     # our holds of their nested refs
+            for res in pinned:
+                peer.unpin(res)
+        out = []
+        for ref in refs:
+            res = got[ref.id]
+            if type(res) is tuple:
+                out.append(res[0])
+            else:
+                out.append(values.from_record(self._record(res), self.arena, ref))
+        return out
+
+    def wait_with_direct(self, ids: list[int], num_returns: int,
+                         timeout: float | None) -> set[int]:
+        """wait() over direct results and head objects."""
+        peer = self.peer
+        results = peer.results
+        mine = [i for i in ids if peer.owns(i)]
+        others = [i for i in ids if i not in mine]
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def answered():
+            return sum(1 for i in mine if i in results or i not in peer.pending)
+
+        ready_others: set = set()
+        while True:
+            n_mine = answered()
+            need = num_returns - n_mine - len(ready_others)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if need <= 0 or left == 0:
+                break
+            if others:
+                waiting = [i for i in others if i not in ready_others]
+                pending = n_mine < len(mine)
+                span = left if not pending else (WAIT_SLICE if left is None
+                                                 else min(left, WAIT_SLICE))
+                asked = min(need, len(waiting))
+                got = self.wait_on_head(waiting, asked, span)
+                ready_others.update(got)
+                if pending:
+                    self._turn(0)
+                elif len(got) < asked:
+                    break
+            else:
+                goal = num_returns
+                self.wait_direct(lambda: answered() >= goal, deadline)
+        ready = {i for i in mine if i in results or i not in peer.pending} | ready_others
+        return set([i for i in ids if i in ready][:num_returns])
+
