@@ -3,7 +3,9 @@
 Hypothesis plays one caller's process against one actor, with the caller's real
 ``PeerCaller`` and the actor's real ``PeerServer`` talking over a real abstract
 Unix socket in this process. The head is a FIFO that delivers the calls routed
-through it to the actor whenever hypothesis likes. Events: calls that may go
+through it (and fences: a collective group or a function the head sends the
+actor's rank, which the caller's later calls must not overtake) to the actor
+whenever hypothesis likes. Events: calls that may go
 direct and calls that must go through the head, deliveries, the actor reading
 and running its next call, the actor sending the answers it queued, the caller
 reading answers, gets, dropped refs, a new task in the caller's process, and the
@@ -184,6 +186,19 @@ class PeerMachine(RuleBasedStateMachine):
         if self.made[oid][2] == "direct" and oid not in self.dropped:
             self.dropped.add(oid)
             self.caller.forget(oid)
+
+    @rule(everyone=st.booleans())
+    def fence(self, everyone):
+        # A collective group (or a function run on all workers) the head sends the
+        # actor's rank: this caller's later calls must run after it.
+        if everyone:
+            self.caller.fence("run_function", (b"fn",))
+        else:
+            self.caller.fence("collective_create", ("group", [ACTOR]))
+        spec = call_spec(False)
+        self.seq += 1
+        self.made[spec[m.T_RETURNS][0]] = (self.task, self.seq, "fence")
+        self.head_fifo.append(spec)
 
     @rule()
     def time_passes(self):

@@ -518,8 +518,12 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
 
     def control(self, name: str, *args) -> Any:
         from . import control
-        if self.peer is not None and self.peer.finished:
-            self._report_direct(True)    # tasks(), timeline() see every answered call
+        peer = self.peer
+        if peer is not None:
+            if peer.finished:
+                self._report_direct(True)    # tasks(), timeline() see every answered call
+            if name in peer_calls.FENCING:
+                peer.fence(name, args)
         with deferred(), self.head.lock:
             drain_refs(self.head)
             result = control.call(self.head, name, args)

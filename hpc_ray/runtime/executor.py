@@ -499,6 +499,8 @@ class ExecutorContext(context.ContextBase):
                 peer.unpin(res)
 
     def control(self, name: str, *args) -> Any:
+        if self.peer is not None and name in peer_calls.FENCING:
+            self.peer.fence(name, args)
         ok, result = self._request(m.CONTROL_CALL, name, args)
         if not ok:
             raise result

@@ -69,6 +69,11 @@ REPORT_AGE = 1.0
 ENABLED = os.environ.get("HPC_RAY_DIRECT_CALLS", "1") != "0"
 
 
+#: Control calls that make the head send actors' ranks something (a collective
+#: group, a function to run) that later calls must not overtake: a caller's next
+#: call to those actors (None: to every actor) goes through the head, behind it.
+FENCING = {"collective_create": lambda args: args[1], "run_function": lambda args: None}
+
 #: PeerCaller.route's answers.
 DIRECT, DRAIN, HEAD = range(3)
 
@@ -166,6 +171,11 @@ class PeerCaller:
         self.head_calls: dict[int, set] = {}
         #: Actors this caller calls through the head only (too many calls to track).
         self.head_only: set[int] = set()
+        #: Actors whose next call goes through the head (FENCING); after a fence of
+        #: every actor, those whose call did so since.
+        self.fenced: set[int] = set()
+        self.fence_all = False
+        self.fence_passed: set[int] = set()
         #: actor id -> the process this caller saw end: the next call waits until
         #: the head knows too (``settle``), or it could go to that process.
         self.dead: dict[int, int] = {}
@@ -183,7 +193,8 @@ class PeerCaller:
         actor_id = spec[m.T_ACTOR]
         link = self.links.get(actor_id)
         if self.head_calls.get(actor_id) or not direct_eligible(spec) \
-                or not deps_ready or actor_id in self.head_only:
+                or not deps_ready or actor_id in self.head_only or actor_id in self.fenced \
+                or self.fence_all and actor_id not in self.fence_passed:
             # Through the head it could overtake the direct calls still in flight.
             return (DRAIN, link) if link is not None and link.inflight else (HEAD, None)
         if link is None:
@@ -219,7 +230,18 @@ class PeerCaller:
         with self.lock:
             link.channel.send([(m.EXECUTE, spec)])
 
+    def fence(self, control_name: str, args: tuple) -> None:
+        actors = FENCING[control_name](args)
+        if actors is None:
+            self.fence_all = True
+            self.fence_passed.clear()
+        else:
+            self.fenced.update(actors)
+
     def note_head_call(self, actor_id: int, returns: list) -> None:
+        self.fenced.discard(actor_id)
+        if self.fence_all:
+            self.fence_passed.add(actor_id)
         if actor_id in self.head_only:
             return
         calls = self.head_calls.get(actor_id)
