@@ -70,6 +70,8 @@ class DriverDirectCalls:
                     # here otherwise until the next get or wait).
                     self.wait_direct(lambda: not link.channel.outbuf
                                      or peer.links.get(actor_id) is not link, None)
+                elif len(link.inflight) > peer_calls.INFLIGHT_READ:
+                    self._turn(0)      # far ahead: take the answers that came
                 return
         if how == peer_calls.DRAIN:
             self.wait_direct(lambda: not link.inflight, None)

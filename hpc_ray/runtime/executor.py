@@ -300,10 +300,17 @@ class ExecutorContext(context.ContextBase):
             dfd = self.dconn.fileno()
             poller.register(dfd, select.POLLIN)
         channels = self.peer_channels
+        server = self.peer_server
+        # Calls enough queued: callers' sockets wait (they hold the flood back).
+        full = server is not None and len(self.inbox) > peer_calls.INBOX_HIGH
         for fd in tuple(self.peer_readers):
             ch = channels.get(fd)
-            poller.register(fd, select.POLLIN | select.POLLOUT if ch is not None and ch.outbuf
-                            else select.POLLIN)
+            out = ch is not None and ch.outbuf
+            if full and fd in server.callers:
+                if out:
+                    poller.register(fd, select.POLLOUT)
+                continue
+            poller.register(fd, select.POLLIN | select.POLLOUT if out else select.POLLIN)
         events = poller.poll(None if timeout is None else timeout * 1000.0)
         if not events:
             return None
@@ -473,11 +480,25 @@ class ExecutorContext(context.ContextBase):
                     # The actor fetches the arguments' objects from the head.
                     self._promote(peer_calls.refs_of(spec))
                 peer.send(link, spec, lifetime)
-                return
+        if how == peer_calls.DIRECT:
+            if len(link.inflight) > peer_calls.INFLIGHT_READ or \
+                    len(link.channel.outbuf) > peer_calls.OUTBUF_HIGH:
+                self._catch_up(link)
+            return
         if how == peer_calls.DRAIN:
             self._await(lambda: not link.inflight, None, blocking=True)
         peer.note_head_call(spec[m.T_ACTOR], spec[m.T_RETURNS][:1])
         self.submit(spec)
+
+    def _catch_up(self, link) -> None:
+        """A caller far ahead of its actor: take the answers that came and let go of
+        dropped results, and wait while the actor's socket takes no more."""
+        self.flush()
+        self._recv(0)
+        peer = self.peer
+        if len(link.channel.outbuf) > peer_calls.OUTBUF_HIGH:
+            self._await(lambda: len(link.channel.outbuf) <= peer_calls.OUTBUF_HIGH // 2
+                        or peer.links.get(link.actor_id) is not link, None, blocking=True)
 
     def _promote(self, oids) -> None:
         """Direct results about to leave this process become objects at the head."""

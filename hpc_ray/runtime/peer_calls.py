@@ -65,6 +65,17 @@ SETTLE_WAIT = 10.0
 #: (for ``tasks()`` and the timeline), and the longest it keeps one (seconds).
 REPORT_EVERY = 256
 REPORT_AGE = 1.0
+#: A flood of calls stays bounded (the Ray docs' tasks calling an actor forever):
+#: a caller with this many calls in flight on a link reads the answers that came
+#: (and lets go of dropped refs) before its next call; one with this many bytes
+#: the actor's socket did not take waits; an actor with this many calls in its
+#: inbox reads no caller's socket (their calls wait there, then in the callers).
+INFLIGHT_READ = 1024
+OUTBUF_HIGH = 1 << 20
+INBOX_HIGH = 1024
+#: Most bytes an actor reads from one caller at a time (a few hundred small
+#: calls): a flooding caller's calls do not queue far ahead of the others'.
+CALLER_READ = 64 << 10
 #: ``HPC_RAY_DIRECT_CALLS=0`` sends every call through the head.
 ENABLED = os.environ.get("HPC_RAY_DIRECT_CALLS", "1") != "0"
 
@@ -428,7 +439,7 @@ class PeerServer:
         return []
 
     def _read(self, ch: direct.Channel) -> list:
-        batches = ch.read()
+        batches = ch.read(CALLER_READ)
         if batches is None:
             self._drop(ch)
             return []

@@ -83,9 +83,10 @@ class Channel:
     def write_some(self) -> None:
         write_pending(self.fd, self.outbuf)
 
-    def read(self) -> list[list] | None:
-        """The batches that arrived whole so far; None at EOF."""
-        got = read_available(self.fd, self.inbuf)
+    def read(self, limit: int = 1 << 20) -> list[list] | None:
+        """The batches that arrived whole so far (reading at most ``limit`` bytes);
+        None at EOF."""
+        got = read_available(self.fd, self.inbuf, limit)
         if not got:
             return None if got is None else []
         out = [loads(frame) for frame in split_frames(self.inbuf)]

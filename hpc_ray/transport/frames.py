@@ -41,14 +41,15 @@ def write_pending(fd: int, buf: bytearray) -> None:
         del buf[:k]
 
 
-def read_available(fd: int, buf: bytearray) -> bool | None:
-    """Append the bytes ``fd`` (non-blocking) has now to ``buf``: True if any came,
-    False if none were waiting, None at EOF or on an error (the peer is gone)."""
+def read_available(fd: int, buf: bytearray, limit: int = READ_CHUNK) -> bool | None:
+    """Append the bytes ``fd`` (non-blocking) has now to ``buf``, at most ``limit``:
+    True if any came, False if none were waiting, None at EOF or on an error (the
+    peer is gone)."""
     chunk = getattr(_local, "chunk", None)
     if chunk is None:
         chunk = _local.chunk = memoryview(bytearray(READ_CHUNK))
     try:
-        n = os.readv(fd, [chunk])
+        n = os.readv(fd, [chunk if limit >= READ_CHUNK else chunk[:limit]])
     except BlockingIOError:
         return False
     except OSError:
