@@ -295,7 +295,7 @@ class PeerCaller:
         oid = link.inflight.pop(tid, None)
         if oid is None:
             return
-        sent = self.pending.pop(oid, None)
+        sent = self.pending.get(oid)
         done = msg[0] == m.TASK_DONE
         if sent is not None:
             self._report(tid, sent[3], "FINISHED" if done else "FAILED", link.rank, oid,
@@ -303,16 +303,17 @@ class PeerCaller:
         contained = msg[3] if done else None
         if oid in self.dropped:
             self.dropped.discard(oid)
+            self.pending.pop(oid, None)
             if contained:
                 with self.lock:
                     link.channel.send([(m.UNPIN, tid)])
             return
-        if msg[0] == m.TASK_DONE:
-            record = msg[2][0]
-        else:
-            record = msg[2]
+        record = msg[2][0] if done else msg[2]
         pins = [context.ObjectRef(c, _owned=False) for c in contained] if contained else None
+        # In results before it leaves pending: another thread's wait sees it in one or
+        # the other at every moment.
         self.results[oid] = Result(record, contained, pins, link, tid)
+        self.pending.pop(oid, None)
 
     def _lost(self, link: Link) -> None:
         """The actor's process is gone: its calls in flight fail."""
@@ -320,14 +321,15 @@ class PeerCaller:
         if link.pid:
             self.dead[link.actor_id] = link.pid
         for tid, oid in link.inflight.items():
-            sent = self.pending.pop(oid, None)
+            sent = self.pending.get(oid)
             if sent is not None:
                 self._report(tid, sent[3], "FAILED", link.rank, oid, sent[4], None, None, 0)
             if oid in self.dropped:
                 self.dropped.discard(oid)
-                continue
-            self.results[oid] = Result(None, None, None, None, tid,
-                                       (link.actor_id, link.pid, sent and sent[3]))
+            else:
+                self.results[oid] = Result(None, None, None, None, tid,
+                                           (link.actor_id, link.pid, sent and sent[3]))
+            self.pending.pop(oid, None)
         link.inflight.clear()
 
     def settle(self, actor_id: int, head_pid, pid: int | None = None) -> None:

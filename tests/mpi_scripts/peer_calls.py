@@ -259,6 +259,35 @@ with section("callers waiting lend their CPUs"):
                   timeout=60)
     check(got == [42, 42], got)
 
+def batches_from_threads(actors, rounds, n):
+    """Threads each getting batches of calls to their own actor; the answers of one
+    thread's calls are often read by the other (a race lost a result once)."""
+    import threading
+    got = []
+
+    def loop(a):
+        for _ in range(rounds):
+            got.append(len(ray.get([a.add.remote(1) for _ in range(n)], timeout=30)))
+
+    threads = [threading.Thread(target=loop, args=(a,)) for a in actors]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    return got
+
+
+@ray.remote
+def batches_in_a_task(actors, rounds, n):
+    return batches_from_threads(actors, rounds, n)
+
+
+with section("threads of the driver and of a task, batches of calls"):
+    pair = [Box.remote(), Box.remote()]
+    got = batches_from_threads(pair, 100, 200)
+    check(got == [200] * 200, f"driver threads: {len(got)} of 200 batches answered")
+    got = ray.get(batches_in_a_task.remote(pair, 100, 200), timeout=60)
+    check(got == [200] * 200, f"a task's threads: {len(got)} of 200 batches answered")
+    del pair
+
 with section("a dead actor"):
     doomed = Box.remote()
     pid, errors = ray.get(call_dead_actor.remote(doomed), timeout=60)
