@@ -22,9 +22,11 @@ threads hand submissions over through lock-free deques (``_submitted``,
 ``_held``) drained under that lock.
 
 Actors' executors on rank 0's host connect to it over direct channels
-(``transport/direct.py``): the driver's own calls to such an actor go out and
-come back there, read and written in the same rounds as MPI, and a driver
-thread waiting only for such results blocks on those sockets.
+(``transport/direct.py``): the calls the head dispatches to such an actor go
+out and come back there, read and written in the same rounds as MPI, and a
+driver thread waiting only for such results blocks on those sockets. Most of
+the driver's own calls to such actors do not reach the head at all: they go
+straight to the actor's socket (``driver_calls.py``, ``peer_calls.py``).
 """
 from __future__ import annotations
 

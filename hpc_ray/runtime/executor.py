@@ -320,9 +320,10 @@ class ExecutorContext(context.ContextBase):
             if fd == conn_fd:
                 msgs = loads(self.conn.recv_bytes())
             elif fd == dfd:
-                calls = loads(self.dconn.recv_bytes())
-                for msg in calls:
+                driver_calls = loads(self.dconn.recv_bytes())
+                for msg in driver_calls:
                     self.direct_tids.add(msg[1][m.T_ID])
+                calls = calls + driver_calls
             else:
                 if ev & select.POLLOUT:
                     ch = channels.get(fd)
@@ -458,7 +459,7 @@ class ExecutorContext(context.ContextBase):
     def submit(self, spec: list) -> None:
         peer = self.peer
         if peer is not None and (peer.pending or peer.results):
-            self._promote([d[1] for d in spec[m.T_DEPS]] + (spec[m.T_CONTAINED] or []))
+            self._promote(peer_calls.refs_of(spec))
         self.emit((m.SUBMIT, spec))
         self.flush()
 

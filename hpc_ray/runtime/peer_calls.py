@@ -1,45 +1,51 @@
-"""Direct calls from a task or actor to an actor on the same host (Ray's direct actor calls).
+"""Direct calls to an actor on the caller's host (Ray's direct actor calls).
 
-    caller's executor ── EXECUTE ─────────────────▶ actor's executor
-    caller's executor ◀─ TASK_DONE / TASK_FAILED ──     (one socket per caller and actor)
+    caller (driver, task or actor) ── EXECUTE ─────────────────▶ actor's executor
+    caller                         ◀─ TASK_DONE / TASK_FAILED ──  (a socket per pair)
 
-Through the head such a call crosses six processes' wake-ups (caller -> rank
--> head over MPI -> actor, and back); here it crosses two. The actor listens on
-an abstract Unix socket named after the session and the actor (``address``): no
-file to clean up, nothing to look up, and a connect succeeds only on the
-actor's host, once the actor is up. Only the caller and the actor know of the
-call, as in Ray: the caller owns the result and keeps it in its memory.
+Through the head a task's call crosses six processes' wake-ups (caller -> rank
+-> head over MPI -> actor, and back), the driver's four; here it crosses two.
+The actor listens on an abstract Unix socket named after the session and the
+actor (``address``): no file to clean up, nothing to look up, and a connect
+succeeds only on the actor's host, once the actor is up. Only the caller and
+the actor take part in the call, as in Ray: the caller owns the result and keeps
+it in its memory. This module is both ends' state (``PeerCaller``,
+``PeerServer``); ``executor.ExecutorContext`` (tasks and actors) and
+``driver_calls`` (the driver) drive them.
 
-What keeps the usual semantics (``executor.ExecutorContext`` applies these rules):
+What keeps the usual semantics:
 
 * Order. A caller's calls to one actor run in the order they were made. A call
   goes direct only while none of the caller's earlier calls to that actor may
   still be queued at the head (``head_calls``: made through the head and not
-  yet seen finished by a get or wait). A call that must go through the head
-  (retries, several return values) first waits until the caller's direct calls
-  to that actor are answered.
+  yet seen finished). A call that must go through the head (retries, several
+  return values, arguments not known to exist yet, or behind a fence: see
+  ``FENCING``) first waits until the caller's direct calls to that actor are
+  answered (``DRAIN``).
 * Refs among the arguments. A call goes direct only if the objects of its
   top-level refs are known to exist (put by the caller, seen by its get or
   wait, or direct results); the actor gets their values from the head itself.
   The caller keeps the objects alive until the answer comes (``pending``), and
   an actor that took holds of its own meanwhile (a view into the store, refs
   nested in the arguments) has the head confirm them before it answers.
-* Escape. Before a result's ref leaves the process (an argument of a call,
-  part of a put or of a returned value), the caller puts the value at the head
-  under the ref's id (``ExecutorContext._promote``): it becomes an ordinary
-  object. A ref dropped without escaping costs the head nothing.
+* Escape. Before a result's ref leaves the caller (an argument of a call, part
+  of a put or of a returned value), the caller puts the value at the head under
+  the ref's id: it becomes an ordinary object. A ref dropped without escaping
+  costs the head nothing.
 * Refs nested in a result. The actor keeps them alive (``PeerServer.pins``)
-  until the caller holds them itself: the caller's holds go to the head
-  through its rank, and once the head has answered a request sent after them,
-  the caller sends UNPIN.
+  until the caller holds them itself: the caller's holds reach the head, the
+  head answers a request sent after them, and then the caller sends UNPIN.
 * Failure. When the actor's process ends, its sockets close and the calls in
-  flight fail with ActorDiedError, as Ray fails them when an actor dies. An
-  actor with ``max_task_retries`` does not listen, so the head retries its calls.
-* A caller's get() waits for a direct result in the executor's usual loop, so
+  flight fail with ActorDiedError, as Ray fails them when an actor dies; the
+  caller's next call to that actor waits until the head knows of the death
+  (``settle``). An actor with ``max_task_retries`` does not listen, so the head
+  retries its calls.
+* Waiting. An executor's get() waits for a direct result in its usual loop, so
   its CPU is lent after 50 ms, as for any blocked get.
-
-The head never sees these calls: they are missing from ``ray.tasks()`` and the
-timeline. The driver's calls use its own direct channels (``transport/direct.py``).
+* Visibility. Callers report answered calls to the head in batches
+  (DIRECT_DONE), for ``ray.tasks()`` and the timeline.
+* Floods stay bounded (``INFLIGHT_READ``, ``OUTBUF_HIGH``, ``INBOX_HIGH``,
+  ``CALLER_READ``).
 """
 from __future__ import annotations
 

@@ -1,7 +1,12 @@
-"""Direct channels between the driver (rank 0) and the actors' executors on its host.
+"""Direct channels between the driver (rank 0) and the actors' executors on its host,
+and the sockets of direct calls (``runtime/peer_calls.py``), which use the same
+listening, accepting and framing.
 
-    driver (HeadLoop) ── EXECUTE (the driver's own calls) ──▶ actor's executor
+    driver (HeadLoop) ── EXECUTE (calls the head dispatches) ──▶ actor's executor
     driver (HeadLoop) ◀─ DIRECT_HELLO, then TASK_DONE / TASK_FAILED of those calls ──
+
+(Calls that go through the head take this channel; calls a caller sends
+straight to the actor take the actor's own socket instead.)
 
 A sync actor call through the actor's worker rank crosses four processes'
 wake-ups (driver -> rank over MPI, rank -> executor, and back); over a direct
