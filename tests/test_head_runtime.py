@@ -46,9 +46,10 @@ def _finish(proc: subprocess.Popen, lines: list[str], timeout: float) -> str:
     return "".join(lines) + (rest or "")
 
 
-@pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
-def test_hundred_ctrl_c_during_get_then_every_result_arrives(mode):
-    proc = _start("interrupts.py", 3, mode, "repeat", "100")
+@pytest.mark.parametrize("mode,what", [("embedded", "repeat"), ("mpiexec", "repeat"),
+                                       ("embedded", "repeat_actor")])
+def test_hundred_ctrl_c_during_get_then_every_result_arrives(mode, what):
+    proc = _start("interrupts.py", 3, mode, what, "100")
     lines = []
     driver_pid = None
     for line in proc.stdout:

@@ -64,7 +64,8 @@ class DriverDirectCalls:
             if how == peer_calls.DIRECT:
                 if peer.pending or peer.results:
                     self._promote(peer_calls.refs_of(spec))
-                peer.send(link, spec, lifetime)
+                with deferred():      # a Ctrl-C between noting the call and sending it
+                    peer.send(link, spec, lifetime)   # would leave it in flight forever
                 if link.channel.outbuf:
                     # The actor's socket is full: wait for room (it is not read
                     # here otherwise until the next get or wait).

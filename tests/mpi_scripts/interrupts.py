@@ -1,7 +1,8 @@
 """Ctrl-C while the driver waits: ``interrupts.py repeat N`` interrupts N gets
 (the driver signals itself, and the test adds SIGINTs from outside), then checks
-every result still arrives; ``interrupts.py group`` waits in one get while the
-test sends SIGINT to the whole process group, as a terminal does."""
+every result still arrives; ``repeat_actor N`` does the same with calls to an
+actor (direct calls: the driver's own sockets); ``interrupts.py group`` waits in
+one get while the test sends SIGINT to the whole process group, as a terminal does."""
 import faulthandler, os, sys
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
 
@@ -23,6 +24,13 @@ def slow(i, seconds):
     return i
 
 
+@ray.remote
+class Slow:
+    def call(self, i, seconds):
+        time.sleep(seconds)
+        return i
+
+
 def interruptible(fn, *args, **kwargs):
     """Call ``fn``; a KeyboardInterrupt (from any of the SIGINTs) is retried."""
     while True:
@@ -37,7 +45,13 @@ pid = os.getpid()
 interruptible(ray.get, slow.remote(0, 0.0))
 print(f"DRIVER {pid}", flush=True)
 
-if mode == "repeat":
+if mode in ("repeat", "repeat_actor"):
+    actor = Slow.remote() if mode == "repeat_actor" else None
+    if actor is not None:
+        interruptible(ray.get, actor.call.remote(0, 0.0))
+        call = actor.call.remote
+    else:
+        call = slow.remote
     # A thread sends SIGINT to this process every few milliseconds, N times in
     # all, while the main thread submits and gets; a KeyboardInterrupt may land
     # anywhere in this loop, as it would for a user leaning on Ctrl-C.
@@ -64,7 +78,7 @@ if mode == "repeat":
                 if not sender.is_alive():
                     break
                 k += 1
-                refs = [slow.remote(k * 10 + i, 0.005) for i in range(4)]
+                refs = [call(k * 10 + i, 0.005) for i in range(4)]
                 submitted.extend(zip(refs, [k * 10 + i for i in range(4)]))
                 ray.get(refs, timeout=60)
             except KeyboardInterrupt:
