@@ -19,6 +19,7 @@ import time
 
 from ..exceptions import GetTimeoutError
 from ..transport import messages as m
+from ..transport.spin import Spinner
 from . import peer_calls, values
 from .interrupts import deferred
 
@@ -41,6 +42,7 @@ class DriverDirectCalls:
         self.peer_route_lock = threading.Lock()
         self.arrived = threading.Condition(threading.Lock())
         self.reading = False
+        self.spinner = Spinner()
         self.peer = (peer_calls.PeerCaller(session_id, self.peer_readers, self.peer_channels,
                                            self.peer_lock)
                      if session_id and peer_calls.ENABLED else None)
@@ -155,7 +157,7 @@ class DriverDirectCalls:
             ch = channels.get(fd)
             poller.register(fd, select.POLLIN | select.POLLOUT if ch is not None and ch.outbuf
                             else select.POLLIN)
-        events = poller.poll(timeout * 1000.0)
+        events = self.spinner.poll(poller, timeout * 1000.0)
         with deferred():
             for fd, ev in events:
                 if ev & select.POLLOUT:

@@ -54,6 +54,7 @@ from ..exceptions import (ActorDiedError, GetTimeoutError, RayError, TaskError,
 from ..transport import direct
 from ..transport import messages as m
 from ..transport.serialization import ERROR, RAW, SHM, loads
+from ..transport.spin import Spinner
 from . import context, hooks, interrupts, peer_calls, taskspec, values
 from .store import Arena
 
@@ -146,6 +147,8 @@ class ExecutorContext(context.ContextBase):
         self.peer = (peer_calls.PeerCaller(session_id, self.peer_readers, self.peer_channels,
                                            self.peer_lock) if self.peer_session else None)
         self.peer_server: peer_calls.PeerServer | None = None
+        #: Busy-polls a little before blocking while that pays (``transport/spin.py``).
+        self.spinner = Spinner()
         #: HOLD messages sent so far (a direct call's answer waits for the head to
         #: confirm those the call made: see ``peer_calls``).
         self.holds_sent = 0
@@ -311,7 +314,7 @@ class ExecutorContext(context.ContextBase):
                     poller.register(fd, select.POLLOUT)
                 continue
             poller.register(fd, select.POLLIN | select.POLLOUT if out else select.POLLIN)
-        events = poller.poll(None if timeout is None else timeout * 1000.0)
+        events = self.spinner.poll(poller, None if timeout is None else timeout * 1000.0)
         if not events:
             return None
         msgs = []

@@ -1,0 +1,50 @@
+"""A short busy-poll before a process blocks on its sockets, kept only while it pays off.
+
+A sync actor call is two processes waking each other: the caller sends and waits,
+the actor wakes, answers and waits for the next call. On this kind of VM a wake-up
+from a blocking ``poll`` costs tens of microseconds, as much as the rest of the
+call. Polling without blocking for up to ``BUDGET`` first catches an answer (or a
+next call) that comes that soon, with no wake-up at all: a 1:1 sync loop ran 2x
+faster (benchmarks/README.md).
+
+Spinning takes a core from whoever else could run, so a process spins only while
+its recent spins found something (``score``, a moving average of hits): with more
+busy processes than cores the peer cannot answer within the spin, the spins miss,
+and the process stops spinning; one wait in ``PROBE_EVERY`` spins anyway, to find
+out when it pays again.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+#: Longest busy-poll before blocking, seconds (``HPC_RAY_SPIN_US``; 0 turns it off).
+BUDGET = float(os.environ.get("HPC_RAY_SPIN_US", "30")) * 1e-6
+#: Spin while the moving average of hits is above this.
+KEEP = 0.3
+#: When not spinning, spin on one wait in this many to see whether it pays again.
+PROBE_EVERY = 32
+
+
+class Spinner:
+    __slots__ = ("score", "waits")
+
+    def __init__(self) -> None:
+        self.score = 1.0
+        self.waits = 0
+
+    def poll(self, poller, timeout_ms: float | None) -> list:
+        """``poller.poll(timeout_ms)``, after up to BUDGET of non-blocking polls."""
+        if BUDGET and timeout_ms != 0:
+            self.waits += 1
+            if self.score > KEEP or self.waits % PROBE_EVERY == 0:
+                end = time.perf_counter() + BUDGET
+                while True:
+                    events = poller.poll(0)
+                    if events:
+                        self.score = self.score * 0.9 + 0.1
+                        return events
+                    if time.perf_counter() > end:
+                        break
+                self.score *= 0.9
+        return poller.poll(timeout_ms)

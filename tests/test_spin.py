@@ -1,0 +1,57 @@
+"""The busy-poll before blocking (``transport/spin.py``) stops when it finds nothing
+and comes back when it pays again; a real socketpair, a real poll."""
+from __future__ import annotations
+
+import select
+import socket
+
+from hpc_ray.transport import spin
+from hpc_ray.transport.spin import Spinner
+
+
+class CountingPoller:
+    """A real poll object that records the timeouts it was called with."""
+
+    def __init__(self, sock) -> None:
+        self.real = select.poll()
+        self.real.register(sock, select.POLLIN)
+        self.timeouts: list = []
+
+    def poll(self, timeout):
+        self.timeouts.append(timeout)
+        return self.real.poll(timeout)
+
+
+def spun(poller: CountingPoller, before: int) -> bool:
+    return 0 in poller.timeouts[before:]
+
+
+def test_spinning_stops_when_it_finds_nothing_and_resumes_when_it_pays():
+    a, b = socket.socketpair()
+    try:
+        poller = CountingPoller(a)
+        s = Spinner()
+        spins = []
+        PROBE = spin.PROBE_EVERY
+        for _ in range(PROBE):
+            n = len(poller.timeouts)
+            assert s.poll(poller, 0.1) == []          # nothing comes: spin, then block
+            spins.append(spun(poller, n))
+        # 0.9 ** 12 < KEEP: about a dozen waits spin, then only the probe does.
+        first_off = spins.index(False)
+        assert 8 <= first_off <= 16, spins
+        assert not any(spins[first_off:PROBE - 1]) and spins[PROBE - 1], spins
+        # Now every answer is there at once: each probe hits, and spinning resumes.
+        b.send(b"x")
+        for _ in range(3 * PROBE):
+            n = len(poller.timeouts)
+            assert s.poll(poller, 0.1)
+            if spun(poller, n) and s.score > spin.KEEP:
+                break
+        assert s.score > spin.KEEP
+        n = len(poller.timeouts)
+        s.poll(poller, 0.1)
+        assert spun(poller, n), "a spin that pays is kept"
+    finally:
+        a.close()
+        b.close()
