@@ -9,7 +9,8 @@ pytestmark = [pytest.mark.mpi]
 
 @pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
 def test_calls_between_executors(run, mode):
-    result = run("peer_calls.py", 3, mode=mode, timeout=120)
+    result = run("peer_calls.py", 3, mode=mode, timeout=120,
+                 env={"HPC_RAY_DIRECT_CALLS": "1"})
     result.assert_ok("peer_calls")
 
 
