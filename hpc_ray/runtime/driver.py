@@ -499,7 +499,8 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
 
     def submit(self, spec: list) -> None:
         peer = self.peer
-        if peer is not None and (peer.pending or peer.results):
+        if peer is not None and (spec[m.T_DEPS] or spec[m.T_CONTAINED]) \
+                and (peer.pending or peer.results):
             self._promote(peer_calls.refs_of(spec))
         # Deque appends are atomic: no lock here. get()/wait() and the comm thread
         # drain the queue; the comm thread is woken when the queue was empty.

@@ -44,7 +44,7 @@ class DriverDirectCalls:
         self.reading = False
         self.spinner = Spinner()
         self.peer = (peer_calls.PeerCaller(session_id, self.peer_readers, self.peer_channels,
-                                           self.peer_lock)
+                                           self.peer_lock, self.control)
                      if session_id and peer_calls.ENABLED else None)
 
     # --- calls ------------------------------------------------------------------
@@ -56,7 +56,7 @@ class DriverDirectCalls:
             return
         actor_id = spec[m.T_ACTOR]
         if peer.dead and actor_id in peer.dead:
-            peer.settle(actor_id, lambda a: self.control("actor_pid", a))
+            peer.settle(actor_id)
         deps = spec[m.T_DEPS]
         deps_ready = not deps or all(peer.owns(d[1]) or self._sealed(d[1]) for d in deps)
         if peer.head_calls.get(actor_id):
@@ -80,13 +80,6 @@ class DriverDirectCalls:
             self.wait_direct(lambda: not link.inflight, None)
         peer.note_head_call(actor_id, spec[m.T_RETURNS][:1])
         self.submit(spec)
-
-    def _record(self, res: peer_calls.Result) -> tuple:
-        """A direct result's record (a lost call's error, worded once the head knows)."""
-        if res.record is None:
-            return self.peer.explain(res, lambda a: self.control("actor_pid", a),
-                                     lambda a: self.control("actor_death", a))
-        return res.record
 
     def _sealed(self, oid: int) -> bool:
         """Whether the head knows the object's value (its holder keeps it there)."""
@@ -120,7 +113,7 @@ class DriverDirectCalls:
             with deferred(), head.lock:
                 drain_refs(head)      # our holds of its nested refs first
                 head.hold((oid,))
-                head.put_object(oid, self._record(res), res.contained or None)
+                head.put_object(oid, peer.record(res), res.contained or None)
             if res.pins is not None:
                 peer.unpin(res)
 
@@ -152,23 +145,11 @@ class DriverDirectCalls:
 
     def _read_sockets(self, timeout: float) -> None:
         poller = select.poll()
-        channels = self.peer_channels
-        for fd in tuple(self.peer_readers):
-            ch = channels.get(fd)
-            poller.register(fd, select.POLLIN | select.POLLOUT if ch is not None and ch.outbuf
-                            else select.POLLIN)
+        peer_calls.watch(poller, self.peer_readers, self.peer_channels)
         events = self.spinner.poll(poller, timeout * 1000.0)
         with deferred():
             for fd, ev in events:
-                if ev & select.POLLOUT:
-                    ch = channels.get(fd)
-                    if ch is not None:
-                        with self.peer_lock:
-                            ch.write_some()
-                if ev & ~select.POLLOUT:
-                    reader = self.peer_readers.get(fd)
-                    if reader is not None:
-                        reader()
+                peer_calls.serve(fd, ev, self.peer_readers, self.peer_channels, self.peer_lock)
         if self.peer.finished:
             self._report_direct(False)
 
@@ -186,8 +167,7 @@ class DriverDirectCalls:
         ids = [r.id for r in refs]
         mine = [i for i in ids if peer.owns(i)]
         deadline = None if timeout is None else time.monotonic() + timeout
-        if not self.wait_direct(lambda: all(i in results or i not in peer.pending
-                                            for i in mine), deadline):
+        if not self.wait_direct(lambda: all(map(peer.answered, mine)), deadline):
             raise GetTimeoutError(f"get timed out after {timeout} s: direct calls to "
                                   f"actors not answered")
         got = {i: results.get(i) for i in mine}
@@ -209,20 +189,20 @@ class DriverDirectCalls:
             if type(res) is tuple:
                 out.append(res[0])
             else:
-                out.append(values.from_record(self._record(res), self.arena, ref))
+                out.append(values.from_record(peer.record(res), self.arena, ref))
         return out
 
     def wait_with_direct(self, ids: list[int], num_returns: int,
                          timeout: float | None) -> set[int]:
         """wait() over direct results and head objects."""
         peer = self.peer
-        results = peer.results
         mine = [i for i in ids if peer.owns(i)]
-        others = [i for i in ids if i not in mine]
+        mine_set = set(mine)
+        others = [i for i in ids if i not in mine_set]
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def answered():
-            return sum(1 for i in mine if i in results or i not in peer.pending)
+            return sum(map(peer.answered, mine))
 
         ready_others: set = set()
         while True:
@@ -246,6 +226,6 @@ class DriverDirectCalls:
             else:
                 goal = num_returns
                 self.wait_direct(lambda: answered() >= goal, deadline)
-        ready = {i for i in mine if i in results or i not in peer.pending} | ready_others
+        ready = {i for i in mine if peer.answered(i)} | ready_others
         return set([i for i in ids if i in ready][:num_returns])
 

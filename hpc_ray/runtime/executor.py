@@ -145,7 +145,8 @@ class ExecutorContext(context.ContextBase):
         self.peer_route_lock = threading.Lock()
         self.peer_session = session_id if peer_calls.ENABLED else None
         self.peer = (peer_calls.PeerCaller(session_id, self.peer_readers, self.peer_channels,
-                                           self.peer_lock) if self.peer_session else None)
+                                           self.peer_lock, self.control)
+                     if self.peer_session else None)
         self.peer_server: peer_calls.PeerServer | None = None
         #: Busy-polls a little before blocking while that pays (``transport/spin.py``).
         self.spinner = Spinner()
@@ -302,18 +303,11 @@ class ExecutorContext(context.ContextBase):
         if self.dconn is not None:
             dfd = self.dconn.fileno()
             poller.register(dfd, select.POLLIN)
-        channels = self.peer_channels
         server = self.peer_server
         # Calls enough queued: callers' sockets wait (they hold the flood back).
         full = server is not None and len(self.inbox) > peer_calls.INBOX_HIGH
-        for fd in tuple(self.peer_readers):
-            ch = channels.get(fd)
-            out = ch is not None and ch.outbuf
-            if full and fd in server.callers:
-                if out:
-                    poller.register(fd, select.POLLOUT)
-                continue
-            poller.register(fd, select.POLLIN | select.POLLOUT if out else select.POLLIN)
+        peer_calls.watch(poller, self.peer_readers, self.peer_channels,
+                         server.callers if full else ())
         events = self.spinner.poll(poller, None if timeout is None else timeout * 1000.0)
         if not events:
             return None
@@ -328,15 +322,10 @@ class ExecutorContext(context.ContextBase):
                     self.direct_tids.add(msg[1][m.T_ID])
                 calls = calls + driver_calls
             else:
-                if ev & select.POLLOUT:
-                    ch = channels.get(fd)
-                    if ch is not None:
-                        with self.peer_lock:
-                            ch.write_some()
-                if ev & ~select.POLLOUT:
-                    reader = self.peer_readers.get(fd)
-                    if reader is not None:
-                        calls = calls + reader()
+                read = peer_calls.serve(fd, ev, self.peer_readers, self.peer_channels,
+                                        self.peer_lock)
+                if read:
+                    calls = calls + read
         return msgs + calls if calls else msgs
 
     def _file(self, msgs: list) -> None:
@@ -461,7 +450,8 @@ class ExecutorContext(context.ContextBase):
 
     def submit(self, spec: list) -> None:
         peer = self.peer
-        if peer is not None and (peer.pending or peer.results):
+        if peer is not None and (spec[m.T_DEPS] or spec[m.T_CONTAINED]) \
+                and (peer.pending or peer.results):
             self._promote(peer_calls.refs_of(spec))
         self.emit((m.SUBMIT, spec))
         self.flush()
@@ -473,7 +463,7 @@ class ExecutorContext(context.ContextBase):
             self.submit(spec)
             return
         if peer.dead and spec[m.T_ACTOR] in peer.dead:
-            peer.settle(spec[m.T_ACTOR], lambda a: self.control("actor_pid", a))
+            peer.settle(spec[m.T_ACTOR])
         deps = spec[m.T_DEPS]
         ready = self.ready_ids
         deps_ready = not deps or all(d[1] in ready or peer.owns(d[1]) for d in deps)
@@ -515,7 +505,7 @@ class ExecutorContext(context.ContextBase):
             res = peer.results.pop(oid, None)
             if res is None:
                 continue
-            self.emit((m.PUT, oid, self._record(res), res.contained or None))
+            self.emit((m.PUT, oid, peer.record(res), res.contained or None))
             self.ready_ids.add(oid)
             if res.pins is not None:
                 # The head holds the nested refs through the object once it has the
@@ -559,8 +549,7 @@ class ExecutorContext(context.ContextBase):
         deadline = None if timeout is None else time.monotonic() + timeout
         if any(i not in results for i in mine):
             try:
-                self._await(lambda: all(i in results or i not in peer.pending for i in mine),
-                            timeout, blocking=True)
+                self._await(lambda: all(map(peer.answered, mine)), timeout, blocking=True)
             except GetTimeoutError:
                 raise GetTimeoutError(f"get timed out after {timeout} s waiting for "
                                       f"{len(ids)} object(s)") from None
@@ -579,15 +568,8 @@ class ExecutorContext(context.ContextBase):
             self.control("ping")
             for res in pinned:
                 peer.unpin(res)
-        return [self._record(rec) if type(rec) is peer_calls.Result else rec
+        return [peer.record(rec) if type(rec) is peer_calls.Result else rec
                 for rec in (got[i] for i in ids)]
-
-    def _record(self, res: peer_calls.Result) -> tuple:
-        """A direct result's record (a lost call's error, worded once the head knows)."""
-        if res.record is None:
-            return self.peer.explain(res, lambda a: self.control("actor_pid", a),
-                                     lambda a: self.control("actor_death", a))
-        return res.record
 
     def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
         peer = self.peer
@@ -606,13 +588,13 @@ class ExecutorContext(context.ContextBase):
         """wait() over direct results and head objects: the head is asked in slices
         of ``DIRECT_WAIT_SLICE`` while direct results may still come."""
         peer = self.peer
-        results = peer.results
         mine = [i for i in ids if peer.owns(i)]
-        others = [i for i in ids if i not in mine]
+        mine_set = set(mine)
+        others = [i for i in ids if i not in mine_set]
         deadline = None if timeout is None else time.monotonic() + timeout
         ready_others: set = set()
         while True:
-            ready = {i for i in mine if i in results or i not in peer.pending}
+            ready = {i for i in mine if peer.answered(i)}
             need = num_returns - len(ready) - len(ready_others)
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if need <= 0 or left == 0:
@@ -632,8 +614,8 @@ class ExecutorContext(context.ContextBase):
                     break   # timed out with nothing direct left to wait for
             else:
                 try:
-                    self._await(lambda: sum(i in results or i not in peer.pending
-                                            for i in mine) >= num_returns, left, blocking=True)
+                    self._await(lambda: sum(map(peer.answered, mine)) >= num_returns, left,
+                                blocking=True)
                 except GetTimeoutError:
                     pass
         ready |= ready_others
@@ -838,11 +820,8 @@ class ExecutorContext(context.ContextBase):
             if type(v) in (int, float, bool, type(None)):
                 recs.append((RAW, v))
                 continue
-            what = f"return value of {spec[m.T_NAME]}"
-            if inline:
-                rec, c = peer_calls.inline_record(v, what)
-            else:
-                rec, c = values.to_record(v, self._alloc, self.arena, what)
+            rec, c = values.to_record(v, self._alloc, self.arena,
+                                      f"return value of {spec[m.T_NAME]}", inline)
             recs.append(rec)
             contained.extend(c)
         if contained and self.peer is not None:

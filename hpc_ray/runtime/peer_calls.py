@@ -50,12 +50,12 @@ What keeps the usual semantics:
 from __future__ import annotations
 
 import os
+import select
 import time
 
 from ..exceptions import ActorDiedError
 from ..transport import direct
 from ..transport import messages as m
-from ..transport.serialization import RAW, serialize
 from . import context, values
 
 #: Seconds before a caller tries again to connect to an actor that refused
@@ -105,6 +105,34 @@ def direct_eligible(spec: list) -> bool:
     return len(spec[m.T_RETURNS]) == 1 and not spec[m.T_RETRIES]
 
 
+def watch(poller, readers: dict, channels: dict, muted=()) -> None:
+    """Add the direct-call sockets to ``poller``: for reading, and for writing where
+    bytes wait to go; ``muted`` ones for writing only."""
+    for fd in tuple(readers):
+        ch = channels.get(fd)
+        out = ch is not None and ch.outbuf
+        if fd in muted:
+            if out:
+                poller.register(fd, select.POLLOUT)
+            continue
+        poller.register(fd, select.POLLIN | select.POLLOUT if out else select.POLLIN)
+
+
+def serve(fd: int, ev: int, readers: dict, channels: dict, lock) -> list:
+    """One poll event of a direct-call socket: write what waits, read what came.
+    Returns the calls read (for an actor's inbox)."""
+    if ev & select.POLLOUT:
+        ch = channels.get(fd)
+        if ch is not None:
+            with lock:
+                ch.write_some()
+    if ev & ~select.POLLOUT:
+        reader = readers.get(fd)
+        if reader is not None:
+            return reader()
+    return []
+
+
 def refs_of(spec: list) -> list[int]:
     """The objects a call's arguments refer to: top-level refs (the actor fetches
     their values from the head), the stored arguments, refs nested deeper."""
@@ -113,19 +141,6 @@ def refs_of(spec: list) -> list[int]:
     if not deps:
         return list(contained) if contained else []
     return [d[1] for d in deps] + (contained or [])
-
-
-def inline_record(value, what: str) -> tuple[tuple, list]:
-    """A value's record for a direct result: always inline (a store block would
-    need the head's books), however large."""
-    if type(value) in (int, float, bool, type(None)):
-        return (RAW, value), []
-    try:
-        s = serialize(value)
-    except Exception as exc:
-        raise TypeError(f"could not serialize the {what} ({type(value).__name__}): "
-                        f"{type(exc).__name__}: {exc}") from exc
-    return s.inline_record(), s.contained
 
 
 class Link:
@@ -165,8 +180,12 @@ class Result:
 class PeerCaller:
     """The caller's side: links to actors, calls in flight, results kept."""
 
-    def __init__(self, session_id: str, readers: dict, channels: dict, lock) -> None:
+    def __init__(self, session_id: str, readers: dict, channels: dict, lock,
+                 control=None) -> None:
         self.session_id = session_id
+        #: The process's ``control(name, *args)``: asks the head about an actor
+        #: whose process this caller saw end (``settle``, ``explain``).
+        self.control = control
         #: Shared with the executor's wait loop: fd -> reader, fd -> Channel, and
         #: the lock around every write to a channel.
         self.readers = readers
@@ -200,6 +219,12 @@ class PeerCaller:
 
     def owns(self, oid: int) -> bool:
         return oid in self.results or oid in self.pending
+
+    def answered(self, oid: int) -> bool:
+        """Whether a wait for ``oid`` is over (its answer came, or it is not ours).
+        An answer is filed before it leaves ``pending``: another thread never
+        finds it in neither."""
+        return oid in self.results or oid not in self.pending
 
     def route(self, spec: list, deps_ready: bool = True) -> tuple[int, Link | None]:
         """How to send this call: (DIRECT, the link to send it on), (DRAIN, a link
@@ -338,24 +363,25 @@ class PeerCaller:
             self.pending.pop(oid, None)
         link.inflight.clear()
 
-    def settle(self, actor_id: int, head_pid, pid: int | None = None) -> None:
+    def settle(self, actor_id: int, pid: int | None = None) -> None:
         """Wait until the head no longer runs ``actor_id`` in the process this
-        caller saw end (``head_pid(actor_id)``: the head's current one, 0 for
-        none), at most SETTLE_WAIT: its rank reports the death soon after."""
+        caller saw end (the head's ``actor_pid``: its current one, 0 for none),
+        at most SETTLE_WAIT: its rank reports the death soon after."""
         dead = self.dead.get(actor_id, pid)
         deadline = time.monotonic() + SETTLE_WAIT
-        while dead and head_pid(actor_id) == dead and time.monotonic() < deadline:
+        while dead and self.control("actor_pid", actor_id) == dead \
+                and time.monotonic() < deadline:
             time.sleep(0.002)
         self.dead.pop(actor_id, None)
 
-    def explain(self, res: Result, head_pid, death) -> tuple:
-        """The error record of a call lost with its actor's process, in the words
-        the head uses for calls it loses: ``death(actor_id)`` gives (class name,
-        how the process ended, whether the actor is being restarted)."""
+    def record(self, res: Result) -> tuple:
+        """A result's record; for a call lost with its actor's process, the error
+        in the words the head uses for calls it loses (the head's ``actor_death``:
+        class name, how the process ended, whether the actor is being restarted)."""
         if res.record is None:
             actor_id, pid, name = res.lost
-            self.settle(actor_id, head_pid, pid)
-            cls, reason, restarting = death(actor_id)
+            self.settle(actor_id, pid)
+            cls, reason, restarting = self.control("actor_death", actor_id)
             text = (f"actor {cls} died: {reason}; the call {name} was lost"
                     + ("; the actor is being restarted" if restarting else "")
                     if cls else f"the actor's process (pid {pid}) ended; the call {name} "

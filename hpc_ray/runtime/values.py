@@ -9,9 +9,11 @@ from ..transport.serialization import (ERROR, INLINE, INLINE_MAX, RAW, SHM,
                                        serialize)
 
 
-def to_record(value: Any, alloc: Callable[[int], tuple[int, int]], arena,
-              what: str = "value") -> tuple[tuple, list[int]]:
-    """Serialize ``value``; ``alloc(size) -> (node, offset)`` places large ones."""
+def to_record(value: Any, alloc: Callable[[int], tuple[int, int]] | None, arena,
+              what: str = "value", inline: bool = False) -> tuple[tuple, list[int]]:
+    """Serialize ``value``; ``alloc(size) -> (node, offset)`` places large ones, or
+    with ``inline`` every value stays in the record, however large (a direct
+    call's result: a store block would need the head's books)."""
     if is_raw(value):
         return (RAW, value), []
     try:
@@ -19,7 +21,7 @@ def to_record(value: Any, alloc: Callable[[int], tuple[int, int]], arena,
     except Exception as exc:
         raise TypeError(f"could not serialize the {what} ({type(value).__name__}): "
                         f"{type(exc).__name__}: {exc}") from exc
-    if s.size <= INLINE_MAX:
+    if inline or s.size <= INLINE_MAX:
         return s.inline_record(), s.contained
     return serialized_to_record(s, alloc, arena), s.contained
 

@@ -28,7 +28,7 @@ import socket
 import struct
 
 from . import messages as m
-from .frames import add_frame, read_available, split_frames, write_pending
+from .frames import READ_CHUNK, add_frame, read_available, split_frames, write_pending
 from .serialization import loads
 
 _CRED = struct.Struct("3i")   # struct ucred: pid, uid, gid
@@ -88,7 +88,7 @@ class Channel:
     def write_some(self) -> None:
         write_pending(self.fd, self.outbuf)
 
-    def read(self, limit: int = 1 << 20) -> list[list] | None:
+    def read(self, limit: int = READ_CHUNK) -> list[list] | None:
         """The batches that arrived whole so far (reading at most ``limit`` bytes);
         None at EOF."""
         got = read_available(self.fd, self.inbuf, limit)
