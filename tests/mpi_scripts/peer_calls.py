@@ -185,9 +185,11 @@ def call_dead_actor(box):
             ray.get(ref, timeout=30)
             errors.append("returned")
         except ray.exceptions.RayActorError as err:
-            # Worded as the head words the calls it loses: which actor, which call.
-            errors.append("RayActorError" if "actor Box died" in str(err) and "Box." in str(err)
-                          else str(err))
+            # Worded as the head words the calls it loses or that reach a dead actor
+            # (the calls may have gone either way): which actor, which call.
+            text = str(err)
+            errors.append("RayActorError" if "actor Box" in text and
+                          ("Box.die" in text or "Box.add" in text) else text)
     return pid, errors
 
 
