@@ -45,3 +45,13 @@ def test_collective_group_creation_tags_never_equal_a_channel_tag():
     tags = {group_creation_tag(f"group-{i}") for i in range(20_000)}
     assert not tags & channel
     assert max(tags) < 32767          # MPI's guaranteed upper bound
+
+
+def test_reports_alone_leave_a_loop_in_its_back_off():
+    # Callers of an actor report their direct calls every few hundred calls;
+    # a loop that counted those as activity polled every 20 us all along.
+    report = (m.DIRECT_DONE, [])
+    assert not m.reply_due([report])
+    assert not m.reply_due([report, (m.PROFILE, [])])
+    assert m.reply_due([report, (m.GET, 1, [2], None)])
+    assert set(m.NO_REPLY_DUE) <= m.TO_HEAD

@@ -229,7 +229,7 @@ class HeadLoop(threading.Thread):
             if hellos or gone:
                 self._channels_changed(hellos, gone)
             if batches:
-                active = True
+                active = any(m.reply_due(msgs) for _, msgs in batches)
                 handlers = self._handlers
                 for src, msgs in batches:
                     for msg in msgs:

@@ -570,7 +570,8 @@ class WorkerLoop(ExecutorProcesses):
                     if m.CHECKING:
                         m.check_all(msgs, f"rank {self.rank} from executor {ex.pid}")
                     self.on_executor(ex, msgs)
-                active = True
+                    if not active:
+                        active = m.reply_due(msgs)
             if ready:
                 self.send_logs()
                 self.dispatch()

@@ -443,6 +443,17 @@ TO_HEAD = frozenset((TASK_DONE, TASK_FAILED, WORKER_CRASHED, SUBMIT, PUT, GET, W
                      WAIT_NOW, ALLOC, HOLD, RELEASE, BLOCKED, ADD_LOCATION, ACTOR_READY,
                      ACTOR_DIED, CONTROL_CALL, PROFILE, RETURNED, STOPPED, FREE_BLOCKS,
                      FETCH, LOG, DIRECT_DONE))
+#: Kinds no reply is due after (reports for the history): a loop that received
+#: only these stays in its idle back-off (``comm.Backoff``). Callers of an actor
+#: send DIRECT_DONE every few hundred calls; counted as activity, they kept the
+#: head and the ranks polling every 20 us for as long as the calls went on.
+NO_REPLY_DUE = frozenset((DIRECT_DONE, PROFILE))
+
+
+def reply_due(msgs) -> bool:
+    """Whether a reply may be due after these messages (see ``NO_REPLY_DUE``)."""
+    return any(msg[0] not in NO_REPLY_DUE for msg in msgs)
+
 #: Kinds a worker rank handles from MPI (``WorkerLoop.on_control``).
 TO_RANK = frozenset((EXECUTE, REPLY, CREATE_ACTOR, KILL_ACTOR, RUN_FUNCTION, SHUTDOWN,
                      GROUP_CREATE, STEAL, THROTTLE, FETCH))
