@@ -17,6 +17,9 @@ LARGE_BYTES = 100 * 2**20
 #: noise, small enough that a slow system still finishes a batch well inside a rep.
 ASYNC_BATCH = 1000
 SYNC_THREAD_BATCH = 200
+#: Calls per caller task in ``actor_nn_sync_long_tasks``: long enough that the
+#: callers' periodic reports to the head (every 256 calls) happen during the batch.
+LONG_CALLER_CALLS = 2000
 TREE_LEAVES = 256
 WAIT_REFS = 1000
 
@@ -63,6 +66,9 @@ WORKLOADS = [
              f"n:n, 2 actors, 2 driver threads, each getting batches of {ASYNC_BATCH // 2}"),
     Workload("actor_nn_sync_tasks", "calls/s",
              "n:n, 2 actors, 2 caller tasks, each looping get(a_i.m.remote())"),
+    Workload("actor_nn_sync_long_tasks", "calls/s",
+             f"n:n, 2 actors, 2 caller tasks, each looping get(a_i.m.remote()) "
+             f"{LONG_CALLER_CALLS} times"),
     Workload("actor_nn_async_tasks", "calls/s",
              f"n:n, 2 actors, 2 caller tasks, each getting batches of {ASYNC_BATCH}"),
 ]
@@ -80,6 +86,7 @@ TARGETS: dict[str, list[tuple[str, float]]] = {
     "actor_nn_sync": [("ray", 10.0)],
     "actor_nn_async": [("ray", 5.0)],
     "actor_nn_sync_tasks": [("ray", 10.0)],
+    "actor_nn_sync_long_tasks": [("ray", 10.0)],
     "actor_nn_async_tasks": [("ray", 5.0)],
 }
 

@@ -53,8 +53,8 @@ if HERE not in sys.path:  # mpi4py.futures workers re-import this file as their 
     sys.path.insert(0, HERE)
 
 from bench_catalog import (  # noqa: E402
-    ASYNC_BATCH, DEFAULT_SYSTEMS, LARGE_BYTES, MARK, NOISY, SYNC_THREAD_BATCH, SYSTEMS,
-    TREE_LEAVES, WAIT_REFS, WORKLOADS, applies)
+    ASYNC_BATCH, DEFAULT_SYSTEMS, LARGE_BYTES, LONG_CALLER_CALLS, MARK, NOISY, SYNC_THREAD_BATCH,
+    SYSTEMS, TREE_LEAVES, WAIT_REFS, WORKLOADS, applies)
 
 
 # --- task bodies (module level: cloudpickled by value for Ray and hpc_ray, imported ---
@@ -347,6 +347,13 @@ class RayLike:
         def callers(actors, n):
             _check(rt.get([caller.remote(a, n) for a in actors]) == [n, n], "nn_sync_tasks")
         return self._nn(callers, SYNC_THREAD_BATCH, "actor_nn_sync_tasks")
+
+    def actor_nn_sync_long_tasks(self):
+        rt, caller = self.rt, self.caller_sync
+
+        def callers(actors, n):
+            _check(rt.get([caller.remote(a, n) for a in actors]) == [n, n], "nn_sync_long")
+        return self._nn(callers, LONG_CALLER_CALLS, "actor_nn_sync_long_tasks")
 
     def actor_nn_async_tasks(self):
         rt, caller = self.rt, self.caller_async
