@@ -87,9 +87,13 @@ ENABLED = os.environ.get("HPC_RAY_DIRECT_CALLS", "1") != "0"
 
 
 #: Control calls that make the head send actors' ranks something (a collective
-#: group, a function to run) that later calls must not overtake: a caller's next
-#: call to those actors (None: to every actor) goes through the head, behind it.
-FENCING = {"collective_create": lambda args: args[1], "run_function": lambda args: None}
+#: group, a function to run, a kill) that later calls must not overtake: a
+#: caller's next call to those actors (None: to every actor) goes through the
+#: head, behind it. After kill() the head fails that call (or, for an actor
+#: being restarted, queues it for the new process); sent direct, it raced the
+#: kill to the old process and could be answered.
+FENCING = {"collective_create": lambda args: args[1], "run_function": lambda args: None,
+           "kill": lambda args: (args[0],)}
 
 #: PeerCaller.route's answers.
 DIRECT, DRAIN, HEAD = range(3)
