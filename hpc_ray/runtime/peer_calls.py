@@ -51,11 +51,13 @@ from __future__ import annotations
 
 import os
 import select
+import threading
 import time
 
 from ..exceptions import ActorDiedError
 from ..transport import direct
 from ..transport import messages as m
+from ..transport import placement
 from . import context, values
 
 #: Seconds before a caller tries again to connect to an actor that refused
@@ -150,11 +152,13 @@ def refs_of(spec: list) -> list[int]:
 class Link:
     """A caller's socket to one actor and the calls in flight on it."""
 
-    __slots__ = ("actor_id", "channel", "inflight", "rank", "pid")
+    __slots__ = ("actor_id", "channel", "inflight", "rank", "pid", "sent")
 
     def __init__(self, actor_id: int, channel: direct.Channel) -> None:
         self.actor_id = actor_id
         self.channel = channel
+        #: Calls sent on it: one in ``placement.TELL_EVERY`` carries the caller's CPU.
+        self.sent = 0
         #: The actor's rank and process, from its DIRECT_HELLO.
         self.rank = -1
         self.pid = 0
@@ -220,6 +224,8 @@ class PeerCaller:
         #: the head knows too (``settle``), or it could go to that process.
         self.dead: dict[int, int] = {}
         self.refused: dict[int, float] = {}
+        #: Threads of this process that sent calls since the last ``placement`` report.
+        self.senders: set[int] = set()
 
     def owns(self, oid: int) -> bool:
         return oid in self.results or oid in self.pending
@@ -273,8 +279,17 @@ class PeerCaller:
         refs = spec[m.T_DEPS] or spec[m.T_CONTAINED]
         keep = (lifetime, [context.ObjectRef(i) for i in refs_of(spec)]) if refs else lifetime
         self.pending[oid] = (link, tid, keep, spec[m.T_NAME], time.time())
+        msgs = [(m.EXECUTE, spec)]
+        self.senders.add(threading.get_ident())
+        link.sent += 1
+        if not link.sent % placement.TELL_EVERY:
+            # Only threads that share a GIL with other calling threads tell: see
+            # transport/placement.py. A lone caller's actor stays where it is.
+            if len(self.senders) > 1 and placement.current_cpu is not None:
+                msgs.append((m.CALLER_CPU, placement.current_cpu()))
+            self.senders.clear()
         with self.lock:
-            link.channel.send([(m.EXECUTE, spec)])
+            link.channel.send(msgs)
 
     def fence(self, control_name: str, args: tuple) -> None:
         actors = FENCING[control_name](args)
@@ -457,6 +472,8 @@ class PeerServer:
         self.queued = 0
         #: What the actor holds (GPU ids, resources): a direct call runs with it.
         self.held = None
+        #: Where its callers run: it moves off a polling caller's CPU.
+        self.neighbour = placement.Neighbour()
         readers[listener.fileno()] = self._accept
 
     @classmethod
@@ -491,6 +508,8 @@ class PeerServer:
                     calls.append(msg)
                 elif msg[0] == m.UNPIN:
                     self.pins.pop((ch.fd, msg[1]), None)
+                elif msg[0] == m.CALLER_CPU:
+                    self.neighbour.caller_at(msg[1])
         return calls
 
     def _drop(self, ch: direct.Channel) -> None:

@@ -74,6 +74,7 @@ class Msg(enum.IntEnum):
     LEND = 35
     UNPIN = 36
     DIRECT_DONE = 37
+    CALLER_CPU = 38
     EXEC_READY = 40
 
 
@@ -114,6 +115,7 @@ UNBLOCK = Msg.UNBLOCK.value
 LEND = Msg.LEND.value
 UNPIN = Msg.UNPIN.value
 DIRECT_DONE = Msg.DIRECT_DONE.value
+CALLER_CPU = Msg.CALLER_CPU.value
 
 
 # --- head (rank 0) -> worker rank (and the rank passes some on to an executor) -----
@@ -416,6 +418,14 @@ class Unpin(NamedTuple):
     task_id: int
 
 
+class CallerCpu(NamedTuple):
+    """The CPU a caller of direct calls runs on (``transport/placement.py``), sent
+    beside one call in many. Caller -> the actor's executor, over their direct
+    socket."""
+    kind: int
+    cpu: int
+
+
 class DirectDone(NamedTuple):
     """Direct calls a task or actor made and saw answered (``runtime/peer_calls.py``),
     for ``tasks()`` and the timeline: summaries as the head's history keeps them.
@@ -435,7 +445,7 @@ SCHEMA: dict[int, type] = {
     PROFILE: Profile, RETURNED: Returned, STOPPED: Stopped, FREE_BLOCKS: FreeBlocks,
     FETCH: Fetch, COLLECTIVE_OP: CollectiveOp, EXEC_READY: ExecReady, LOG: Log,
     DIRECT_HELLO: DirectHello, UNBLOCK: Unblock, LEND: Lend, UNPIN: Unpin,
-    DIRECT_DONE: DirectDone,
+    DIRECT_DONE: DirectDone, CALLER_CPU: CallerCpu,
 }
 
 #: Kinds the head handles (``HeadLoop``'s handler table must cover exactly these).

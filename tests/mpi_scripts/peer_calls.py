@@ -6,6 +6,7 @@ handle, CPU lending while a caller waits, and no object left at the head."""
 import faulthandler, os
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
 
+import threading
 import time
 
 import numpy as np
@@ -28,6 +29,9 @@ class Box:
 
     def seen_list(self):
         return self.seen
+
+    def cpu_mask(self):
+        return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 
     def big(self, n):
         return np.full(n, 3.0)          # 8 * n bytes: past the inline limit
@@ -288,6 +292,24 @@ with section("threads of the driver and of a task, batches of calls"):
     check(got == [200] * 200, f"driver threads: {len(got)} of 200 batches answered")
     got = ray.get(batches_in_a_task.remote(pair, 100, 200), timeout=60)
     check(got == [200] * 200, f"a task's threads: {len(got)} of 200 batches answered")
+    del pair
+
+with section("sync calls from driver threads: the actors keep their CPU masks"):
+    # The callers tell the actors their CPUs, and an actor on a caller's CPU
+    # moves off it (transport/placement.py) without changing its mask.
+    pair = [Box.remote(), Box.remote()]
+    masks = ray.get([a.cpu_mask.remote() for a in pair])
+    counts = {}
+
+    def sync_loop(i, a):
+        counts[i] = [ray.get(a.add.remote(1), timeout=30) for _ in range(400)]
+
+    threads = [threading.Thread(target=sync_loop, args=(i, a)) for i, a in enumerate(pair)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    check(counts == {0: list(range(1, 401)), 1: list(range(1, 401))},
+          f"answers: {[(i, c[:3], len(c)) for i, c in counts.items()]}")
+    check(ray.get([a.cpu_mask.remote() for a in pair]) == masks, "an actor's CPU mask changed")
     del pair
 
 with section("a dead actor"):
