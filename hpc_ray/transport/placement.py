@@ -1,4 +1,4 @@
-"""Keep an actor's process off the CPU of a driver thread that busy-polls for its answers.
+"""Keep an actor off the CPU of callers that busy-poll for its answers from several threads.
 
 A caller of a direct actor call busy-polls for the answer (``spin.py``). That
 pays while the actor runs on another CPU; on the caller's own CPU the actor
@@ -81,7 +81,7 @@ class Neighbour:
         self.nudges = 0
 
     def caller_at(self, cpu: int) -> None:
-        """A caller runs on ``cpu``; move if this process keeps running there too.
+        """A caller runs on ``cpu``; move if this thread keeps running there too.
 
         Only the main thread (the one that runs the calls) looks and moves; a
         report read by another thread of the actor's is ignored."""
