@@ -179,3 +179,59 @@ def test_threads_that_share_the_caller_tell_their_cpu_once_in_a_while(pair):
     assert all(msg[0] == m.EXECUTE for msg in calls)
     assert len(reports.cpus) == 4
     assert set(reports.cpus) <= os.sched_getaffinity(0)
+
+
+# --- the actor's rule, as a sequence of events ------------------------------------------
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+EVENTS = st.lists(st.one_of(st.just("here"), st.just("elsewhere"),
+                            st.sampled_from([f * placement.MIN_INTERVAL
+                                             for f in (0.25, 0.5, 0.75, 1.0, 2.0)])),
+                  max_size=60)
+
+
+@needs_two_cpus
+@settings(max_examples=200, deadline=None)
+@given(events=EVENTS)
+def test_the_actor_moves_exactly_when_the_rule_says(events):
+    # Events: a report from a caller on this thread's CPU, one from elsewhere,
+    # time passing. Model: a row of SAME_IN_A_ROW reports from here moves the
+    # thread, unless the last move was under MIN_INTERVAL ago (the row starts
+    # over either way); a report from elsewhere breaks the row.
+    clock = _Clock()
+    real_time = placement.time
+    placement.time = clock
+    mask = os.sched_getaffinity(0)
+    try:
+        n = placement.Neighbour()
+        row, last, moves = 0, None, 0
+        for ev in events:
+            if ev == "here":
+                n.caller_at(placement.current_cpu())
+                row += 1
+                if row == placement.SAME_IN_A_ROW:
+                    row = 0
+                    if last is None or clock.now - last >= placement.MIN_INTERVAL:
+                        last = clock.now
+                        moves += 1
+            elif ev == "elsewhere":
+                n.caller_at(-1)
+                row = 0
+            else:
+                clock.now += ev
+            assert n.nudges == moves
+            assert n.same == row
+            assert os.sched_getaffinity(0) == mask
+    finally:
+        placement.time = real_time
