@@ -4,10 +4,10 @@ A caller of a direct actor call busy-polls for the answer (``spin.py``). That
 pays while the actor runs on another CPU; on the caller's own CPU the actor
 cannot answer until the caller stops polling. Threads of one process also share
 a GIL, which then passes between CPUs at every socket call. Two driver threads
-calling two actors on 2 cores (``benchmarks/placement.py``): 24,000-27,000
-calls/s with both threads on one CPU and both actors on the other, about 21,000
-with each thread beside the other's actor, 10,000-11,000 with each thread
-beside its own actor; unpinned, the kernel chose the last one in most runs.
+calling two actors on 2 cores (``benchmarks/placement.py``, medians): 25,000-27,000
+calls/s with both actors on one CPU and the threads on the other, 23,000 with
+each thread beside the other's actor, 11,000 with each thread beside its own
+actor; unpinned, a run landed on the slow placement or a fast one.
 
 So a caller whose process has several threads calling actors tells each actor,
 with one call in ``TELL_EVERY``, which CPU it is on; an actor that finds its
