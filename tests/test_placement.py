@@ -25,10 +25,15 @@ _ids = itertools.count(1)
 @needs_two_cpus
 def test_a_nudge_moves_the_thread_and_keeps_its_mask():
     mask = os.sched_getaffinity(0)
-    before = placement.current_cpu()
-    assert placement.nudge()
-    assert placement.current_cpu() != before
-    assert os.sched_getaffinity(0) == mask
+    moved = []
+    for _ in range(5):      # a preemption right after a move may bring it back
+        before = placement.current_cpu()
+        assert placement.nudge()
+        moved.append(placement.current_cpu() != before)
+        assert os.sched_getaffinity(0) == mask
+        if moved[-1]:
+            break
+    assert any(moved), moved
 
 
 def test_no_nudge_without_another_cpu():
