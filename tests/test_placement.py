@@ -20,6 +20,20 @@ needs_two_cpus = pytest.mark.skipif(
 
 ACTOR = 0xCA11
 _ids = itertools.count(1)
+#: The CPU the rule tests say the thread is on. The real one can change between a
+#: report and its check (a preemption), and the thread really moves after a nudge.
+HERE = 0
+
+
+class _FixedCpu:
+    def __enter__(self):
+        self.real = placement.current_cpu
+        placement.current_cpu = lambda: HERE
+        return self
+
+    def __exit__(self, *exc):
+        placement.current_cpu = self.real
+        return False
 
 
 @needs_two_cpus
@@ -58,26 +72,28 @@ def test_no_nudge_without_another_cpu():
 @needs_two_cpus
 def test_the_actor_moves_after_reports_in_a_row_at_most_once_an_interval():
     n = placement.Neighbour()
-    for _ in range(placement.SAME_IN_A_ROW - 1):
-        n.caller_at(placement.current_cpu())
-    assert n.nudges == 0
-    n.caller_at(placement.current_cpu())
-    assert n.nudges == 1
-    for _ in range(placement.SAME_IN_A_ROW):          # again at once: too soon
-        n.caller_at(placement.current_cpu())
-    assert n.nudges == 1
-    time.sleep(placement.MIN_INTERVAL)
-    for _ in range(placement.SAME_IN_A_ROW):
-        n.caller_at(placement.current_cpu())
-    assert n.nudges == 2
+    with _FixedCpu():
+        for _ in range(placement.SAME_IN_A_ROW - 1):
+            n.caller_at(HERE)
+        assert n.nudges == 0
+        n.caller_at(HERE)
+        assert n.nudges == 1
+        for _ in range(placement.SAME_IN_A_ROW):          # again at once: too soon
+            n.caller_at(HERE)
+        assert n.nudges == 1
+        time.sleep(placement.MIN_INTERVAL)
+        for _ in range(placement.SAME_IN_A_ROW):
+            n.caller_at(HERE)
+        assert n.nudges == 2
 
 
 @needs_two_cpus
 def test_a_report_from_another_cpu_breaks_the_row():
     n = placement.Neighbour()
-    for _ in range(3 * placement.SAME_IN_A_ROW):
-        n.caller_at(placement.current_cpu())
-        n.caller_at(-1)
+    with _FixedCpu():
+        for _ in range(3 * placement.SAME_IN_A_ROW):
+            n.caller_at(HERE)
+            n.caller_at(HERE + 1)
     assert n.nudges == 0
 
 
@@ -87,10 +103,11 @@ def test_reports_read_by_another_thread_of_the_actor_are_ignored():
 
     def read():
         for _ in range(4 * placement.SAME_IN_A_ROW):
-            n.caller_at(placement.current_cpu())
-    t = threading.Thread(target=read)
-    t.start()
-    t.join()
+            n.caller_at(HERE)
+    with _FixedCpu():
+        t = threading.Thread(target=read)
+        t.start()
+        t.join()
     assert n.nudges == 0
 
 
@@ -219,24 +236,29 @@ def test_the_actor_moves_exactly_when_the_rule_says(events):
     placement.time = clock
     mask = os.sched_getaffinity(0)
     try:
-        n = placement.Neighbour()
-        row, last, moves = 0, None, 0
-        for ev in events:
-            if ev == "here":
-                n.caller_at(placement.current_cpu())
-                row += 1
-                if row == placement.SAME_IN_A_ROW:
-                    row = 0
-                    if last is None or clock.now - last >= placement.MIN_INTERVAL:
-                        last = clock.now
-                        moves += 1
-            elif ev == "elsewhere":
-                n.caller_at(-1)
-                row = 0
-            else:
-                clock.now += ev
-            assert n.nudges == moves
-            assert n.same == row
-            assert os.sched_getaffinity(0) == mask
+        with _FixedCpu():
+            _replay(events, clock, mask)
     finally:
         placement.time = real_time
+
+
+def _replay(events, clock, mask):
+    n = placement.Neighbour()
+    row, last, moves = 0, None, 0
+    for ev in events:
+        if ev == "here":
+            n.caller_at(HERE)
+            row += 1
+            if row == placement.SAME_IN_A_ROW:
+                row = 0
+                if last is None or clock.now - last >= placement.MIN_INTERVAL:
+                    last = clock.now
+                    moves += 1
+        elif ev == "elsewhere":
+            n.caller_at(HERE + 1)
+            row = 0
+        else:
+            clock.now += ev
+        assert n.nudges == moves
+        assert n.same == row
+        assert os.sched_getaffinity(0) == mask
