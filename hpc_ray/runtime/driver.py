@@ -359,6 +359,7 @@ class HeadLoop(threading.Thread):
         event = self.event
         progress = self.progress
         last_check = time.monotonic()
+        reply_soon = True
         while True:
             active = False
             if self.driver_polling:
@@ -381,8 +382,11 @@ class HeadLoop(threading.Thread):
                     head.retry_pending_actors()
             if active:
                 backoff.reset()
+                reply_soon = None
             else:
-                t = backoff.next_timeout()
+                if reply_soon is None:
+                    reply_soon = not head.cpus_all_running()
+                t = backoff.next_timeout(reply_soon)
                 if t:
                     event.wait(t)
                     event.clear()

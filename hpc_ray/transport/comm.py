@@ -66,12 +66,14 @@ class Backoff:
         self.spins = 0
         self.last_active = time.monotonic()
 
-    def next_timeout(self) -> float:
-        """How long the caller should block now (0 while still spinning)."""
+    def next_timeout(self, reply_soon: bool = True) -> float:
+        """How long the caller should block now (0 while still spinning).
+        ``reply_soon=False`` skips the warm phase: the caller knows that no
+        message it could act on sooner is due."""
         if self.spins < self.spin_limit:
             self.spins += 1
             return 0.0
-        if time.monotonic() - self.last_active < self.warm:
+        if reply_soon and time.monotonic() - self.last_active < self.warm:
             return self.short
         self.tval = min(self.cap, max(self.short, self.tval * 2))
         return self.tval

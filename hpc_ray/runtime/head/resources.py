@@ -166,6 +166,20 @@ class Placement:
         if not self.ready.count:
             self._rebalance(workers)
 
+    def cpus_all_running(self) -> bool:
+        """Whether every worker's task CPUs run tasks and no executor is blocked
+        in get: then no message the head could receive soon would start work
+        sooner (``HeadLoop`` skips its warm polling; ``WorkerLoop.cpus_all_running``
+        is the rank's side). O(workers): called once per burst of activity."""
+        workers = list(self.workers.values())
+        if not workers:
+            return False
+        for w in workers:
+            if w.alive and (w.blocked or w.lending or w.hosting
+                            or w.inflight < scheduler.task_cpus(w)):
+                return False
+        return True
+
     def _picker(self, workers: list):
         """``pick(task)`` for one scheduling pass.
 
