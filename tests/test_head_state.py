@@ -291,3 +291,10 @@ def test_the_head_knows_when_every_cpu_runs_a_task():
     rank = next(r for r, w in head.workers.items() if w.inflight)
     head.task_done(rank, first[m.T_ID], [(RAW, 1)], [], 0.0, 0.0, 1)
     assert not head.cpus_all_running()            # a CPU is free again
+
+
+def test_cpus_held_by_actors_keep_the_head_polling():
+    # Calls to those actors may come through the head (in-rank actors' always do).
+    head = make_head(workers=1)
+    head.workers[1].actor_cpus = 1
+    assert not head.cpus_all_running()

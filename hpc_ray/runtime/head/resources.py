@@ -167,16 +167,20 @@ class Placement:
             self._rebalance(workers)
 
     def cpus_all_running(self) -> bool:
-        """Whether every worker's task CPUs run tasks and no executor is blocked
-        in get: then no message the head could receive soon would start work
+        """Whether every worker's CPUs run tasks and no executor is blocked in
+        get: then no message the head could receive soon would start work
         sooner (``HeadLoop`` skips its warm polling; ``WorkerLoop.cpus_all_running``
-        is the rank's side). O(workers): called once per burst of activity."""
+        is the rank's side). A worker whose CPUs its actors hold counts as not
+        running tasks: calls to those actors may come through the head (in-rank
+        actors always do). O(workers): called once per burst of activity."""
         workers = list(self.workers.values())
         if not workers:
             return False
         for w in workers:
-            if w.alive and (w.blocked or w.lending or w.hosting
-                            or w.inflight < scheduler.task_cpus(w)):
+            if not w.alive:
+                continue
+            cpus = scheduler.task_cpus(w)
+            if cpus <= 0 or w.blocked or w.lending or w.hosting or w.inflight < cpus:
                 return False
         return True
 
