@@ -503,9 +503,10 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
 
     def submit(self, spec: list) -> None:
         peer = self.peer
-        if peer is not None and (spec[m.T_DEPS] or spec[m.T_CONTAINED]) \
-                and (peer.pending or peer.results):
-            self._promote(peer_calls.refs_of(spec))
+        if peer is not None:
+            refs = peer.escaping(spec)
+            if refs:
+                self._promote(refs)
         # Deque appends are atomic: no lock here. get()/wait() and the comm thread
         # drain the queue; the comm thread is woken when the queue was empty.
         if _submitted:

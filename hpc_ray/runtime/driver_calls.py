@@ -64,8 +64,9 @@ class DriverDirectCalls:
         with self.peer_route_lock:
             how, link = peer.route(spec, deps_ready)
             if how == peer_calls.DIRECT:
-                if (peer.pending or peer.results) and (deps or spec[m.T_CONTAINED]):
-                    self._promote(peer_calls.refs_of(spec))
+                refs = peer.escaping(spec)
+                if refs:
+                    self._promote(refs)
                 with deferred():      # a Ctrl-C between noting the call and sending it
                     peer.send(link, spec, lifetime)   # would leave it in flight forever
                 if link.channel.outbuf:

@@ -450,9 +450,10 @@ class ExecutorContext(context.ContextBase):
 
     def submit(self, spec: list) -> None:
         peer = self.peer
-        if peer is not None and (spec[m.T_DEPS] or spec[m.T_CONTAINED]) \
-                and (peer.pending or peer.results):
-            self._promote(peer_calls.refs_of(spec))
+        if peer is not None:
+            refs = peer.escaping(spec)
+            if refs:
+                self._promote(refs)
         self.emit((m.SUBMIT, spec))
         self.flush()
 
@@ -470,9 +471,9 @@ class ExecutorContext(context.ContextBase):
         with self.peer_route_lock:
             how, link = peer.route(spec, deps_ready)
             if how == peer_calls.DIRECT:
-                if peer.pending or peer.results:
-                    # The actor fetches the arguments' objects from the head.
-                    self._promote(peer_calls.refs_of(spec))
+                refs = peer.escaping(spec)
+                if refs:   # the actor fetches the arguments' objects from the head
+                    self._promote(refs)
                 peer.send(link, spec, lifetime)
         if how == peer_calls.DIRECT:
             if len(link.inflight) > peer_calls.INFLIGHT_READ or \

@@ -227,6 +227,14 @@ class PeerCaller:
         #: Threads of this process that sent calls since the last ``placement`` report.
         self.senders: set[int] = set()
 
+    def escaping(self, spec: list) -> list[int]:
+        """The objects a call's arguments refer to, where some may be this caller's
+        direct results (they must become objects at the head before the call
+        leaves); [] in the common case, at the cost of two tests."""
+        if (spec[m.T_DEPS] or spec[m.T_CONTAINED]) and (self.pending or self.results):
+            return refs_of(spec)
+        return []
+
     def owns(self, oid: int) -> bool:
         return oid in self.results or oid in self.pending
 
