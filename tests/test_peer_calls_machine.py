@@ -9,11 +9,13 @@ whenever hypothesis likes. Events: calls that may go
 direct and calls that must go through the head, deliveries, the actor reading
 and running its next call, the actor sending the answers it queued, the caller
 reading answers, gets, dropped refs, a new task in the caller's process, and the
-actor's process dying (answers it had not sent are lost) and coming back.
+actor's process dying (answers it had not sent are lost) and coming back; the
+caller may call again before it has read of the death.
 
 After every step it checks:
 
-- a task's calls run in the order the task made them, whichever path each took;
+- a task's calls run in the order the task made them, whichever path each took,
+  and the calls made after a fence run after it;
 - a call is never both in flight and answered, and every call in flight is on
   the link it was sent on;
 - no caller has calls through the head outstanding while direct ones are in
@@ -105,8 +107,8 @@ class PeerMachine(RuleBasedStateMachine):
     def _actor_step(self):
         path, spec = self.inbox.pop(0)
         oid = spec[m.T_RETURNS][0]
-        task, seq, _ = self.made[oid]
-        self.executed.append((task, seq))
+        task, seq, kind = self.made[oid]
+        self.executed.append((task, seq, kind))
         if path == "direct":
             tid = spec[m.T_ID]
             answered = self.server.answer(tid, (m.TASK_DONE, tid, [(RAW, oid)], None,
@@ -142,10 +144,10 @@ class PeerMachine(RuleBasedStateMachine):
             assert not link.inflight, "a drain never ended"
         oid = spec[m.T_RETURNS][0]
         self.seq += 1
-        if how == DIRECT:
-            self.caller.send(link, spec, None)
+        if how == DIRECT and self.caller.send(link, spec, None):
             self.made[oid] = (self.task, self.seq, "direct")
         else:
+            # (A direct call the dead actor's socket refused goes through the head.)
             self.caller.note_head_call(ACTOR, spec[m.T_RETURNS])
             self.head_fifo.append(spec)
             self.made[oid] = (self.task, self.seq, "head")
@@ -224,16 +226,25 @@ class PeerMachine(RuleBasedStateMachine):
         self.server = PeerServer.open(self.session, ACTOR, self.s_readers, self.s_channels,
                                       self.lock)
         assert self.server is not None
-        self._caller_read()
+        # The caller learns of the death when it next reads, or when its next
+        # call's write is refused (``PeerCaller.send``), whichever comes first.
 
     # --- invariants ------------------------------------------------------------
 
     @invariant()
     def each_tasks_calls_run_in_order(self):
-        last: dict = {}
-        for task, seq in self.executed:
-            assert seq > last.get(task, 0), f"task {task} ran call {seq} after {last[task]}"
-            last[task] = seq
+        # A fence promises that the calls made after it run after it; a direct
+        # call made before it may still sit in the actor's socket when it comes.
+        last_call: dict = {}
+        last_fence: dict = {}
+        for task, seq, kind in self.executed:
+            after = last_call.get(task, 0)
+            assert seq > after, f"task {task} ran {kind} {seq} after call {after}"
+            if kind == "fence":
+                assert seq > last_fence.get(task, 0), (task, seq, last_fence)
+                last_fence[task] = seq
+            else:
+                last_call[task] = seq
 
     @invariant()
     def a_call_is_in_flight_or_answered_not_both(self):
@@ -278,7 +289,8 @@ def test_a_restarted_actor_fails_the_calls_in_flight_and_takes_new_ones():
         machine.actor_runs_next_call()       # the first call runs, the second is queued
         machine.actor_flushes()
         machine.actor_dies_and_restarts()
-        machine.caller_reads()
+        machine.caller_reads()               # the answer that was sent
+        machine.caller_reads()               # then the end of the socket
         results = machine.caller.results
         first, second = sorted(results)
         assert results[first].record == (RAW, first)
@@ -291,5 +303,40 @@ def test_a_restarted_actor_fails_the_calls_in_flight_and_takes_new_ones():
         machine.caller_reads()
         third = max(results)
         assert results[third].record == (RAW, third)
+    finally:
+        machine.teardown()
+
+
+def test_a_fence_may_run_before_a_direct_call_made_earlier():
+    """Found by hypothesis: a direct call still in the actor's socket when the
+    fence made after it arrives through the head runs after the fence; the
+    calls made after the fence run after both."""
+    machine = PeerMachine()
+    try:
+        machine.call(True)
+        machine.fence(False)
+        machine.head_delivers()
+        machine.call(False)      # drains the first call: the actor runs the fence, then it
+        machine.each_tasks_calls_run_in_order()
+        assert [kind for _, _, kind in machine.executed] == ["fence", "direct"]
+    finally:
+        machine.teardown()
+
+
+def test_a_call_after_the_actors_death_goes_through_the_head():
+    """The caller has not read of the death: the dead socket refuses the call,
+    which then goes through the head instead of being lost; the call in flight
+    at the death is lost."""
+    machine = PeerMachine()
+    try:
+        machine.call(True)
+        machine.actor_dies_and_restarts()
+        machine.call(True)
+        lost, rerouted = sorted(machine.made)
+        assert machine.made[rerouted][2] == "head"
+        assert machine.caller.results[lost].lost[0] == ACTOR
+        machine.head_delivers()
+        machine.actor_runs_next_call()
+        assert rerouted in machine.finished_at_head
     finally:
         machine.teardown()

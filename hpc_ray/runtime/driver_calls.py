@@ -68,15 +68,18 @@ class DriverDirectCalls:
                 if refs:
                     self._promote(refs)
                 with deferred():      # a Ctrl-C between noting the call and sending it
-                    peer.send(link, spec, lifetime)   # would leave it in flight forever
-                if link.channel.outbuf:
-                    # The actor's socket is full: wait for room (it is not read
-                    # here otherwise until the next get or wait).
-                    self.wait_direct(lambda: not link.channel.outbuf
-                                     or peer.links.get(actor_id) is not link, None)
-                elif len(link.inflight) > peer_calls.INFLIGHT_READ:
-                    self._turn(0)      # far ahead: take the answers that came
-                return
+                    sent = peer.send(link, spec, lifetime)   # would leave it in flight forever
+                if sent:
+                    if link.channel.outbuf:
+                        # The actor's socket is full: wait for room (it is not read
+                        # here otherwise until the next get or wait).
+                        self.wait_direct(lambda: not link.channel.outbuf
+                                         or peer.links.get(actor_id) is not link, None)
+                    elif len(link.inflight) > peer_calls.INFLIGHT_READ:
+                        self._turn(0)      # far ahead: take the answers that came
+                    return
+                how = peer_calls.HEAD   # the actor's process was gone: see send
+                peer.settle(actor_id)
         if how == peer_calls.DRAIN:
             self.wait_direct(lambda: not link.inflight, None)
         peer.note_head_call(actor_id, spec[m.T_RETURNS][:1])

@@ -474,7 +474,9 @@ class ExecutorContext(context.ContextBase):
                 refs = peer.escaping(spec)
                 if refs:   # the actor fetches the arguments' objects from the head
                     self._promote(refs)
-                peer.send(link, spec, lifetime)
+                if not peer.send(link, spec, lifetime):
+                    how = peer_calls.HEAD   # the actor's process was gone: see send
+                    peer.settle(spec[m.T_ACTOR])
         if how == peer_calls.DIRECT:
             if len(link.inflight) > peer_calls.INFLIGHT_READ or \
                     len(link.channel.outbuf) > peer_calls.OUTBUF_HIGH:

@@ -38,8 +38,10 @@ What keeps the usual semantics:
 * Failure. When the actor's process ends, its sockets close and the calls in
   flight fail with ActorDiedError, as Ray fails them when an actor dies; the
   caller's next call to that actor waits until the head knows of the death
-  (``settle``). An actor with ``max_task_retries`` does not listen, so the head
-  retries its calls.
+  (``settle``), and a call the dead socket refused (the caller had not read of
+  the death yet) goes through the head too: it runs on the restarted actor.
+  An actor with ``max_task_retries`` does not listen, so the head retries its
+  calls.
 * Waiting. An executor's get() waits for a direct result in its usual loop, so
   its CPU is lent after 50 ms, as for any blocked get.
 * Visibility. Callers report answered calls to the head in batches
@@ -279,7 +281,12 @@ class PeerCaller:
         self.readers[fd] = lambda link=link: self._read(link)
         return link
 
-    def send(self, link: Link, spec: list, lifetime) -> None:
+    def send(self, link: Link, spec: list, lifetime) -> bool:
+        """Send a call on ``link``. False if the actor's process was gone before
+        any of the call reached it (its socket refused the first byte with
+        nothing queued before): the call must go through the head, which runs
+        it on the restarted actor or fails it as it fails any call to a dead
+        one. The calls still in flight on the link are lost with the process."""
         tid = spec[m.T_ID]
         oid = spec[m.T_RETURNS][0]
         link.inflight[tid] = oid
@@ -297,7 +304,13 @@ class PeerCaller:
                 msgs.append((m.CALLER_CPU, placement.current_cpu()))
             self.senders.clear()
         with self.lock:
-            link.channel.send(msgs)
+            alone = not link.channel.outbuf
+            if link.channel.send(msgs) or not alone:
+                return True
+        del link.inflight[tid]
+        del self.pending[oid]
+        self._lost(link)
+        return False
 
     def fence(self, control_name: str, args: tuple) -> None:
         actors = FENCING[control_name](args)

@@ -81,9 +81,10 @@ class Channel:
         self.pid = 0
         self.rank = -1
 
-    def send(self, msgs: list) -> None:
+    def send(self, msgs: list) -> bool:
+        """Queue ``msgs`` and write what the socket takes; False if the peer is gone."""
         add_frame(self.outbuf, pickle.dumps(msgs, protocol=5))
-        self.write_some()
+        return write_pending(self.fd, self.outbuf)
 
     def write_some(self) -> None:
         write_pending(self.fd, self.outbuf)

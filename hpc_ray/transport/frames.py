@@ -26,19 +26,20 @@ def add_frame(buf: bytearray, data: bytes) -> None:
     buf += data
 
 
-def write_pending(fd: int, buf: bytearray) -> None:
+def write_pending(fd: int, buf: bytearray) -> bool:
     """Write what ``buf`` holds to ``fd`` (non-blocking) until it would block;
-    the rest stays in ``buf``. A dead peer's bytes are dropped: EOF on the
-    read side reports it."""
+    the rest stays in ``buf``. A dead peer's bytes are dropped (EOF on the
+    read side reports it) and False returned."""
     while buf:
         try:
             k = os.write(fd, buf)
         except BlockingIOError:
-            return
+            return True
         except OSError:
             buf.clear()
-            return
+            return False
         del buf[:k]
+    return True
 
 
 def read_available(fd: int, buf: bytearray, limit: int = READ_CHUNK) -> bool | None:

@@ -1,6 +1,7 @@
 """Issue 4 actor faults: the actor's process dies under a method (os._exit, a
 segfault). With max_restarts the actor comes back with fresh state and only the
-lost call fails; without, every later call raises ActorDiedError. Killing an
+lost call fails (a call made after the death runs on the new process); without,
+every later call raises ActorDiedError. Killing an
 actor with calls queued fails all of them at once, with no hang."""
 import faulthandler, os
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
@@ -88,6 +89,41 @@ messages["restart_segv"] = crash_and_restart("r-segv", "segfault")
 messages["dead_exit"] = crash_without_restart("d-exit", "hard_exit")
 messages["dead_segv"] = crash_without_restart("d-segv", "segfault")
 report("crash_messages", messages)
+
+
+def gone(pid):
+    """The process has ended: its rank reaped it once all its threads had exited
+    (and closed its sockets); a zombie's other threads may still hold them."""
+    return not os.path.exists(f"/proc/{pid}")
+
+
+# A call made after the actor's process died, with the crashing call's result
+# never fetched, runs on the restarted actor: the caller learns of the death
+# when the actor's socket refuses the call, and sends it through the head.
+a = Fragile.options(max_restarts=2).remote("after-death")
+pid1, _ = ray.get(a.state.remote())
+# The first call may have gone through the head (the actor was not listening
+# yet); past peer_calls.RETRY_CONNECT the driver's calls go straight to it.
+time.sleep(0.3)
+ray.get(a.state.remote())
+a.hard_exit.remote()
+check(poll_for(lambda: gone(pid1), 30), pid1)
+pid2, value = ray.get(a.state.remote(), timeout=60)
+check(pid2 != pid1 and value == 0, (pid1, pid2, value))
+
+
+@ray.remote
+def crash_then_call(actor):
+    pid, _ = ray.get(actor.state.remote())
+    actor.hard_exit.remote()
+    deadline = time.monotonic() + 30
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return pid, ray.get(actor.state.remote(), timeout=60)[0]
+
+
+before, after = ray.get(crash_then_call.remote(a), timeout=90)
+check(before == pid2 and after not in (pid1, pid2), (pid1, pid2, before, after))
 
 # Calls queued behind a crash of an actor without restarts all fail; nothing hangs.
 a = Fragile.remote("queued-crash")
