@@ -9,9 +9,9 @@
 
     ray.get([f.remote(i) for i in range(4)])   # [0, 1, 4, 9]
 """
-from . import actor, collective, exceptions, experimental, worker
+from . import actor, collective, exceptions, experimental, ray_constants, worker
 from .actors import ActorClass, ActorHandle, get_actor, kill, method
-from .api import (as_completed, available_resources, cluster_resources, errors, get,
+from .api import (as_completed, available_resources, cluster_resources, error_info, errors, get,
                   get_gpu_ids, get_resource_ids, get_webui_url, init, is_initialized, nodes,
                   object_transfer_timeline, objects, profile, progress, put,
                   register_custom_serializer, remote, run_function_on_all_workers, shutdown,
@@ -26,10 +26,11 @@ ObjectID = ObjectRef
 __version__ = "0.1.0"
 
 __all__ = [
-    "ActorClass", "ActorHandle", "actor", "errors", "get_webui_url",
+    "ActorClass", "ActorHandle", "actor", "error_info", "errors", "get_webui_url",
     "object_transfer_timeline", "register_custom_serializer", "collective", "experimental", "worker", "ObjectID", "ObjectRef", "Reusable", "as_completed",
     "as_future", "available_resources", "cluster_resources", "exceptions", "get",
     "get_actor", "get_gpu_ids", "get_resource_ids", "init", "is_initialized", "kill",
-    "method", "nodes", "objects", "on_preempt", "profile", "progress", "put", "remote", "reusables",
+    "method", "nodes", "objects", "on_preempt", "profile", "progress", "put", "ray_constants",
+    "remote", "reusables",
     "run_function_on_all_workers", "shutdown", "tasks", "timeline", "wait",
 ]

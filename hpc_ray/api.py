@@ -427,6 +427,11 @@ def errors(all_jobs: bool = False) -> list[dict]:
     return out
 
 
+def error_info(worker=None) -> list[dict]:
+    """Ray 0.2's name for ``errors()`` (its ``worker`` argument is ignored)."""
+    return errors()
+
+
 # --- custom serializers ---------------------------------------------------------------
 
 class _Reducer:

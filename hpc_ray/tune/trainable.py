@@ -14,6 +14,7 @@ and the modern ones (``setup``, ``step``, ``save_checkpoint``,
 from __future__ import annotations
 
 import datetime
+import functools
 import io
 import os
 import pickle
@@ -34,6 +35,22 @@ _DICT_STATE = ".tune_state.pkl"
 
 def _overrides(obj: Any, name: str) -> bool:
     return getattr(type(obj), name, None) is not getattr(Trainable, name, None)
+
+
+@functools.lru_cache(maxsize=None)
+def node_ip() -> str:
+    """This host's address as Ray 0.7 finds it: the source address of a route to
+    the outside (a UDP connect sends nothing), else the host name's, else loopback."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("8.8.8.8", 80))
+            return s.getsockname()[0]
+    except OSError:
+        pass
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
 
 
 class Trainable:
@@ -120,6 +137,7 @@ class Trainable:
             R.TIME_TOTAL_S: self._time_total,
             R.PID: os.getpid(),
             R.HOSTNAME: socket.gethostname(),
+            R.NODE_IP: node_ip(),
             "time_since_restore": self._time_since_restore,
             "iterations_since_restore": self._iterations_since_restore,
         })

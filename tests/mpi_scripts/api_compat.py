@@ -296,6 +296,9 @@ with section("errors, web UI, transfer timeline"):
     expect_raises(KeyError, ray.get, fails.remote())
     errs = ray.errors()
     check(isinstance(errs, list) and any(e["function"].endswith("fails") for e in errs), errs)
+    check(ray.error_info() == errs, ray.error_info())   # Ray 0.2's name
+    # ray.ray_constants.INFINITE_RECONSTRUCTIONS, as the 0.7 docs use it.
+    check(ray.ray_constants.INFINITE_RECONSTRUCTIONS == 2 ** 30)
     check(ray.get_webui_url() is None)
     check(ray.object_transfer_timeline() == [])
 

@@ -1,7 +1,8 @@
 """Issue 10: the seed's Tune examples on small objectives with known optima.
 
-Sections: the function API (reporter and tune.report) with grid search; a
-Trainable with checkpoints and random search (sample_from reading spec.config);
+Sections: the function API (reporter, tune.report, tune.track with a pinned
+object) with grid search; a Trainable with checkpoints and random search
+(sample_from reading spec.config);
 ASHA, HyperBand and the median stopping rule against FIFO (iterations spent);
 PBT against the same population without exploitation; a trial that segfaults,
 retried from its checkpoint, and one that fails past max_failures.
@@ -17,6 +18,7 @@ from _harness import check, expect_raises, init_kwargs, ok, report, section, tmp
 
 import hpc_ray as ray
 from hpc_ray import tune
+from hpc_ray.tune.util import get_pinned_object, pin_in_object_store
 from hpc_ray.tune.schedulers import (AsyncHyperBandScheduler, FIFOScheduler, HyperBandScheduler,
                                      MedianStoppingRule, PopulationBasedTraining)
 
@@ -48,6 +50,14 @@ def train_func(config, reporter):
         reporter(mean_loss=(config["x"] - 3) ** 2 + 1.0 / (step + 1), step=step)
 
 
+def tracked_func(config):
+    # tune.track (Ray 0.7.2) and a pinned object (tune.util) read in the trial.
+    data = get_pinned_object(config["data"])
+    for step in range(3):
+        tune.track.log(total=float(data.sum()) * config["x"], step=step,
+                       in_trial_dir=os.path.isdir(tune.track.trial_dir()))
+
+
 def modern_func(config):
     for step in range(3):
         if step == 2:
@@ -62,6 +72,9 @@ with section("function"):
     check(states(trials) == {"TERMINATED": 4}, states(trials))
     check(all(t.last_result["training_iteration"] == 5 for t in trials),
           [t.last_result for t in trials])
+    # Auto-filled results (Ray 0.7's list) include where the trial ran.
+    for key in ("done", "hostname", "node_ip", "pid", "time_this_iter_s", "time_total_s"):
+        check(key in trials[0].last_result, (key, trials[0].last_result))
     for t in trials:
         names = files_of(t)
         check({"params.json", "result.json", "progress.csv"} <= set(names), names)
@@ -82,6 +95,15 @@ with section("function"):
     check(len(trials) == 6 and states(trials) == {"TERMINATED": 6}, states(trials))
     best = max(trials, key=lambda t: t.last_result["score"])
     check(best.config["x"] == 2, best.config)
+    import numpy as np
+    data_id = pin_in_object_store(np.arange(1000))
+    trials = tune.run(tracked_func, name="tracked", local_dir=LOCAL, verbose=0,
+                      config={"x": tune.grid_search([1, 2]), "data": data_id})
+    check(states(trials) == {"TERMINATED": 2}, states(trials))
+    totals = sorted(t.last_result["total"] for t in trials)
+    check(totals == [499500.0, 999000.0], totals)
+    check(all(t.last_result["training_iteration"] == 3 and t.last_result["in_trial_dir"]
+              for t in trials), [t.last_result for t in trials])
 
 # --- Trainable with checkpoints, random search ------------------------------------------------
 
