@@ -15,8 +15,11 @@ them alive as long as the value that holds them.
 """
 from __future__ import annotations
 
+import io
 import pickle
 import threading
+import types
+from collections import ChainMap
 from typing import Any
 
 import cloudpickle
@@ -73,9 +76,40 @@ class Serialized:
             dest[off: off + n] = b.cast("B") if b.ndim != 1 or b.format != "B" else b
 
 
+# --- code objects keep their file --------------------------------------------------
+
+def _code_in_file(args: tuple, filename: str) -> types.CodeType:
+    """Rebuild a code object that cloudpickle sent, under the file it came from."""
+    code = types.CodeType(*args)
+    return code if code.co_filename == filename else code.replace(co_filename=filename)
+
+
+def _code_reduce(code: types.CodeType):
+    # cloudpickle 3.1.3 sends every code object of a function defined in __main__
+    # under the file name "<dynamic-code>", so a remote traceback showed no source
+    # line ("File "<dynamic-code>", line 12, in f"). The file travels beside it.
+    rebuild, args = _cloudpickle_code_reduce(code)
+    if rebuild is not types.CodeType:
+        return rebuild, args
+    return _code_in_file, (args, code.co_filename)
+
+
+_cloudpickle_code_reduce = cloudpickle.Pickler.dispatch_table[types.CodeType]
+
+
+class _Pickler(cloudpickle.Pickler):
+    dispatch_table = ChainMap({types.CodeType: _code_reduce}, cloudpickle.Pickler.dispatch_table)
+
+
+def _cloudpickle_dumps(value: Any, buffer_callback=None) -> bytes:
+    with io.BytesIO() as file:
+        _Pickler(file, protocol=5, buffer_callback=buffer_callback).dump(value)
+        return file.getvalue()
+
+
 def dumps(value: Any) -> bytes:
     """Pickle a function, class or small control value (no out-of-band buffers)."""
-    return cloudpickle.dumps(value, protocol=5)
+    return _cloudpickle_dumps(value)
 
 
 loads = pickle.loads
@@ -92,7 +126,7 @@ def serialize(value: Any) -> Serialized:
     prev = getattr(_collect, "ids", None)
     _collect.ids = contained = []
     try:
-        data = cloudpickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+        data = _cloudpickle_dumps(value, buffer_callback=buffers.append)
     finally:
         _collect.ids = prev
     return Serialized(data, buffers, contained)

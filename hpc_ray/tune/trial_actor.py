@@ -24,6 +24,7 @@ import traceback
 
 import cloudpickle
 
+from ..transport.serialization import dumps
 from . import result as R
 from .error import TuneError
 from .function_runner import wrap_function
@@ -37,9 +38,9 @@ def pack_trainable(trainable) -> bytes:
     if isinstance(trainable, type):
         if not issubclass(trainable, Trainable):
             raise TypeError(f"a trainable class must subclass tune.Trainable, got {trainable!r}")
-        return cloudpickle.dumps(("class", trainable))
+        return dumps(("class", trainable))
     if callable(trainable):
-        return cloudpickle.dumps(("function", trainable))
+        return dumps(("function", trainable))
     raise TypeError(f"a trainable must be a function or a tune.Trainable subclass, "
                     f"got {trainable!r}")
 

@@ -1,0 +1,79 @@
+"""Functions and classes shipped by value keep their source file, so a remote
+traceback shows the user's lines (cloudpickle 3.1.3 renames every such code
+object's file "<dynamic-code>")."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import pickle
+import subprocess
+import sys
+import traceback
+
+import cloudpickle
+import pytest
+
+from hpc_ray.transport.serialization import dumps, serialize
+
+SOURCE = '''
+def fails(x):
+    helper = lambda v: 1 / v
+    return helper(x)
+
+
+class Model:
+    def step(self):
+        raise ValueError("bad step")
+'''
+
+
+@pytest.fixture
+def by_value_module(tmp_path):
+    path = tmp_path / "user_code_by_value.py"
+    path.write_text(SOURCE)
+    spec = importlib.util.spec_from_file_location("user_code_by_value", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    cloudpickle.register_pickle_by_value(mod)   # as cloudpickle treats __main__
+    try:
+        yield mod, str(path)
+    finally:
+        cloudpickle.unregister_pickle_by_value(mod)
+        del sys.modules[spec.name]
+
+
+def frames_of(call, path: str) -> list[str]:
+    """The source lines of ``path`` in the traceback of ``call()``."""
+    try:
+        call()
+    except Exception as exc:
+        return [f.line for f in traceback.extract_tb(exc.__traceback__) if f.filename == path]
+    raise AssertionError("no exception")
+
+
+def test_a_function_sent_by_value_keeps_its_file_and_lines(by_value_module):
+    mod, path = by_value_module
+    fails = pickle.loads(dumps(mod.fails))
+    assert fails is not mod.fails
+    assert frames_of(lambda: fails(0), path) == ["return helper(x)", "helper = lambda v: 1 / v"]
+
+
+LOAD_AND_STEP = """
+import json, pickle, sys, traceback
+cls = pickle.loads(sys.stdin.buffer.read())["cls"]
+try:
+    cls().step()
+except ValueError as exc:
+    print(json.dumps([(f.filename, f.line) for f in traceback.extract_tb(exc.__traceback__)]))
+"""
+
+
+def test_a_class_sent_inside_a_value_keeps_its_file_in_another_process(by_value_module):
+    mod, path = by_value_module
+    s = serialize({"cls": mod.Model})
+    assert not s.buffers
+    out = subprocess.run([sys.executable, "-c", LOAD_AND_STEP], input=s.data,
+                         capture_output=True, timeout=60, check=True)
+    frames = json.loads(out.stdout)
+    assert frames[-1] == [path, 'raise ValueError("bad step")'], out
