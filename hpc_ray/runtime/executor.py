@@ -66,6 +66,9 @@ FLUSH_INTERVAL = 0.002
 DIRECT_WAIT_SLICE = 0.005
 
 
+_NOT_YET = object()
+
+
 class ExecutorContext(context.ContextBase):
     """The API inside an executor: every call is a message to the rank."""
 
@@ -98,6 +101,9 @@ class ExecutorContext(context.ContextBase):
         self.actor_id = None
         self.gpu_ids: list[int] = []
         self.resources: dict = {}
+        #: What ``_set_gpus`` last recorded, and the CUDA_VISIBLE_DEVICES it makes.
+        self.held: Any = _NOT_YET
+        self.visible_gpus = ""
         self.current_task_name: str | None = None
         self.current_task_id: int | None = None
         self.last_flush = time.monotonic()
@@ -704,10 +710,15 @@ class ExecutorContext(context.ContextBase):
         As in Ray, CUDA_VISIBLE_DEVICES lists exactly those ids: "" for a task
         that holds no GPU, the one shared id for a fraction of a GPU.
         """
-        gpu_ids, resources = held if held else ((), None)
-        self.gpu_ids = list(gpu_ids)
-        self.resources = dict(resources or {})
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpu_ids)
+        if held != self.held:
+            # (An actor's calls all hold what the actor holds: built once, not per call.)
+            gpu_ids, resources = held if held else ((), None)
+            self.gpu_ids = list(gpu_ids)
+            self.resources = dict(resources or {})
+            self.visible_gpus = ",".join(str(g) for g in gpu_ids)
+            self.held = held
+        if os.environ.get("CUDA_VISIBLE_DEVICES") != self.visible_gpus:
+            os.environ["CUDA_VISIBLE_DEVICES"] = self.visible_gpus   # (the user's code may set it)
 
     def execute(self, spec: list) -> None:
         t0 = time.time()

@@ -37,6 +37,17 @@ def meet(directory, name, expected):
 
 
 @ray.remote
+def sets_visible_devices():
+    os.environ["CUDA_VISIBLE_DEVICES"] = "7"
+    return os.getpid()
+
+
+@ray.remote
+def visible_devices_in_process():
+    return os.getpid(), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+@ray.remote
 class GPUActor:
     def __init__(self):
         self.at_start = ray.get_gpu_ids()
@@ -54,6 +65,11 @@ if variant == "fractions":
         a = GPUActor.remote()
         check(ray.get(a.seen.remote(), timeout=60) == ([], [], ""))
         ray.kill(a)
+    with section("a task that sets CUDA_VISIBLE_DEVICES does not set it for the next"):
+        setters = set(ray.get([sets_visible_devices.remote() for _ in range(4)], timeout=60))
+        seen = ray.get([visible_devices_in_process.remote() for _ in range(8)], timeout=60)
+        check({pid for pid, _ in seen} & setters, ("no task ran where one set it", seen))
+        check(all(visible == "" for _, visible in seen), seen)
     with section("two halves of GPU 0"):
         seen = ray.get([meet.options(num_gpus=0.5).remote(TMPDIR, "half", 2)
                         for _ in range(2)], timeout=60)
