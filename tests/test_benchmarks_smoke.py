@@ -106,3 +106,15 @@ def test_json_round_trip(monkeypatch):
     back = load_runs({k: dataclasses.asdict(v) for k, v in runs.items()})
     assert back == runs
     assert with_stat(back, "median")["ray"].results["task_sync"].value == 2.0
+
+
+def test_wakeups_prints_every_placement():
+    cmd = [sys.executable, str(BENCH_DIR / "wakeups.py"), "--calls", "200", "--reps", "1"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert res.returncode == 0, res.stderr
+    rows = [ln.split(" best ")[0].strip() for ln in res.stdout.splitlines() if " best " in ln]
+    expected = ["same CPU", "two CPUs", "two CPUs, caller spins", "2 threads, 2 echoes, unpinned"]
+    if len(os.sched_getaffinity(0)) < 2:
+        expected = [expected[0], expected[3]]
+    assert rows == expected, res.stdout
+    assert all(ln.rstrip().endswith("round trips/s") for ln in res.stdout.splitlines()), res.stdout
