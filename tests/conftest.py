@@ -20,6 +20,7 @@ no new, unused ``/dev/shm`` entry is left behind.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 import re
@@ -493,10 +494,20 @@ def _leaked_shm(before: set[str]) -> set[str]:
     return new - _shm_in_use()
 
 
+#: MPICH's launcher (hydra) keeps the node's topology here while it runs.
+HYDRA_TOPOLOGY_FILES = "/tmp/hydra_hwloc_xmlfile_*"
+
+
+def _hydra_topology_files() -> set[str]:
+    return set(glob.glob(HYDRA_TOPOLOGY_FILES))
+
+
 @pytest.fixture(autouse=True)
 def no_leftovers():
-    """Fail a test that leaves a child process or a new /dev/shm entry behind."""
+    """Fail a test that leaves a child process, a new /dev/shm entry or a
+    launcher's topology file in /tmp behind."""
     shm_before = _shm_entries()
+    hydra_before = _hydra_topology_files()
     yield
     me = psutil.Process()
 
@@ -520,6 +531,14 @@ def no_leftovers():
         for name in leaked:  # so the next test starts clean
             try:
                 (SHM_DIR / name).unlink()
+            except OSError:
+                pass
+    hydra_left = _hydra_topology_files() - hydra_before
+    if hydra_left:
+        problems.append(f"launcher topology files left in /tmp: {sorted(hydra_left)}")
+        for path in hydra_left:
+            try:
+                os.unlink(path)
             except OSError:
                 pass
     if problems:

@@ -159,6 +159,10 @@ def _ensure_launcher_on_path(MPI, n: int) -> None:
         f"{sys.executable} -m hpc_ray your_script.py`.")
 
 
+#: The file ``HWLOC_XMLFILE`` names for the launcher of a spawn: none exists.
+NO_TOPOLOGY_FILE = "hpc_ray-no-topology-file.xml"
+
+
 @contextlib.contextmanager
 def _launcher_in_own_session():
     """Run the launcher that MPICH's singleton spawn starts in a session of its own.
@@ -169,6 +173,14 @@ def _launcher_in_own_session():
     wrapper named ``mpiexec``, first on ``PATH`` only while the spawn runs,
     execs the real one under ``setsid``; the wrapper is deleted at once (the
     launcher has exec'd by the time the spawn returns).
+
+    The launcher dies with the driver (SIGKILL), so it cannot clean up after
+    itself: hydra's copy of the node's topology (``/tmp/hydra_hwloc_xmlfile_*``,
+    for its ranks to read) stayed behind after every killed driver. Hydra makes
+    no such file where ``HWLOC_XMLFILE`` is set, and hwloc discovers the
+    topology itself where that file does not exist, so the wrapper names one
+    that never exists (``NO_TOPOLOGY_FILE``); the spawned ranks drop it from
+    their environment before MPI starts (``spawned.py``).
     """
     import shutil
     real = shutil.which("mpiexec")
@@ -179,8 +191,10 @@ def _launcher_in_own_session():
     import tempfile
     tmp = tempfile.mkdtemp(prefix="hpc_ray-launch-")
     wrapper = os.path.join(tmp, "mpiexec")
+    topology = "" if "HWLOC_XMLFILE" in os.environ else \
+        f"HWLOC_XMLFILE={shlex.quote(os.path.join(tmp, NO_TOPOLOGY_FILE))} "
     with open(wrapper, "w") as f:
-        f.write(f"#!/bin/sh\nexec {shlex.quote(setsid)} {shlex.quote(real)} \"$@\"\n")
+        f.write(f"#!/bin/sh\n{topology}exec {shlex.quote(setsid)} {shlex.quote(real)} \"$@\"\n")
     os.chmod(wrapper, 0o700)
     old_path = os.environ.get("PATH", "")
     os.environ["PATH"] = tmp + os.pathsep + old_path

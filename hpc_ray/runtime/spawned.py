@@ -3,7 +3,10 @@ from __future__ import annotations
 
 
 def main() -> None:
+    import os
     from . import launch
+    if os.path.basename(os.environ.get("HWLOC_XMLFILE", "")) == launch.NO_TOPOLOGY_FILE:
+        del os.environ["HWLOC_XMLFILE"]   # the launcher's only (see launch.py)
     MPI = launch.mpi()
     parent = MPI.Comm.Get_parent()
     comm = parent.Merge(high=True)

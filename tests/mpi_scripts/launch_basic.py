@@ -39,6 +39,11 @@ def whoami():
 
 
 @ray.remote
+def environment_of_task():
+    return dict(os.environ)
+
+
+@ray.remote
 def rendezvous(directory, name, expected):
     # Proves `expected` workers run at the same time: each announces itself and
     # waits for the others.
@@ -63,6 +68,11 @@ report("distinct_pids_many_tasks", len(set(pids)))
 together = ray.get([rendezvous.remote(TMPDIR, "all", NUM_WORKERS) for _ in range(NUM_WORKERS)])
 report("concurrent_workers", len(set(together)))
 report("cluster_cpus", ray.cluster_resources().get("CPU"))
+# The embedded launcher's HWLOC_XMLFILE (runtime/launch.py) is its own: a task
+# sees the driver's value, or none.
+task_env = ray.get(environment_of_task.remote())
+check(task_env.get("HWLOC_XMLFILE") == os.environ.get("HWLOC_XMLFILE"),
+      task_env.get("HWLOC_XMLFILE"))
 
 ray.shutdown()
 check(not ray.is_initialized())
