@@ -84,6 +84,9 @@ def _code_in_file(args: tuple, filename: str) -> types.CodeType:
     return code if code.co_filename == filename else code.replace(co_filename=filename)
 
 
+_cloudpickle_code_reduce = cloudpickle.Pickler.dispatch_table.get(types.CodeType)
+
+
 def _code_reduce(code: types.CodeType):
     # cloudpickle 3.1.3 sends every code object of a function defined in __main__
     # under the file name "<dynamic-code>", so a remote traceback showed no source
@@ -94,11 +97,10 @@ def _code_reduce(code: types.CodeType):
     return _code_in_file, (args, code.co_filename)
 
 
-_cloudpickle_code_reduce = cloudpickle.Pickler.dispatch_table[types.CodeType]
-
-
 class _Pickler(cloudpickle.Pickler):
-    dispatch_table = ChainMap({types.CodeType: _code_reduce}, cloudpickle.Pickler.dispatch_table)
+    if _cloudpickle_code_reduce is not None:   # (a cloudpickle that pickles code its own way)
+        dispatch_table = ChainMap({types.CodeType: _code_reduce},
+                                  cloudpickle.Pickler.dispatch_table)
 
 
 def _cloudpickle_dumps(value: Any, buffer_callback=None) -> bytes:
