@@ -118,3 +118,12 @@ def test_wakeups_prints_every_placement():
         expected = [expected[0], expected[3]]
     assert rows == expected, res.stdout
     assert all(ln.rstrip().endswith("round trips/s") for ln in res.stdout.splitlines()), res.stdout
+
+
+def test_idle_reports_cpu_and_latency_of_an_idle_job():
+    cmd = [sys.executable, str(BENCH_DIR / "idle.py"), "--systems", "hpc_ray", "--quick"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert res.returncode == 0, res.stderr
+    row = next(ln for ln in res.stdout.splitlines() if ln.startswith("| hpc_ray |"))
+    processes, idle_cpu, first_ms, next_ms = (float(c) for c in row.strip("| \n").split("|")[1:])
+    assert processes >= 6 and idle_cpu >= 0 and first_ms > 0 and next_ms > 0, res.stdout

@@ -33,3 +33,12 @@ def test_idle_ranks_do_not_spin(run, mode, n):
     assert values["processes"] >= n, values
     # All ranks and executors together, over 2 s of idling.
     assert values["cpu_seconds"] < 0.5, values
+
+
+@pytest.mark.parametrize("mode,n,ranks_per_node", [("mpiexec", 4, None), ("embedded", 3, "1")])
+def test_a_quiet_rank_is_woken_by_its_doorbell(run, mode, n, ranks_per_node):
+    # Idle ranks would poll MPI once in 10 minutes: only the doorbell wakes them.
+    env = {"HPC_RAY_IDLE_POLL_MS": "600000", "HPC_RAY_RANKS_PER_NODE": ranks_per_node}
+    result = run("idle_wakeup.py", n, mode=mode, timeout=60, env=env)
+    values = result.assert_ok("idle_wakeup")
+    assert len(values["seconds_per_step"]) == 3, values

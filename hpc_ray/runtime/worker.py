@@ -39,8 +39,10 @@ import time
 
 from mpi4py import MPI
 
+from .. import _config
 from ..transport import messages as m
-from ..transport.comm import Backoff, Fetcher, Sender, recv_control, tighten_timer_slack
+from ..transport.comm import (Backoff, Doorbell, Fetcher, Sender, recv_control,
+                              tighten_timer_slack)
 from ..transport.serialization import loads
 from .executor_procs import ExecutorProc, ExecutorProcesses, lends_cpu, thread_lent
 
@@ -80,6 +82,13 @@ OVERSUBSCRIBED_SPINS = 2
 #: delay a message to a long-idle rank may see (messages from its executors wake
 #: it at once).
 OVERSUBSCRIBED_CAP = 0.01
+#: A rank with no activity for DEEP_AFTER seconds polls MPI only every DEEP_CAP
+#: seconds (``HPC_RAY_IDLE_POLL_MS``). An idle pass costs 50-150 us of CPU on
+#: this kind of VM, most of it the wake-up itself: at 1 ms, 5-15% of a core per
+#: idle rank. A sender on the same host rings its doorbell first
+#: (``comm.Doorbell``); a message from another host waits up to DEEP_CAP.
+DEEP_AFTER = 1.0
+DEEP_CAP = _config.os_environ_get("IDLE_POLL_MS", 10.0, float) / 1000.0
 
 
 def polling_backoff(ranks_on_node: int, cores: int) -> Backoff:
@@ -95,12 +104,14 @@ def polling_backoff(ranks_on_node: int, cores: int) -> Backoff:
     idle rank sleeps longer (up to ``OVERSUBSCRIBED_CAP``) the more ranks share
     each core, so the node's idle ranks together poll about as often as one
     rank per core would (15 idle ranks on 2 cores used 75% of a core at 1 ms).
+    Either way a rank idle for DEEP_AFTER sleeps up to DEEP_CAP.
     """
     if ranks_on_node > cores + 1:
         default = Backoff()
         cap = min(OVERSUBSCRIBED_CAP, default.cap * ranks_on_node / max(cores, 1))
-        return Backoff(cap=cap, spin_limit=OVERSUBSCRIBED_SPINS, warm=0.0)
-    return Backoff()
+        return Backoff(cap=cap, spin_limit=OVERSUBSCRIBED_SPINS, warm=0.0,
+                       deep_after=DEEP_AFTER, deep_cap=DEEP_CAP)
+    return Backoff(deep_after=DEEP_AFTER, deep_cap=DEEP_CAP)
 
 
 def _cores() -> int:
@@ -127,7 +138,7 @@ class WorkerLoop(ExecutorProcesses):
         #: Seconds an extra executor may stay idle before it is stopped.
         idle = cfg.get("extra_idle")
         self.extra_idle = EXTRA_IDLE_DEFAULT if idle is None else idle
-        self.sender = Sender(comm)
+        self.sender = Sender(comm, cfg.get("session_id"))
         self.fetcher = Fetcher(comm, self.sender, arena)
         self.out: list = []
         self.queue: collections.deque = collections.deque()
@@ -526,6 +537,8 @@ class WorkerLoop(ExecutorProcesses):
         comm = self.comm
         node_of = self.cfg.get("node_of") or []
         backoff = polling_backoff(sum(1 for n in node_of if n == self.node), _cores())
+        doorbell = Doorbell(self.cfg.get("session_id"), self.rank)
+        bell_fd = doorbell.fileno()
         window_wait = WINDOW_WAIT_MIN
         last_check = time.monotonic()
         while not self.stop:
@@ -552,6 +565,8 @@ class WorkerLoop(ExecutorProcesses):
             pipes = {fd: ex for ex in executors for fd in ex.pipes}
             writers = [ex.fd for ex in executors if ex.outbuf]
             readers = list(pipes)
+            if bell_fd >= 0:
+                readers.append(bell_fd)
             if self.sender.unmatched_count() < HEAD_WINDOW:
                 readers += [fd for fd, ex in by_fd.items() if ex.serial not in self.throttled]
                 window_wait = WINDOW_WAIT_MIN
@@ -567,6 +582,10 @@ class WorkerLoop(ExecutorProcesses):
             for fd in writable:
                 by_fd[fd].write_some()
             for fd in ready:
+                if fd == bell_fd:
+                    doorbell.drain()   # a message is on its way: poll MPI at once
+                    active = True
+                    continue
                 if fd in pipes:
                     # Output first (select lists the pipes first): a line printed
                     # before a task returned reaches the driver before its result.
@@ -607,6 +626,7 @@ class WorkerLoop(ExecutorProcesses):
                     break
                 if self.extras or len(self.executors) > self.cpus:
                     self.retire_idle_extras()
+        doorbell.close()
         self.close()
 
     def close(self) -> None:
@@ -625,6 +645,7 @@ class WorkerLoop(ExecutorProcesses):
             self.sender.send(0, self.out + [(m.STOPPED,)])
             self.out = []
         self.sender.drain(10.0)
+        self.sender.close_bell()
 
 
 def _no_cpu(spec: list) -> bool:

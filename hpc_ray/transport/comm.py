@@ -11,6 +11,7 @@ thread on rank 0, the main loop on worker ranks), so no lock is taken here.
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from typing import Callable
 
@@ -46,19 +47,25 @@ class Backoff:
     ``short`` seconds at a time, because the next message of a request/reply
     exchange is due within a round trip; after that the sleep doubles up to
     ``cap``. An idle rank then wakes about 1000 times a second at ~20 us each:
-    ~2% of a core.
+    ~2% of a core. After ``deep_after`` seconds without activity (0: never) the
+    sleep goes on doubling up to ``deep_cap``: a rank idle that long is woken by
+    a doorbell (``Doorbell``) where its sender is on its host, and otherwise
+    waits at most ``deep_cap`` for the next message.
     """
 
-    __slots__ = ("tval", "cap", "spins", "spin_limit", "short", "warm", "last_active")
+    __slots__ = ("tval", "cap", "spins", "spin_limit", "short", "warm", "last_active",
+                 "deep_after", "deep_cap")
 
     def __init__(self, cap: float = 0.001, spin_limit: int = 20, short: float = 2e-5,
-                 warm: float = 0.01) -> None:
+                 warm: float = 0.01, deep_after: float = 0.0, deep_cap: float = 0.0) -> None:
         self.tval = 0.0
         self.cap = cap
         self.spins = 0
         self.spin_limit = spin_limit
         self.short = short
         self.warm = warm
+        self.deep_after = deep_after
+        self.deep_cap = max(cap, deep_cap)
         self.last_active = time.monotonic()
 
     def reset(self) -> None:
@@ -66,34 +73,117 @@ class Backoff:
         self.spins = 0
         self.last_active = time.monotonic()
 
-    def next_timeout(self, reply_soon: bool = True) -> float:
+    def next_timeout(self, reply_soon: bool = True, deep: bool = True) -> float:
         """How long the caller should block now (0 while still spinning).
         ``reply_soon=False`` skips the warm phase: the caller knows that no
-        message it could act on sooner is due."""
+        message it could act on sooner is due. ``deep=False`` stays at ``cap``
+        however long the quiet: a message is due some time (a task's result)."""
         if self.spins < self.spin_limit:
             self.spins += 1
             return 0.0
-        if reply_soon and time.monotonic() - self.last_active < self.warm:
+        quiet = time.monotonic() - self.last_active
+        if reply_soon and quiet < self.warm:
             return self.short
-        self.tval = min(self.cap, max(self.short, self.tval * 2))
+        cap = self.deep_cap if deep and self.deep_after and quiet > self.deep_after else self.cap
+        self.tval = min(cap, max(self.short, self.tval * 2))
         return self.tval
+
+
+def doorbell_address(session_id: str, rank: int) -> str:
+    return f"hpc_ray-{session_id}-rank-{rank}"
+
+
+class Doorbell:
+    """A worker rank's wake-up: an abstract Unix datagram socket its loop selects on.
+
+    MPI cannot wake a blocked process, so an idle rank polls it; one idle for
+    ``Backoff.deep_after`` polls only every ``deep_cap``. A process on the same
+    host that sends it a message after a pause rings first (``Sender``), so the
+    message is read at once instead. The socket has no file to clean up, and
+    off Linux (or when the name is taken) there is none: the rank just polls.
+    """
+
+    def __init__(self, session_id: str, rank: int) -> None:
+        self.sock: socket.socket | None = None
+        if not hasattr(socket, "AF_UNIX") or not session_id:
+            return
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            sock.bind("\0" + doorbell_address(session_id, rank))
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            return
+        self.sock = sock
+
+    def fileno(self) -> int:
+        return self.sock.fileno() if self.sock is not None else -1
+
+    def drain(self) -> None:
+        """Read every ring that came (they carry nothing but the wake-up)."""
+        while True:
+            try:
+                self.sock.recv(64)
+            except OSError:   # BlockingIOError: none left
+                return
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
+#: A send to a rank that this process sent nothing to for this long rings the
+#: rank's doorbell first. Well below the ``deep_after`` of worker ranks: a rank
+#: that had a message from this process within this time is not sleeping long.
+RING_AFTER = 0.5
+_NEVER = float("-inf")
 
 
 class Sender:
     """Nonblocking sends whose requests are kept until they complete."""
 
-    def __init__(self, comm: MPI.Comm) -> None:
+    def __init__(self, comm: MPI.Comm, session_id: str | None = None) -> None:
         self.comm = comm
         self.pending: list = []
         self.unmatched: list = []   # synchronous sends (``send_sync``) not yet received
+        #: Rings the doorbells of the session's worker ranks on this host (``Doorbell``).
+        self.session_id = session_id
+        self.bell: socket.socket | None = None
+        if session_id and hasattr(socket, "AF_UNIX"):
+            self.bell = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self.bell.setblocking(False)
+        self.last_sent: dict[int, float] = {}
+
+    def ring(self, dest: int) -> None:
+        """Ring ``dest``'s doorbell if this process sent it nothing for RING_AFTER.
+        Rank 0 has none (its comm thread is woken by the driver's threads, and
+        polls MPI every few ms at most); nor has a rank on another host: the
+        send fails, and that rank reads the message at its next poll."""
+        if self.bell is None or dest == 0:
+            return
+        now = time.monotonic()
+        if now - self.last_sent.get(dest, _NEVER) >= RING_AFTER:
+            try:
+                self.bell.sendto(b"\1", "\0" + doorbell_address(self.session_id, dest))
+            except OSError:
+                pass
+        self.last_sent[dest] = now
+
+    def close_bell(self) -> None:
+        if self.bell is not None:
+            self.bell.close()
+            self.bell = None
 
     def send(self, dest: int, obj, tag: int = Tag.CONTROL) -> None:
         self.pending.append(self.comm.isend(obj, dest, tag))
+        self.ring(dest)
 
     def send_sync(self, dest: int, obj, tag: int = Tag.CONTROL) -> None:
         """A send that completes once ``dest`` has received it (MPI's synchronous
         mode): ``unmatched_count()`` is how far the receiver is behind."""
         self.unmatched.append(self.comm.issend(obj, dest, tag))
+        self.ring(dest)
 
     def unmatched_count(self) -> int:
         if self.unmatched:

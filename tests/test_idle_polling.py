@@ -1,0 +1,151 @@
+"""Idle ranks poll MPI rarely, and a sender on their host rings them awake:
+the back-off's deep tier (``comm.Backoff``), the doorbell (``comm.Doorbell``)
+and when a ``Sender`` rings it. Measured in benchmarks/idle.py."""
+from __future__ import annotations
+
+import os
+import select
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mpi4py import MPI
+
+from hpc_ray.transport import comm
+from hpc_ray.transport.comm import RING_AFTER, Backoff, Doorbell, Sender
+from hpc_ray.runtime.worker import DEEP_AFTER, DEEP_CAP, polling_backoff
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _with_clock(monkeypatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr(comm.time, "monotonic", clock)
+    return clock
+
+
+def test_a_long_idle_loop_sleeps_up_to_the_deep_cap(monkeypatch):
+    clock = _with_clock(monkeypatch)
+    backoff = Backoff(cap=0.001, spin_limit=2, warm=0.01, deep_after=1.0, deep_cap=0.01)
+    backoff.reset()
+    assert [backoff.next_timeout() for _ in range(2)] == [0.0, 0.0]
+    assert backoff.next_timeout() == backoff.short            # warm
+    clock.now += 0.5
+    assert max(backoff.next_timeout() for _ in range(20)) == 0.001
+    clock.now += 0.6                                          # 1.1 s without activity
+    deep = [backoff.next_timeout() for _ in range(10)]
+    assert deep == sorted(deep) and deep[0] == 0.002 and deep[-1] == 0.01
+    assert backoff.next_timeout(deep=False) == 0.001          # a message is due
+    backoff.reset()                                           # activity
+    assert backoff.next_timeout() == 0.0
+
+
+def test_without_a_deep_tier_the_cap_holds(monkeypatch):
+    clock = _with_clock(monkeypatch)
+    backoff = Backoff(cap=0.001, spin_limit=0)
+    clock.now += 100.0
+    assert max(backoff.next_timeout() for _ in range(30)) == 0.001
+
+
+def test_worker_ranks_have_the_deep_tier_however_crowded():
+    for ranks in (3, 8, 32):
+        backoff = polling_backoff(ranks_on_node=ranks, cores=2)
+        assert backoff.deep_after == DEEP_AFTER and backoff.deep_cap == DEEP_CAP
+        assert backoff.cap <= DEEP_CAP
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("wait"), st.booleans(), st.booleans()),
+    st.tuples(st.just("reset")),
+    st.tuples(st.just("advance"), st.floats(0.0, 2.0))), max_size=80))
+def test_backoff_bounds_hold_after_every_event(events):
+    clock = Clock()
+    real = comm.time.monotonic
+    comm.time.monotonic = clock
+    try:
+        backoff = Backoff(cap=0.001, spin_limit=3, warm=0.01, deep_after=1.0, deep_cap=0.01)
+        last_active = clock.now
+        spins = 0
+        for event in events:
+            if event[0] == "advance":
+                clock.now += event[1]
+            elif event[0] == "reset":
+                backoff.reset()
+                last_active, spins = clock.now, 0
+            else:
+                _, reply_soon, deep = event
+                t = backoff.next_timeout(reply_soon, deep)
+                quiet = clock.now - last_active
+                if spins < 3:
+                    assert t == 0.0                 # spins right after activity
+                    spins += 1
+                elif reply_soon and quiet < 0.01:
+                    assert t == backoff.short       # warm: a reply is due soon
+                elif deep and quiet > 1.0:
+                    assert backoff.short <= t <= 0.01
+                else:
+                    assert backoff.short <= t <= 0.001   # never past cap unless long idle
+    finally:
+        comm.time.monotonic = real
+
+
+def test_a_ring_wakes_the_doorbell_and_drain_empties_it():
+    session = f"test-{os.getpid()}-{os.urandom(3).hex()}"
+    bell = Doorbell(session, 5)
+    sender = Sender(MPI.COMM_SELF, session)
+    try:
+        assert bell.fileno() >= 0
+        assert select.select([bell.fileno()], [], [], 0)[0] == []
+        sender.ring(5)
+        assert select.select([bell.fileno()], [], [], 1.0)[0] == [bell.fileno()]
+        bell.drain()
+        assert select.select([bell.fileno()], [], [], 0)[0] == []
+    finally:
+        bell.close()
+        sender.close_bell()
+
+
+def test_a_sender_rings_only_after_a_pause_and_never_rank_0(monkeypatch):
+    clock = _with_clock(monkeypatch)
+    session = f"test-{os.getpid()}-{os.urandom(3).hex()}"
+    bells = {r: Doorbell(session, r) for r in (0, 1)}
+    sender = Sender(MPI.COMM_SELF, session)
+
+    def rung(rank):
+        fd = bells[rank].fileno()
+        got = select.select([fd], [], [], 0.2 if rank else 0)[0] == [fd]
+        bells[rank].drain()
+        return got
+
+    try:
+        sender.ring(1)
+        assert rung(1)                      # the first message: ring
+        clock.now += RING_AFTER / 2
+        sender.ring(1)
+        assert not rung(1)                  # it just had one: it is not asleep
+        clock.now += RING_AFTER
+        sender.ring(1)
+        assert rung(1)                      # after a pause: ring again
+        sender.ring(0)
+        assert not rung(0)                  # rank 0's comm thread has no doorbell
+    finally:
+        for bell in bells.values():
+            bell.close()
+        sender.close_bell()
+
+
+def test_a_taken_doorbell_name_leaves_the_rank_polling():
+    session = f"test-{os.getpid()}-{os.urandom(3).hex()}"
+    first = Doorbell(session, 2)
+    second = Doorbell(session, 2)
+    try:
+        assert first.fileno() >= 0 and second.fileno() == -1
+    finally:
+        first.close()
+        second.close()
