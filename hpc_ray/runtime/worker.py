@@ -12,9 +12,10 @@
 Starting executors, passing their output on and handling their end live in
 ``executor_procs.py`` (``ExecutorProcesses``, a mixin of ``WorkerLoop``).
 
-The loop never runs user code. It blocks in ``multiprocessing.connection.wait``
-on the executors' pipes with a back-off timeout and polls MPI in between, so an
-idle rank costs ~2% of a core. A dead executor (EOF on its pipe) is reported to
+The loop never runs user code. It blocks in ``select`` on the executors' pipes
+and its doorbell (``comm.Doorbell``) with a back-off timeout and polls MPI in
+between: every 1 ms at most while active lately, every 10 ms after a second of
+quiet (``DEEP_CAP``), when a sender on its host rings the doorbell first. A dead executor (EOF on its pipe) is reported to
 the head with the tasks it held and replaced.
 
 Tasks that hold a CPU queue in ``queue`` and run on the rank's CPU executors,
