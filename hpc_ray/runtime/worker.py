@@ -14,9 +14,11 @@ Starting executors, passing their output on and handling their end live in
 
 The loop never runs user code. It blocks in ``select`` on the executors' pipes
 and its doorbell (``comm.Doorbell``) with a back-off timeout and polls MPI in
-between: every 1 ms at most while active lately, every 10 ms after a second of
-quiet (``DEEP_CAP``), when a sender on its host rings the doorbell first. A dead executor (EOF on its pipe) is reported to
-the head with the tasks it held and replaced.
+between: at most 1 ms apart after recent activity (up to 10 ms on a node with
+more ranks than cores: ``polling_backoff``), 10 ms apart after a second of
+quiet (``DEEP_CAP``). A process on its host that sends it a message after a
+pause rings the doorbell first, so the message is read at once. A dead executor
+(EOF on its pipe) is reported to the head with the tasks it held and replaced.
 
 Tasks that hold a CPU queue in ``queue`` and run on the rank's CPU executors,
 one per CPU, so at most that many run at once (plus nested ones while an
