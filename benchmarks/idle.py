@@ -10,7 +10,7 @@ each system, one job of 4 worker CPUs:
                     head, ranks or raylet/GCS, executors or workers, launcher),
                     measured over 4 s after 2 s of quiet
     first task      ray.get(f.remote()) of a trivial task right after 1.5 s of
-                    quiet (median of 6): what the pause costs the next call
+                    quiet (median of 6 pauses): what the pause costs the next call
     next task       the same call again, right after the first (median of 6 x 10)
 
 Systems: ``hpc_ray`` (embedded: ``init(num_cpus=4)`` spawns 4 worker ranks),
@@ -26,10 +26,12 @@ import datetime
 import json
 import os
 import platform
+import queue
 import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -37,10 +39,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 SYSTEMS = ("hpc_ray", "hpc_ray_mpi", "ray")
 CPUS = 4
 PAUSE = 1.5
-ROUNDS = int(os.environ.get("HPC_RAY_BENCH_IDLE_ROUNDS", "6"))
 
 
-def child(system: str) -> None:
+def child(system: str, rounds: int) -> None:
     """Start the system, say IDLE and wait for a line on stdin (the parent
     measures meanwhile), then time calls after pauses and print JSON."""
     if system == "ray":
@@ -58,7 +59,7 @@ def child(system: str) -> None:
     print("IDLE", flush=True)
     sys.stdin.readline()
     first, then = [], []
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         time.sleep(PAUSE)
         t = time.perf_counter()
         ray.get(noop.remote())
@@ -90,19 +91,41 @@ def _tree_cpu(pid: int) -> tuple[float, int]:
     return total, len(procs)
 
 
-def measure(system: str, timeout: float) -> dict:
-    me = [sys.executable, os.path.abspath(__file__), "--child", system]
+def _lines(stream) -> queue.Queue:
+    """The stream's lines, read by a thread (then None at its end): the parent
+    can wait for one with a timeout."""
+    lines: queue.Queue = queue.Queue()
+
+    def pump():
+        for line in stream:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+def _wait_for(lines: queue.Queue, want, deadline: float, system: str) -> str:
+    while True:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise RuntimeError(f"{system}: no answer in time") from None
+        if line is None:
+            raise RuntimeError(f"{system} ended early")
+        if want(line):
+            return line
+
+
+def measure(system: str, rounds: int, timeout: float) -> dict:
+    me = [sys.executable, os.path.abspath(__file__), "--child", system, "--rounds", str(rounds)]
     if system == "hpc_ray_mpi":
         me = [shutil.which("mpiexec") or "mpiexec", "-n", str(CPUS + 1)] + me
     proc = subprocess.Popen(me, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
-        deadline = time.monotonic() + timeout
-        for line in proc.stdout:
-            if line.strip() == "IDLE":
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{system} did not start")
+        lines = _lines(proc.stdout)
+        _wait_for(lines, lambda line: line.strip() == "IDLE", time.monotonic() + timeout, system)
         time.sleep(2.0)   # start-up work (pre-touching the store, imports) settles
         windows = []
         for _ in range(2):
@@ -111,10 +134,8 @@ def measure(system: str, timeout: float) -> dict:
             windows.append((_tree_cpu(proc.pid)[0] - before) / 2.0)
         proc.stdin.write("go\n")
         proc.stdin.flush()
-        out = {}
-        for line in proc.stdout:
-            if line.startswith("{"):
-                out = json.loads(line)
+        out = json.loads(_wait_for(lines, lambda line: line.startswith("{"),
+                                   time.monotonic() + timeout, system))
         proc.wait(timeout=60)
         out.update(idle_cpu=min(windows), processes=nprocs)
         return out
@@ -129,20 +150,20 @@ def main() -> None:
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--reps", type=int, default=1, help="runs per system, interleaved")
     ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--rounds", type=int, default=6, help="pauses per run")
     ap.add_argument("--quick", action="store_true", help="2 pauses per run (smoke runs)")
     ap.add_argument("--save", action="store_true")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    rounds = 2 if args.quick else args.rounds
     if args.child:
-        child(args.child)
+        child(args.child, rounds)
         return
-    if args.quick:
-        os.environ["HPC_RAY_BENCH_IDLE_ROUNDS"] = "2"
     systems = args.systems.split(",")
     runs: dict = {s: [] for s in systems}
     for _ in range(args.reps):
         for s in systems:
-            runs[s].append(measure(s, args.timeout))
+            runs[s].append(measure(s, rounds, args.timeout))
             print(f"# {s}: {runs[s][-1]}", flush=True)
     rows = ["| system | processes | idle CPU (cpu-s/s) | first task after 1.5 s quiet (ms) "
             "| next task (ms) |", "|---|--:|--:|--:|--:|"]

@@ -25,7 +25,7 @@ class Clock:
 
 def _with_clock(monkeypatch) -> Clock:
     clock = Clock()
-    monkeypatch.setattr(comm.time, "monotonic", clock)
+    monkeypatch.setattr(comm, "monotonic", clock)
     return clock
 
 
@@ -66,8 +66,8 @@ def test_worker_ranks_have_the_deep_tier_however_crowded():
     st.tuples(st.just("advance"), st.floats(0.0, 2.0))), max_size=80))
 def test_backoff_bounds_hold_after_every_event(events):
     clock = Clock()
-    real = comm.time.monotonic
-    comm.time.monotonic = clock
+    real = comm.monotonic
+    comm.monotonic = clock
     try:
         backoff = Backoff(cap=0.001, spin_limit=3, warm=0.01, deep_after=1.0, deep_cap=0.01)
         last_active = clock.now
@@ -92,7 +92,7 @@ def test_backoff_bounds_hold_after_every_event(events):
                 else:
                     assert backoff.short <= t <= 0.001   # never past cap unless long idle
     finally:
-        comm.time.monotonic = real
+        comm.monotonic = real
 
 
 def test_a_ring_wakes_the_doorbell_and_drain_empties_it():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from time import monotonic
 from typing import Callable
 
 from mpi4py import MPI
@@ -66,12 +67,12 @@ class Backoff:
         self.warm = warm
         self.deep_after = deep_after
         self.deep_cap = max(cap, deep_cap)
-        self.last_active = time.monotonic()
+        self.last_active = monotonic()
 
     def reset(self) -> None:
         self.tval = 0.0
         self.spins = 0
-        self.last_active = time.monotonic()
+        self.last_active = monotonic()
 
     def next_timeout(self, reply_soon: bool = True, deep: bool = True) -> float:
         """How long the caller should block now (0 while still spinning).
@@ -81,7 +82,7 @@ class Backoff:
         if self.spins < self.spin_limit:
             self.spins += 1
             return 0.0
-        quiet = time.monotonic() - self.last_active
+        quiet = monotonic() - self.last_active
         if reply_soon and quiet < self.warm:
             return self.short
         cap = self.deep_cap if deep and self.deep_after and quiet > self.deep_after else self.cap
@@ -162,7 +163,7 @@ class Sender:
         send fails, and that rank reads the message at its next poll."""
         if self.bell is None or dest == 0:
             return
-        now = time.monotonic()
+        now = monotonic()
         if now - self.last_sent.get(dest, _NEVER) >= RING_AFTER:
             try:
                 self.bell.sendto(b"\1", "\0" + doorbell_address(self.session_id, dest))
@@ -207,8 +208,8 @@ class Sender:
         self.pending = still
 
     def drain(self, timeout: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout
-        while (self.pending or self.unmatched_count()) and time.monotonic() < deadline:
+        deadline = monotonic() + timeout
+        while (self.pending or self.unmatched_count()) and monotonic() < deadline:
             self.progress()
             time.sleep(1e-4)
 
