@@ -53,6 +53,15 @@ logger = logging.getLogger(__name__)
 
 #: Most tasks sent to an executor at once (batches amortize the pipe's cost).
 EXECUTOR_BATCH = 64
+#: An executor's batch holds about this many seconds of work, at each task's
+#: function's average time on the rank (``batch_length``). What an
+#: executor holds cannot be given back to the head for an idle rank, so it stays
+#: small against the head's PREFETCH_SECONDS; each batch costs the rank and the
+#: executor a wake-up and a round trip on the pipe, which with more ranks than
+#: cores were most of their CPU per tiny task (benchmarks/ranks.py).
+EXECUTOR_BATCH_SECONDS = 0.002
+#: Functions whose average time a rank keeps; past this many it starts afresh.
+MAX_TIMED_FUNCTIONS = 1024
 
 #: Batches sent to the head and not yet received by it, at most. Beyond this the
 #: rank stops reading its executors' requests until the head catches up, so
@@ -117,6 +126,27 @@ def polling_backoff(ranks_on_node: int, cores: int) -> Backoff:
     return Backoff(deep_after=DEEP_AFTER, deep_cap=DEEP_CAP)
 
 
+def batch_length(fns, share: int, fn_seconds: dict) -> int:
+    """How many queued tasks (``fns``: their function ids, in queue order) an idle
+    executor takes, ``share`` being its part of the queue: at most the share, and
+    about EXECUTOR_BATCH_SECONDS of work at each function's average time here. A
+    function with no task ended here yet counts as an eighth of that time: of
+    such tasks only a backlog is batched, an eighth of the share, and the rest
+    stays where the head can give it to an idle rank."""
+    unknown = EXECUTOR_BATCH_SECONDS / max(1, share // 8)
+    spent = 0.0
+    n = 0
+    for fn in fns:
+        if n >= share:
+            break
+        cost = fn_seconds.get(fn, unknown)
+        if n and spent + cost > EXECUTOR_BATCH_SECONDS:
+            break
+        spent += cost
+        n += 1
+    return n
+
+
 def _cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -157,6 +187,8 @@ class WorkerLoop(ExecutorProcesses):
         self.serials = itertools.count(1)
         self.run_functions: list[bytes] = []
         self.fn_blobs: dict = {}
+        #: function id -> moving average of how long its tasks ran here.
+        self.fn_seconds: dict = {}
         self.stop = False
         self.driver_gone = False
         self.deferred: list = []          # messages that arrived during an in-rank call
@@ -364,7 +396,9 @@ class WorkerLoop(ExecutorProcesses):
         for msg in msgs:
             kind = msg[0]
             if kind == m.TASK_DONE or kind == m.TASK_FAILED:
-                ex.assigned.pop(msg[1], None)
+                entry = ex.assigned.pop(msg[1], None)
+                if entry is not None and ex.actor_id is None:
+                    self._timed(entry[1][m.T_FN], msg[-2] - msg[-3])   # t_end - t_start
                 if kind == m.TASK_DONE and ex.unsealed:
                     self._sealed(ex, msg[2])
                 out.append(msg)
@@ -486,16 +520,19 @@ class WorkerLoop(ExecutorProcesses):
 
     def _dispatch(self, queue: collections.deque, idle: list, per_executor: int = 0) -> None:
         """Hand tasks from ``queue`` to the ``idle`` executors (``per_executor``: at
-        most that many each; 0: sized to the backlog)."""
+        most that many each; 0: sized to the backlog, see ``batch_length``)."""
         if not idle:
             return
-        # Batch only a backlog: what an executor holds cannot be given back to the
-        # head for an idle rank, so a short queue goes out one task at a time.
-        per = per_executor or max(1, min(EXECUTOR_BATCH, len(queue) // (len(idle) * 8)))
+        share = max(1, min(EXECUTOR_BATCH, len(queue) // len(idle)))
         for ex in idle:
             if not queue:
                 break
-            n = 1 if ex.assigned else per
+            if ex.assigned:
+                n = 1
+            elif per_executor:
+                n = per_executor
+            else:
+                n = batch_length((spec[m.T_FN] for spec in queue), share, self.fn_seconds)
             batch = []
             nested = bool(ex.assigned)
             while queue and len(batch) < n:
@@ -511,6 +548,17 @@ class WorkerLoop(ExecutorProcesses):
                         ex.retiring = True
                         break
             ex.send(batch)
+
+    def _timed(self, fn, seconds: float) -> None:
+        """A task of ``fn`` ran ``seconds`` on this rank."""
+        times = self.fn_seconds
+        avg = times.get(fn)
+        if avg is None:
+            if len(times) >= MAX_TIMED_FUNCTIONS:
+                times.clear()
+            times[fn] = seconds
+        else:
+            times[fn] = 0.9 * avg + 0.1 * seconds
 
     def cpus_all_running(self) -> bool:
         """Whether every CPU executor runs a task that waits on nothing here.

@@ -1,0 +1,38 @@
+"""After a burst of tiny tasks (ranks batch many of one function per executor),
+tasks of a function that has not run on a rank yet go to its executor one at a
+time: the rest stay in the rank's queue, where the head can take them back for
+a rank that went idle. So one long task does not hold back the short ones queued
+with it while the other worker idles."""
+import faulthandler, os
+faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
+
+import collections
+import time
+
+from _harness import NUM_WORKERS, check, init_kwargs, ok, report
+
+import hpc_ray as ray
+
+ray.init(**init_kwargs())
+
+
+@ray.remote
+def tiny(x):
+    return x
+
+
+@ray.remote
+def nap(seconds):
+    time.sleep(seconds)
+    return os.getpid()
+
+
+check(NUM_WORKERS == 2)
+check(ray.get([tiny.remote(i) for i in range(3000)]) == list(range(3000)))
+# The long nap is placed first; the short ones alternate between the two workers.
+pids = ray.get([nap.remote(1.5)] + [nap.remote(0.05) for _ in range(9)])
+long_pid = pids[0]
+report("naps_with_the_long_one", collections.Counter(pids)[long_pid])
+report("workers_used", len(set(pids)))
+ray.shutdown()
+ok("batch_balance")
