@@ -53,14 +53,16 @@ logger = logging.getLogger(__name__)
 
 #: Most tasks sent to an executor at once (batches amortize the pipe's cost).
 EXECUTOR_BATCH = 64
-#: An executor's batch holds about this many seconds of work, at each task's
-#: function's average time on the rank (``batch_length``). What an
-#: executor holds cannot be given back to the head for an idle rank, so it stays
-#: small against the head's PREFETCH_SECONDS; each batch costs the rank and the
+#: An executor's batch of a backlog holds about this many seconds of work, at
+#: each task's function's average time on the rank (``batch_length``), small
+#: against the head's PREFETCH_SECONDS. Each batch costs the rank and the
 #: executor a wake-up and a round trip on the pipe, which with more ranks than
 #: cores were most of their CPU per tiny task (benchmarks/ranks.py).
 EXECUTOR_BATCH_SECONDS = 0.002
-#: Functions whose average time a rank keeps; past this many it starts afresh.
+#: A function's average counts once this many of its tasks ended on the rank:
+#: a helper that returned at once the first time may wait for minutes the next.
+TIMED_AFTER = 8
+#: Functions whose times a rank keeps; past this many it starts afresh.
 MAX_TIMED_FUNCTIONS = 1024
 
 #: Batches sent to the head and not yet received by it, at most. Beyond this the
@@ -128,11 +130,14 @@ def polling_backoff(ranks_on_node: int, cores: int) -> Backoff:
 
 def batch_length(fns, share: int, fn_seconds: dict) -> int:
     """How many queued tasks (``fns``: their function ids, in queue order) an idle
-    executor takes, ``share`` being its part of the queue: at most the share, and
-    about EXECUTOR_BATCH_SECONDS of work at each function's average time here. A
-    function with no task ended here yet counts as an eighth of that time: of
-    such tasks only a backlog is batched, an eighth of the share, and the rest
-    stays where the head can give it to an idle rank."""
+    executor takes, ``share`` being its part of the queue.
+
+    What an executor holds cannot be given back to the head for an idle rank, so
+    by default only a backlog is batched: an eighth of the share (a short queue
+    goes one task at a time). A function with an average time here
+    (``fn_seconds``, see ``FunctionTimes``) is batched by time instead: up to
+    the whole share, about EXECUTOR_BATCH_SECONDS of work. A function with none
+    counts as an eighth of that time."""
     unknown = EXECUTOR_BATCH_SECONDS / max(1, share // 8)
     spent = 0.0
     n = 0
@@ -145,6 +150,37 @@ def batch_length(fns, share: int, fn_seconds: dict) -> int:
         spent += cost
         n += 1
     return n
+
+
+class FunctionTimes:
+    """How long each function's tasks ran on this rank: ``seconds`` holds a moving
+    average per function once TIMED_AFTER of its tasks ended."""
+
+    __slots__ = ("seconds", "warming")
+
+    def __init__(self) -> None:
+        self.seconds: dict = {}
+        #: function id -> (tasks ended, their total seconds), before TIMED_AFTER.
+        self.warming: dict = {}
+
+    def record(self, fn, took: float) -> None:
+        seconds = self.seconds
+        avg = seconds.get(fn)
+        if avg is not None:
+            seconds[fn] = 0.9 * avg + 0.1 * took
+            return
+        n, total = self.warming.get(fn, (0, 0.0))
+        n += 1
+        total += took
+        if n < TIMED_AFTER:
+            if len(self.warming) >= MAX_TIMED_FUNCTIONS:
+                self.warming.clear()
+            self.warming[fn] = (n, total)
+            return
+        self.warming.pop(fn, None)
+        if len(seconds) >= MAX_TIMED_FUNCTIONS:
+            seconds.clear()
+        seconds[fn] = total / n
 
 
 def _cores() -> int:
@@ -187,8 +223,7 @@ class WorkerLoop(ExecutorProcesses):
         self.serials = itertools.count(1)
         self.run_functions: list[bytes] = []
         self.fn_blobs: dict = {}
-        #: function id -> moving average of how long its tasks ran here.
-        self.fn_seconds: dict = {}
+        self.fn_times = FunctionTimes()
         self.stop = False
         self.driver_gone = False
         self.deferred: list = []          # messages that arrived during an in-rank call
@@ -398,7 +433,7 @@ class WorkerLoop(ExecutorProcesses):
             if kind == m.TASK_DONE or kind == m.TASK_FAILED:
                 entry = ex.assigned.pop(msg[1], None)
                 if entry is not None and ex.actor_id is None:
-                    self._timed(entry[1][m.T_FN], msg[-2] - msg[-3])   # t_end - t_start
+                    self.fn_times.record(entry[1][m.T_FN], msg[-2] - msg[-3])   # end - start
                 if kind == m.TASK_DONE and ex.unsealed:
                     self._sealed(ex, msg[2])
                 out.append(msg)
@@ -532,7 +567,8 @@ class WorkerLoop(ExecutorProcesses):
             elif per_executor:
                 n = per_executor
             else:
-                n = batch_length((spec[m.T_FN] for spec in queue), share, self.fn_seconds)
+                n = batch_length((spec[m.T_FN] for spec in queue), share,
+                                 self.fn_times.seconds)
             batch = []
             nested = bool(ex.assigned)
             while queue and len(batch) < n:
@@ -548,17 +584,6 @@ class WorkerLoop(ExecutorProcesses):
                         ex.retiring = True
                         break
             ex.send(batch)
-
-    def _timed(self, fn, seconds: float) -> None:
-        """A task of ``fn`` ran ``seconds`` on this rank."""
-        times = self.fn_seconds
-        avg = times.get(fn)
-        if avg is None:
-            if len(times) >= MAX_TIMED_FUNCTIONS:
-                times.clear()
-            times[fn] = seconds
-        else:
-            times[fn] = 0.9 * avg + 0.1 * seconds
 
     def cpus_all_running(self) -> bool:
         """Whether every CPU executor runs a task that waits on nothing here.
