@@ -523,7 +523,7 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
         if _submitted:
             _submitted.append(spec)
             if len(_submitted) >= SUBMIT_BATCH:
-                with self.head.lock:
+                with deferred(), self.head.lock:
                     drain_refs(self.head)
         else:
             _submitted.append(spec)
@@ -533,7 +533,14 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
             # make the two threads trade the GIL. Otherwise the comm thread's next
             # round (at most Backoff.cap later) sends it.
             if time.monotonic() - self.loop.waited_at > SUBMIT_QUIET:
-                self.loop.event.set()
+                self._wake_comm_thread()
+
+    def _wake_comm_thread(self) -> None:
+        # Event.set() takes the Event's Condition in Python code: a Ctrl-C
+        # there could leave its lock held, and the comm thread's next wait()
+        # would then block for good.
+        with deferred():
+            self.loop.event.set()
 
     def control(self, name: str, *args) -> Any:
         from . import control
@@ -549,7 +556,7 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
             # A call may free resources (kill() of an actor): place what waits
             # for them now, not when some rank next sends a message.
             self.head.schedule()
-        self.loop.event.set()
+        self._wake_comm_thread()
         return result
 
     # --- objects ----------------------------------------------------------------

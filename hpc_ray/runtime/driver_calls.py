@@ -133,19 +133,28 @@ class DriverDirectCalls:
         return True
 
     def _turn(self, span: float) -> None:
-        """Read the sockets once (up to ``span`` seconds), or wait for the thread that does."""
+        """Read the sockets once (up to ``span`` seconds), or wait for the thread that does.
+
+        The whole turn is one critical section: ``Condition.__enter__`` is Python
+        code, and a KeyboardInterrupt raised in it after it took the lock would
+        leave the lock held for good (and every later get() of the driver blocked
+        on it); one raised between setting ``reading`` and the ``try`` would leave
+        ``reading`` set, with no thread reading. A Ctrl-C waits at most ``span``
+        (callers pass at most ``POLL_SLICE``).
+        """
         arrived = self.arrived
-        with arrived:
-            if self.reading:
-                arrived.wait(span)
-                return
-            self.reading = True
-        try:
-            self._read_sockets(span)
-        finally:
+        with deferred():
             with arrived:
-                self.reading = False
-                arrived.notify_all()
+                if self.reading:
+                    arrived.wait(span)
+                    return
+                self.reading = True
+            try:
+                self._read_sockets(span)
+            finally:
+                with arrived:
+                    self.reading = False
+                    arrived.notify_all()
 
     def _read_sockets(self, timeout: float) -> None:
         poller = select.poll()

@@ -1,0 +1,72 @@
+"""A Ctrl-C at every point of a driver step where Python could raise it.
+
+Python runs a signal handler only at certain points of the main thread
+(``tests/mpi_scripts/sigint_points.py`` says which, and finds them with a trace
+function). These tests deliver one SIGINT, through hpc_ray's own handler, at
+the 1st, 2nd, ... such point of a step, until a step runs to its end, and check
+after each that the driver still works.
+
+- ``DriverDirectCalls._turn`` (the driver reading its actors' sockets): the
+  ``arrived`` lock free and ``reading`` as it was. An interrupt inside
+  ``Condition.__enter__``, after it took the lock, left the lock held, and the
+  driver's next get() blocked for good: a CI hang of
+  ``test_hundred_ctrl_c_during_get_then_every_result_arrives[embedded-repeat_actor]``.
+- Whole user steps in a real job (``interrupt_sweep.py``): a task's ``remote``
+  and ``get``, an actor call's, a ``put`` and ``get``, a ``wait``, and
+  submissions that fill a batch. An interrupt inside ``Event.set`` (waking the
+  comm thread) left the Event's lock held, and the comm thread blocked on it.
+"""
+import sys
+import threading
+
+import pytest
+
+from conftest import SCRIPTS_DIR
+
+sys.path.insert(0, str(SCRIPTS_DIR))
+from sigint_points import run_with_sigint_at  # noqa: E402
+
+from hpc_ray.runtime import interrupts  # noqa: E402
+from hpc_ray.runtime.driver_calls import DriverDirectCalls  # noqa: E402
+from hpc_ray.transport.spin import Spinner  # noqa: E402
+
+
+class _IdlePeer:
+    finished = False
+
+
+def _direct_calls(reading: bool) -> DriverDirectCalls:
+    calls = DriverDirectCalls.__new__(DriverDirectCalls)
+    calls.peer_readers = {}
+    calls.peer_channels = {}
+    calls.peer_lock = threading.Lock()
+    calls.arrived = threading.Condition(threading.Lock())
+    calls.reading = reading
+    calls.spinner = Spinner()
+    calls.peer = _IdlePeer()
+    return calls
+
+
+@pytest.mark.parametrize("reading", [False, True], ids=["reads", "waits_for_reader"])
+def test_a_ctrl_c_anywhere_in_a_turn_leaves_the_next_get_free_to_run(reading):
+    assert threading.current_thread() is threading.main_thread()
+    n = 0
+    while True:
+        n += 1
+        calls = _direct_calls(reading)
+        reached, _ = run_with_sigint_at(n, lambda: calls._turn(0))
+        assert not interrupts._pending, f"SIGINT at point {n} still pending after the turn"
+        assert not calls.arrived._lock.locked(), f"SIGINT at point {n} left the lock held"
+        assert calls.reading is reading, f"SIGINT at point {n} left reading={calls.reading}"
+        if not reached:
+            break
+    assert n > 10, n     # the turn and threading's Condition code were reached
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("what", ["task", "actor", "put", "wait", "batch"])
+def test_a_ctrl_c_anywhere_in_a_step_loses_no_result_and_blocks_nothing(run, what):
+    values = run("interrupt_sweep.py", 3, what, mode="embedded", timeout=120) \
+        .assert_ok(f"interrupt_sweep {what}")
+    assert values["points"] > 30
+    assert values["interrupted"] == values["points"] - 1
