@@ -80,6 +80,7 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
         "session_id": f"{job_id}-{os.getpid()}-{os.urandom(4).hex()}",
         "pretouch": _config.os_environ_get("PRETOUCH", 128 << 20, _config.parse_bytes),
         "extra_idle": _config.os_environ_get("EXTRA_EXECUTOR_IDLE", None, float),
+        "actor_standby": _config.os_environ_get("ACTOR_STANDBY", 1, int),
         "log_to_driver": context.log_to_driver,
     }
     cfg, node_of, node, arena = launch.setup_world(comm, cfg)

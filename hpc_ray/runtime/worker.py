@@ -20,6 +20,11 @@ quiet (``DEEP_CAP``). A process on its host that sends it a message after a
 pause rings the doorbell first, so the message is read at once. A dead executor
 (EOF on its pipe) is reported to the head with the tasks it held and replaced.
 
+A rank that has hosted an actor keeps one executor started ahead
+(``standby``) for its next actor, as Ray's worker pool does: creating an actor
+then costs no interpreter start-up. The next one starts once the last is up
+(``HPC_RAY_ACTOR_STANDBY=0``: none).
+
 Tasks that hold a CPU queue in ``queue`` and run on the rank's CPU executors,
 one per CPU, so at most that many run at once (plus nested ones while an
 executor waits in ``get``). A ``num_cpus=0`` task holds no CPU and does not wait
@@ -215,6 +220,11 @@ class WorkerLoop(ExecutorProcesses):
         self.executors: list[ExecutorProc] = []
         self.extras: list[ExecutorProc] = []
         self.actors: dict[int, ExecutorProc] = {}
+        #: An executor started ahead for the rank's next actor (0 or 1 of them),
+        #: once the rank has hosted one: creating an actor then costs no
+        #: interpreter start-up (~0.5 s here), as in Ray's worker pool.
+        self.standby: list[ExecutorProc] = []
+        self.actor_standby = bool(cfg.get("actor_standby", True))
         #: CPUs the actors in ``actors`` hold: CPU tasks run on the rest.
         self.actor_cpus = 0
         self.requests: dict[int, tuple] = {}     # rank req id -> (executor, its req id, kind)
@@ -359,11 +369,24 @@ class WorkerLoop(ExecutorProcesses):
         (self.zero_cpu_queue if _no_cpu(spec) else self.queue).append(spec)
 
     def _start_actor(self, spec: list) -> None:
-        ex = self.spawn(actor_id=spec[m.T_ACTOR])
+        if self.standby and self.standby[-1].proc.poll() is None:
+            # (One that died stays listed until its EOF is read: on_executor_died.)
+            ex = self.standby.pop()
+            ex.actor_id = spec[m.T_ACTOR]
+            if ex.ready:
+                self._refill_standby()
+        else:
+            ex = self.spawn(actor_id=spec[m.T_ACTOR])
         self.actors[spec[m.T_ACTOR]] = ex
         ex.cpus = spec[m.T_RES][1].get("CPU", 0)
         self.actor_cpus += ex.cpus
         ex.send([(m.CREATE_ACTOR, self._ship_fn(ex, spec))])
+
+    def _refill_standby(self) -> None:
+        """Start the next actor's executor, once the last one is up: started
+        beside it, the two interpreters' start-ups would share the cores."""
+        if self.actor_standby and not self.standby and not self.stop:
+            self.standby.append(self.spawn())
 
     def _forget_actor(self, actor_id: int) -> ExecutorProc | None:
         ex = self.actors.pop(actor_id, None)
@@ -496,6 +519,8 @@ class WorkerLoop(ExecutorProcesses):
                     ex.send([(m.REPLY, msg[1], None)])
             elif kind == m.EXEC_READY:
                 ex.ready = True
+                if ex.actor_id is not None:
+                    self._refill_standby()
             elif kind == m.ACTOR_DIED:
                 out.append(msg)
                 if self.actors.get(msg[1]) is ex:
@@ -601,7 +626,7 @@ class WorkerLoop(ExecutorProcesses):
         return True
 
     def all_executors(self):
-        return self.executors + self.extras + list(self.actors.values())
+        return self.executors + self.extras + list(self.actors.values()) + self.standby
 
     # --- loop -------------------------------------------------------------------
 

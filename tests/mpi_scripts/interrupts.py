@@ -15,6 +15,10 @@ from _harness import init_kwargs
 
 import hpc_ray as ray
 
+# A shell that starts a job in the background ("pytest &") leaves SIGINT
+# ignored, and Python keeps it so (hpc_ray then leaves it alone, as it should):
+# this test is about a Ctrl-C reaching the driver, so it wants Python's default.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 ray.init(**init_kwargs())
 
 

@@ -1,7 +1,8 @@
 """num_cpus=0 tasks do not wait for a CPU (the rank starts extra executors for
 them and stops them once idle), and a num_cpus=1 actor waiting in get keeps its CPU.
 
-Every worker rank has 1 CPU. Run with HPC_RAY_EXTRA_EXECUTOR_IDLE=1.
+Every worker rank has 1 CPU. Run with HPC_RAY_EXTRA_EXECUTOR_IDLE=1 and
+HPC_RAY_ACTOR_STANDBY=0 (no executor started ahead for a next actor).
 """
 import faulthandler, os
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)

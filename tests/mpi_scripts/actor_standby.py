@@ -1,0 +1,76 @@
+"""The executor a worker rank starts ahead for its next actor.
+
+One worker rank with 1 CPU. Once it has hosted an actor it keeps one spare
+executor: the next actor runs in that process (its pid was already there before
+the actor was created), and a new spare follows. A spare that dies is replaced
+quietly, with no crash reported, and actors still start. ``off`` (run with
+HPC_RAY_ACTOR_STANDBY=0): no spare, each actor a new process.
+"""
+import faulthandler, os, sys
+faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
+
+import signal
+
+import psutil
+from _harness import check, init_kwargs, ok, poll_for, report, section
+
+import hpc_ray as ray
+
+ray.init(**init_kwargs())
+standby_on = sys.argv[1] == "on"
+
+
+@ray.remote
+def pid():
+    return os.getpid()
+
+
+@ray.remote
+def rank_pid():
+    return os.getppid()
+
+
+@ray.remote(num_cpus=0)
+class Actor:
+    def pid(self):
+        return os.getpid()
+
+
+def executors(rank):
+    return {p.pid for p in psutil.Process(rank).children()
+            if "hpc_ray.runtime.executor" in " ".join(p.cmdline())}
+
+
+rank = ray.get(rank_pid.remote(), timeout=60)
+cpu_executor = ray.get(pid.remote(), timeout=60)
+check(executors(rank) == {cpu_executor}, executors(rank))
+
+with section("the next actor runs in the executor started ahead"):
+    first = Actor.remote()
+    first_pid = ray.get(first.pid.remote(), timeout=60)
+    known = {cpu_executor, first_pid}
+    spare = poll_for(lambda: executors(rank) - known, 10 if standby_on else 2)
+    if not standby_on:
+        check(not spare, f"a spare executor with HPC_RAY_ACTOR_STANDBY=0: {spare}")
+    elif check(len(spare) == 1, spare):
+        spare_pid = spare.pop()
+        second = Actor.remote()
+        check(ray.get(second.pid.remote(), timeout=60) == spare_pid)
+        known.add(spare_pid)
+        report("next_actor_in_spare", True)
+        # A new spare follows once that one is up.
+        check(len(poll_for(lambda: executors(rank) - known, 10)) == 1, executors(rank))
+
+with section("a spare that dies is replaced without a crash report"):
+    if standby_on:
+        [spare_pid] = executors(rank) - known
+        os.kill(spare_pid, signal.SIGKILL)
+        check(poll_for(lambda: spare_pid not in executors(rank), 10), "the spare lives on")
+        third = Actor.remote()
+        third_pid = ray.get(third.pid.remote(), timeout=60)
+        check(third_pid not in known | {spare_pid}, third_pid)
+        check(ray.get(pid.remote(), timeout=60) == cpu_executor)   # nothing else restarted
+        report("spare_death_quiet", True)
+
+ray.shutdown()
+ok("actor_standby")
