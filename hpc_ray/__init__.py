@@ -9,7 +9,7 @@
 
     ray.get([f.remote(i) for i in range(4)])   # [0, 1, 4, 9]
 """
-from . import actor, collective, exceptions, experimental, ray_constants, worker
+from . import actor, collective, exceptions, ray_constants, worker
 from .actors import ActorClass, ActorHandle, get_actor, kill, method
 from .api import (as_completed, available_resources, cluster_resources, error_info, errors, get,
                   get_gpu_ids, get_resource_ids, get_webui_url, init, is_initialized, nodes,
@@ -19,7 +19,6 @@ from .api import (as_completed, available_resources, cluster_resources, error_in
 from .preempt import on_preempt
 from .reusable import Reusable, reusables
 from .runtime.context import ObjectRef
-from .runtime.asyncio_compat import as_future
 
 ObjectID = ObjectRef
 
@@ -34,3 +33,15 @@ __all__ = [
     "remote", "reusables",
     "run_function_on_all_workers", "shutdown", "tasks", "timeline", "wait",
 ]
+
+
+def __getattr__(name: str):
+    # Imported when first used: they import asyncio (~0.1 s here), which every
+    # driver, rank and executor process would pay at start-up otherwise.
+    if name == "experimental":
+        import importlib
+        return importlib.import_module(".experimental", __name__)
+    if name == "as_future":
+        from .runtime.asyncio_compat import as_future
+        return as_future
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

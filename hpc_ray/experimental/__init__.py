@@ -1,6 +1,6 @@
 """Ray 0.7's ``ray.experimental``: signals, async, named actors, sgd, and
 ``get``/``wait`` over collections of refs."""
-from . import async_api, named_actors, signal
+from . import named_actors, signal
 from .api import get, set_resource, wait
 from .named_actors import get_actor, register_actor
 
@@ -9,8 +9,9 @@ __all__ = ["async_api", "get", "get_actor", "named_actors", "register_actor", "s
 
 
 def __getattr__(name: str):
-    # hpc_ray.experimental.sgd imports the training code only when asked for.
-    if name == "sgd":
+    # hpc_ray.experimental.sgd imports the training code, async_api asyncio,
+    # only when asked for.
+    if name in ("sgd", "async_api"):
         import importlib
-        return importlib.import_module(".sgd", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
