@@ -340,3 +340,39 @@ def test_a_call_after_the_actors_death_goes_through_the_head():
         assert rerouted in machine.finished_at_head
     finally:
         machine.teardown()
+
+
+def test_threads_noting_and_clearing_head_calls_lose_none():
+    """Two caller threads, each with its own actor, note calls through the head
+    and clear the finished ones at once (what two driver threads getting batches
+    do). A thread's entry dropped while the other emptied its own set raised
+    KeyError in the driver's thread (CI, test_calls_between_executors), and one
+    dropped just after another thread added a call to it would let a later
+    direct call overtake that call."""
+    import sys
+    caller = PeerCaller("race", {}, {}, threading.Lock())
+    errors = []
+    lost = []
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+
+    def loop(actor_id: int, base: int) -> None:
+        try:
+            for i in range(3000):
+                oid = base + 2 * i
+                caller.note_head_call(actor_id, [oid])
+                if oid not in caller.head_calls_of(actor_id):
+                    lost.append(oid)     # noted, not yet seen finished: must be there
+                caller.seen_finished([oid])
+        except Exception as err:          # noqa: BLE001 (the test reports it)
+            errors.append(repr(err))
+
+    try:
+        threads = [threading.Thread(target=loop, args=(a, a * 10**6)) for a in (1, 2)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+    finally:
+        sys.setswitchinterval(switch)
+    assert errors == []
+    assert lost == []
+    assert caller.head_calls == {}

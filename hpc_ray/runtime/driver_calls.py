@@ -94,7 +94,7 @@ class DriverDirectCalls:
         """The driver's calls through the head that have finished (the head is here)."""
         from .driver import drain_refs
         head = self.head
-        calls = self.peer.head_calls.get(actor_id)
+        calls = self.peer.head_calls_of(actor_id)
         with deferred(), head.lock:
             drain_refs(head)
             tasks = head.tasks

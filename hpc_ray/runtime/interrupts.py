@@ -2,8 +2,10 @@
 
 Python's default SIGINT handler raises ``KeyboardInterrupt`` between any two
 bytecodes of the main thread: between taking rank 0's MPI progress lock and
-the ``try`` that gives it back, or between receiving a batch of messages and
-handling it. Results are then lost or the job stalls. So while the main thread
+the ``try`` that gives it back, between receiving a batch of messages and
+handling it, or inside ``threading.Condition.__enter__`` (Python code, also
+under ``Event.set``) after it took its lock, which then stays held for good.
+Results are then lost or the job stalls. So while the main thread
 runs one of the runtime's critical sections (``with deferred():``), a SIGINT
 only sets a flag, and the ``KeyboardInterrupt`` is raised as the outermost
 section ends. Waits in ``get``/``wait`` run as a loop of short sections, so the

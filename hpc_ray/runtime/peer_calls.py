@@ -215,6 +215,10 @@ class PeerCaller:
         #: actor id -> first return ids of calls made through the head, not seen
         #: finished (a call's task id is its first return id - 1).
         self.head_calls: dict[int, set] = {}
+        #: Threads of the caller note and clear head calls at once: one that
+        #: dropped an entry another had just added to would let a later direct
+        #: call overtake that head call.
+        self.head_calls_lock = threading.Lock()
         #: Actors this caller calls through the head only (too many calls to track).
         self.head_only: set[int] = set()
         #: Actors whose next call goes through the head (FENCING); after a fence of
@@ -326,26 +330,34 @@ class PeerCaller:
             self.fence_passed.add(actor_id)
         if actor_id in self.head_only:
             return
-        calls = self.head_calls.get(actor_id)
-        if calls is None:
-            calls = self.head_calls[actor_id] = set()
-        calls.update(returns)
-        if len(calls) > MAX_HEAD_CALLS:
-            del self.head_calls[actor_id]
-            self.head_only.add(actor_id)
+        with self.head_calls_lock:
+            calls = self.head_calls.get(actor_id)
+            if calls is None:
+                calls = self.head_calls[actor_id] = set()
+            calls.update(returns)
+            if len(calls) > MAX_HEAD_CALLS:
+                del self.head_calls[actor_id]
+                self.head_only.add(actor_id)
+
+    def head_calls_of(self, actor_id: int) -> list[int]:
+        """The calls to ``actor_id`` made through the head and not seen finished."""
+        with self.head_calls_lock:
+            return list(self.head_calls.get(actor_id, ()))
 
     def new_task(self) -> None:
         """A task starts in this process: a new caller, whose calls need not stay
         behind the previous task's."""
-        self.head_calls.clear()
+        with self.head_calls_lock:
+            self.head_calls.clear()
         self.head_only.clear()
 
     def seen_finished(self, oids) -> None:
         """A get or wait saw these head objects ready: calls that made them are done."""
-        for actor_id, calls in list(self.head_calls.items()):
-            calls.difference_update(oids)
-            if not calls:
-                del self.head_calls[actor_id]
+        with self.head_calls_lock:
+            for actor_id, calls in list(self.head_calls.items()):
+                calls.difference_update(oids)
+                if not calls:
+                    del self.head_calls[actor_id]
 
     def _read(self, link: Link) -> list:
         batches = link.channel.read()
