@@ -435,8 +435,18 @@ class HeadLoop(threading.Thread):
     def request_fetch(self, oid: int, plan: tuple) -> threading.Event:
         done = threading.Event()
         self.fetch_requests.append((oid, plan, done))
-        self.event.set()
+        self.wake()
         return done
+
+    def wake(self) -> None:
+        """Wake the comm thread from its wait (called from the driver's threads).
+
+        Event.set() takes the Event's Condition in Python code: a Ctrl-C there
+        could leave its lock held, and the comm thread's next wait() would then
+        block for good; so it runs as a deferred() section.
+        """
+        with deferred():
+            self.event.set()
 
 
 def drain_refs(head: Head) -> None:
@@ -533,14 +543,7 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
             # make the two threads trade the GIL. Otherwise the comm thread's next
             # round (at most Backoff.cap later) sends it.
             if time.monotonic() - self.loop.waited_at > SUBMIT_QUIET:
-                self._wake_comm_thread()
-
-    def _wake_comm_thread(self) -> None:
-        # Event.set() takes the Event's Condition in Python code: a Ctrl-C
-        # there could leave its lock held, and the comm thread's next wait()
-        # would then block for good.
-        with deferred():
-            self.loop.event.set()
+                self.loop.wake()
 
     def control(self, name: str, *args) -> Any:
         from . import control
@@ -556,7 +559,7 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
             # A call may free resources (kill() of an actor): place what waits
             # for them now, not when some rank next sends a message.
             self.head.schedule()
-        self._wake_comm_thread()
+        self.loop.wake()
         return result
 
     # --- objects ----------------------------------------------------------------
@@ -617,7 +620,7 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
                     continue
                 if loop.driver_polling:
                     loop.driver_polling = False   # hand polling back to the comm thread
-                    loop.event.set()
+                    loop.wake()
                 spins += 1
                 wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
                 with head.lock:
@@ -775,7 +778,7 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
         loop = self.loop
         loop.stop_deadline = time.monotonic() + STOP_WAIT
         loop.stop_requested = True
-        loop.event.set()
+        loop.wake()
         loop.join(STOP_WAIT + 10)
         if loop.is_alive() or loop.error:
             self._shutdown_without_comm_thread()

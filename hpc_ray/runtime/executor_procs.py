@@ -301,13 +301,11 @@ class ExecutorProcesses:
 
     def on_executor_died(self, ex: ExecutorProc) -> None:
         code = self._reap(ex)
-        if ex in self.standby:      # it never ran anything: nothing to report
-            self.standby.remove(ex)
-            self.send_logs()
-            self._reclaim(ex)
-            return
         self.send_logs()  # its last lines (a traceback, a fault) before the crash report
         self._reclaim(ex)
+        if ex in self.standby:      # it never ran anything: nothing to report
+            self.standby.remove(ex)
+            return
         # The first task it held was running; tasks sent while it was blocked in
         # get() may have been running nested. The rest never started: run them again.
         lost, requeue = [], []

@@ -349,7 +349,7 @@ class PeerCaller:
         behind the previous task's."""
         with self.head_calls_lock:
             self.head_calls.clear()
-        self.head_only.clear()
+            self.head_only.clear()
 
     def seen_finished(self, oids) -> None:
         """A get or wait saw these head objects ready: calls that made them are done."""
