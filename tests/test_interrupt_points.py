@@ -6,8 +6,8 @@ function). These tests deliver one SIGINT, through hpc_ray's own handler, at
 the 1st, 2nd, ... such point of a step, until a step runs to its end, and check
 after each that the driver still works.
 
-- ``DriverDirectCalls._turn`` (the driver reading its actors' sockets): the
-  ``arrived`` lock free and ``reading`` as it was. An interrupt inside
+- ``DriverDirectCalls._turn`` (a driver thread reading its actors' sockets): the
+  ``arrived`` lock free and the link's ``reading`` claim as it was. An interrupt inside
   ``Condition.__enter__``, after it took the lock, left the lock held, and the
   driver's next get() blocked for good: a CI hang of
   ``test_hundred_ctrl_c_during_get_then_every_result_arrives[embedded-repeat_actor]``.
@@ -16,6 +16,7 @@ after each that the driver still works.
   submissions that fill a batch. An interrupt inside ``Event.set`` (waking the
   comm thread) left the Event's lock held, and the comm thread blocked on it.
 """
+import socket
 import sys
 import threading
 
@@ -28,22 +29,30 @@ from sigint_points import run_with_sigint_at  # noqa: E402
 
 from hpc_ray.runtime import interrupts  # noqa: E402
 from hpc_ray.runtime.driver_calls import DriverDirectCalls  # noqa: E402
-from hpc_ray.transport.spin import Spinner  # noqa: E402
+from hpc_ray.runtime.peer_calls import Link  # noqa: E402
+from hpc_ray.transport.direct import Channel  # noqa: E402
 
 
 class _IdlePeer:
+    """A caller with one link to a silent actor."""
     finished = False
 
+    def __init__(self, link: Link) -> None:
+        self.links = {link.actor_id: link}
 
-def _direct_calls(reading: bool) -> DriverDirectCalls:
+
+def _direct_calls(reading: bool, actor_end: socket.socket) -> DriverDirectCalls:
+    """The driver's direct calls with one link, read by another thread if ``reading``."""
     calls = DriverDirectCalls.__new__(DriverDirectCalls)
+    link = Link(1, Channel(actor_end))
+    link.reading = reading
     calls.peer_readers = {}
-    calls.peer_channels = {}
+    calls.peer_channels = {link.channel.fd: link.channel}
     calls.peer_lock = threading.Lock()
     calls.arrived = threading.Condition(threading.Lock())
-    calls.reading = reading
-    calls.spinner = Spinner()
-    calls.peer = _IdlePeer()
+    calls.waiting = 0
+    calls.spinners = threading.local()
+    calls.peer = _IdlePeer(link)
     return calls
 
 
@@ -53,11 +62,18 @@ def test_a_ctrl_c_anywhere_in_a_turn_leaves_the_next_get_free_to_run(reading):
     n = 0
     while True:
         n += 1
-        calls = _direct_calls(reading)
-        reached, _ = run_with_sigint_at(n, lambda: calls._turn(0))
+        ends = socket.socketpair()
+        calls = _direct_calls(reading, ends[0])
+        try:
+            reached, _ = run_with_sigint_at(n, lambda: calls._turn(0))
+        finally:
+            for end in ends:
+                end.close()
+        link = calls.peer.links[1]
         assert not interrupts._pending, f"SIGINT at point {n} still pending after the turn"
         assert not calls.arrived._lock.locked(), f"SIGINT at point {n} left the lock held"
-        assert calls.reading is reading, f"SIGINT at point {n} left reading={calls.reading}"
+        assert link.reading is reading, f"SIGINT at point {n} left reading={link.reading}"
+        assert calls.waiting == 0, f"SIGINT at point {n} left waiting={calls.waiting}"
         if not reached:
             break
     assert n > 10, n     # the turn and threading's Condition code were reached

@@ -7,9 +7,13 @@ head's lock: an escaping result is put into the head's tables, the holds of
 refs nested in a result are applied before the actor's pins go, and the calls'
 summaries go into the head's history (``tasks()``, the timeline).
 
-User threads wait for results here, not in the head's wait loop: one thread at
-a time reads the sockets (``reading``), for all of them, and wakes the others
-(``arrived``); a Ctrl-C lands between reads, never inside one.
+User threads wait for results here, not in the head's wait loop. A thread reads
+the sockets of the actors it waits on itself, when no other thread reads any of
+them (``Link.reading``); otherwise it waits until that thread's turn ends
+(``arrived``), by which time its answers may have come. So threads calling
+different actors each read their own (n:n calls need no hand-off between
+threads), and one socket is never read by two. A Ctrl-C lands between reads,
+never inside one.
 """
 from __future__ import annotations
 
@@ -41,8 +45,9 @@ class DriverDirectCalls:
         self.peer_lock = threading.Lock()
         self.peer_route_lock = threading.Lock()
         self.arrived = threading.Condition(threading.Lock())
-        self.reading = False
-        self.spinner = Spinner()
+        #: Threads in ``arrived.wait`` (a turn that ends wakes them).
+        self.waiting = 0
+        self.spinners = threading.local()
         self.peer = (peer_calls.PeerCaller(session_id, self.peer_readers, self.peer_channels,
                                            self.peer_lock, self.control)
                      if session_id and peer_calls.ENABLED else None)
@@ -74,14 +79,15 @@ class DriverDirectCalls:
                         # The actor's socket is full: wait for room (it is not read
                         # here otherwise until the next get or wait).
                         self.wait_direct(lambda: not link.channel.outbuf
-                                         or peer.links.get(actor_id) is not link, None)
+                                         or peer.links.get(actor_id) is not link, None,
+                                         lambda: [link])
                     elif len(link.inflight) > peer_calls.INFLIGHT_READ:
                         self._turn(0)      # far ahead: take the answers that came
                     return
                 how = peer_calls.HEAD   # the actor's process was gone: see send
                 peer.settle(actor_id)
         if how == peer_calls.DRAIN:
-            self.wait_direct(lambda: not link.inflight, None)
+            self.wait_direct(lambda: not link.inflight, None, lambda: [link])
         peer.note_head_call(actor_id, spec[m.T_RETURNS][:1])
         self.submit(spec)
 
@@ -110,7 +116,8 @@ class DriverDirectCalls:
             if not peer.owns(oid):
                 continue
             if oid in peer.pending:
-                self.wait_direct(lambda: oid not in peer.pending, None)
+                self.wait_direct(lambda: oid not in peer.pending, None,
+                                 lambda: peer.links_for((oid,)))
             res = peer.results.pop(oid, None)
             if res is None:
                 continue
@@ -123,46 +130,70 @@ class DriverDirectCalls:
 
     # --- waiting ----------------------------------------------------------------
 
-    def wait_direct(self, done, deadline: float | None) -> bool:
-        """Read the direct sockets until ``done()``; False at the deadline."""
+    def wait_direct(self, done, deadline: float | None, need=None) -> bool:
+        """Read the direct sockets until ``done()``; False at the deadline.
+        ``need()``: the links whose answers ``done`` waits for (None: all)."""
         while not done():
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return False
-            self._turn(POLL_SLICE if left is None else min(left, POLL_SLICE))
+            self._turn(POLL_SLICE if left is None else min(left, POLL_SLICE), need)
         return True
 
-    def _turn(self, span: float) -> None:
-        """Read the sockets once (up to ``span`` seconds), or wait for the thread that does.
+    def _turn(self, span: float, need=None) -> None:
+        """Read the sockets of ``need()`` once (up to ``span`` seconds), or wait for
+        the thread reading one of them to end its turn.
 
         The whole turn is one critical section: ``Condition.__enter__`` is Python
         code, and a KeyboardInterrupt raised in it after it took the lock would
         leave the lock held for good (and every later get() of the driver blocked
-        on it); one raised between setting ``reading`` and the ``try`` would leave
-        ``reading`` set, with no thread reading. A Ctrl-C waits at most ``span``
+        on it); one raised between claiming the links and the ``try`` would leave
+        them claimed, with no thread reading them. A Ctrl-C waits at most ``span``
         (callers pass at most ``POLL_SLICE``).
         """
         arrived = self.arrived
         with deferred():
+            links = list(self.peer.links.values()) if need is None else need()
+            if need is not None and not links:
+                return      # nothing of ours in flight there any more
             with arrived:
-                if self.reading:
-                    arrived.wait(span)
-                    return
-                self.reading = True
+                for link in links:
+                    if link.reading:
+                        self.waiting += 1
+                        try:
+                            arrived.wait(span)
+                        finally:
+                            self.waiting -= 1
+                        return
+                for link in links:
+                    link.reading = True
             try:
-                self._read_sockets(span)
+                self._read_links(links, span)
             finally:
                 with arrived:
-                    self.reading = False
-                    arrived.notify_all()
+                    for link in links:
+                        link.reading = False
+                    if self.waiting:
+                        arrived.notify_all()
 
-    def _read_sockets(self, timeout: float) -> None:
+    def _read_links(self, links: list, timeout: float) -> None:
         poller = select.poll()
-        peer_calls.watch(poller, self.peer_readers, self.peer_channels)
-        events = self.spinner.poll(poller, timeout * 1000.0)
+        mine = {}
+        for link in links:
+            ch = link.channel
+            mine[ch.fd] = ch
+            poller.register(ch.fd, select.POLLIN | select.POLLOUT if ch.outbuf
+                            else select.POLLIN)
+        spinner = getattr(self.spinners, "spinner", None)
+        if spinner is None:
+            spinner = self.spinners.spinner = Spinner()
+        events = spinner.poll(poller, timeout * 1000.0)
+        channels = self.peer_channels
         with deferred():
             for fd, ev in events:
-                peer_calls.serve(fd, ev, self.peer_readers, self.peer_channels, self.peer_lock)
+                # (A link another thread closed meanwhile: its fd may be a new socket's.)
+                if channels.get(fd) is mine[fd]:
+                    peer_calls.serve(fd, ev, self.peer_readers, channels, self.peer_lock)
         if self.peer.finished:
             self._report_direct(False)
 
@@ -174,13 +205,13 @@ class DriverDirectCalls:
 
     def get_with_direct(self, refs: list, timeout: float | None) -> list:
         """get() of refs some of which are direct results."""
-        from .driver import drain_refs
         peer = self.peer
         results = peer.results
         ids = [r.id for r in refs]
         mine = [i for i in ids if peer.owns(i)]
         deadline = None if timeout is None else time.monotonic() + timeout
-        if not self.wait_direct(lambda: all(map(peer.answered, mine)), deadline):
+        if not self.wait_direct(lambda: all(map(peer.answered, mine)), deadline,
+                                lambda: peer.links_for(mine)):
             raise GetTimeoutError(f"get timed out after {timeout} s: direct calls to "
                                   f"actors not answered")
         got = {i: results.get(i) for i in mine}
@@ -192,6 +223,7 @@ class DriverDirectCalls:
         pinned = [res for res in got.values() if type(res) is peer_calls.Result
                   and res.pins is not None]
         if pinned:
+            from .driver import drain_refs
             with deferred(), self.head.lock:
                 drain_refs(self.head)     # our holds of their nested refs
             for res in pinned:
@@ -233,12 +265,13 @@ class DriverDirectCalls:
                 got = self.wait_on_head(waiting, asked, span)
                 ready_others.update(got)
                 if pending:
-                    self._turn(0)
+                    self._turn(0, lambda: peer.links_for(mine))
                 elif len(got) < asked:
                     break
             else:
                 goal = num_returns
-                self.wait_direct(lambda: answered() >= goal, deadline)
+                self.wait_direct(lambda: answered() >= goal, deadline,
+                                 lambda: peer.links_for(mine))
         ready = {i for i in mine if peer.answered(i)} | ready_others
         return set([i for i in ids if i in ready][:num_returns])
 

@@ -22,6 +22,8 @@ import signal
 import threading
 
 _MAIN = threading.main_thread()
+_MAIN_IDENT = _MAIN.ident
+_get_ident = threading.get_ident
 _depth = 0          # the main thread's nesting of deferred() sections
 _pending = False    # a SIGINT arrived inside a section
 _installed = False
@@ -40,7 +42,7 @@ class _Deferred:
 
     def __enter__(self):
         global _depth
-        self.main = threading.current_thread() is _MAIN
+        self.main = _get_ident() == _MAIN_IDENT
         if self.main:
             _depth += 1
         return self

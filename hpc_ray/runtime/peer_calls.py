@@ -154,11 +154,14 @@ def refs_of(spec: list) -> list[int]:
 class Link:
     """A caller's socket to one actor and the calls in flight on it."""
 
-    __slots__ = ("actor_id", "channel", "inflight", "rank", "pid", "sent")
+    __slots__ = ("actor_id", "channel", "inflight", "rank", "pid", "sent", "reading")
 
     def __init__(self, actor_id: int, channel: direct.Channel) -> None:
         self.actor_id = actor_id
         self.channel = channel
+        #: Whether a thread of the driver is reading this socket now
+        #: (``driver_calls.DriverDirectCalls``).
+        self.reading = False
         #: Calls sent on it: one in ``placement.TELL_EVERY`` carries the caller's CPU.
         self.sent = 0
         #: The actor's rank and process, from its DIRECT_HELLO.
@@ -208,6 +211,7 @@ class PeerCaller:
         #: Summaries of answered calls not reported to the head yet, and since when.
         self.finished: list = []
         self.finished_since = 0.0
+        self.finished_lock = threading.Lock()
         #: return id -> Result: arrived.
         self.results: dict[int, Result] = {}
         #: Return ids whose refs died while the call was in flight.
@@ -243,6 +247,16 @@ class PeerCaller:
 
     def owns(self, oid: int) -> bool:
         return oid in self.results or oid in self.pending
+
+    def links_for(self, oids) -> list[Link]:
+        """The links of the calls among ``oids`` still in flight."""
+        pending = self.pending
+        out: list[Link] = []
+        for oid in oids:
+            sent = pending.get(oid)
+            if sent is not None and sent[0] not in out:
+                out.append(sent[0])
+        return out
 
     def answered(self, oid: int) -> bool:
         """Whether a wait for ``oid`` is over (its answer came, or it is not ours).
@@ -443,17 +457,20 @@ class PeerCaller:
 
     def _report(self, tid, name, state, rank, oid, t_submit, t_start, t_end, pid) -> None:
         """Keep a summary for the head, in its history's form (head/tasks.py summary)."""
-        if not self.finished:
-            self.finished_since = time.monotonic()
-        self.finished.append((tid, name, state, rank, 1, (oid,), t_submit, t_start,
-                              t_end, pid))
+        with self.finished_lock:
+            if not self.finished:
+                self.finished_since = time.monotonic()
+            self.finished.append((tid, name, state, rank, 1, (oid,), t_submit, t_start,
+                                  t_end, pid))
 
     def report_due(self, idle: bool) -> list | None:
         """The summaries to send now: many, old, or the caller is between tasks."""
         finished = self.finished
         if finished and (idle or len(finished) >= REPORT_EVERY
                          or time.monotonic() - self.finished_since > REPORT_AGE):
-            self.finished = []
+            # Threads reading other actors' sockets append meanwhile.
+            with self.finished_lock:
+                finished, self.finished = self.finished, []
             return finished
         return None
 

@@ -294,6 +294,33 @@ with section("threads of the driver and of a task, batches of calls"):
     check(got == [200] * 200, f"a task's threads: {len(got)} of 200 batches answered")
     del pair
 
+with section("driver threads whose calls share actors"):
+    # Each thread reads the sockets of the actors it waits on; one that waits
+    # on an actor another thread is reading waits for that thread's turn.
+    pair = [Box.remote(), Box.remote()]
+    answers = {}
+
+    def mixed(i):
+        got = []
+        for k in range(300):
+            if i < 2:
+                got.append(ray.get(pair[i].add.remote(1), timeout=30))
+            else:
+                got.extend(ray.get([a.add.remote(1) for a in pair], timeout=30))
+        answers[i] = got
+
+    threads = [threading.Thread(target=mixed, args=(i,)) for i in range(3)]
+    [t.start() for t in threads]
+    [t.join(timeout=60) for t in threads]
+    check(sorted(answers) == [0, 1, 2], f"threads that finished: {sorted(answers)}")
+    seen = ray.get([a.seen_list.remote() for a in pair])
+    check([len(x) for x in seen] == [600, 600], f"calls the actors ran: {[len(x) for x in seen]}")
+    for i in (0, 1):
+        # A thread's own answers grow: each counts the calls its actor ran so far.
+        check(answers[i] == sorted(answers[i]) and len(set(answers[i])) == 300,
+              f"thread {i}'s answers: {answers[i][:5]}...")
+    del pair
+
 with section("sync calls from driver threads: the actors keep their CPU masks"):
     # The callers tell the actors their CPUs, and an actor on a caller's CPU
     # moves off it (transport/placement.py) without changing its mask.
