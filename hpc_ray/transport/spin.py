@@ -5,7 +5,11 @@ the actor wakes, answers and waits for the next call. On this kind of VM a wake-
 from a blocking ``poll`` costs tens of microseconds, as much as the rest of the
 call. Polling without blocking for up to ``BUDGET`` first catches an answer (or a
 next call) that comes that soon, with no wake-up at all: a 1:1 sync loop ran 2x
-faster (benchmarks/README.md).
+faster (benchmarks/README.md). The budget must outlast the peer's side of a
+round trip (its Python work between reading a message and writing the next,
+about 100-150 us per side here): at 30 us the actor had gone to sleep before
+each next call came, and a 1:1 sync loop ran 4,400 calls/s against 6,700 at
+300 us (benchmarks/README.md).
 
 Spinning takes a core from whoever else could run, so a process spins only while
 its recent spins found something (``score``, a moving average of hits): with more
@@ -19,7 +23,7 @@ import os
 import time
 
 #: Longest busy-poll before blocking, seconds (``HPC_RAY_SPIN_US``; 0 turns it off).
-BUDGET = float(os.environ.get("HPC_RAY_SPIN_US", "30")) * 1e-6
+BUDGET = float(os.environ.get("HPC_RAY_SPIN_US", "300")) * 1e-6
 #: Spin while the moving average of hits is above this.
 KEEP = 0.3
 #: When not spinning, spin on one wait in this many to see whether it pays again.
