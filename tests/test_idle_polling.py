@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import select
+import threading
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mpi4py import MPI
 
 from hpc_ray.transport import comm
-from hpc_ray.transport.comm import RING_AFTER, Backoff, Doorbell, Sender
+from hpc_ray.transport.comm import RING_AFTER, Backoff, CommThreadBell, Doorbell, Sender
 from hpc_ray.runtime.worker import DEEP_AFTER, DEEP_CAP, polling_backoff
 
 
@@ -111,7 +112,7 @@ def test_a_ring_wakes_the_doorbell_and_drain_empties_it():
         sender.close_bell()
 
 
-def test_a_sender_rings_only_after_a_pause_and_never_rank_0(monkeypatch):
+def test_a_sender_rings_only_after_a_pause(monkeypatch):
     clock = _with_clock(monkeypatch)
     session = f"test-{os.getpid()}-{os.urandom(3).hex()}"
     bells = {r: Doorbell(session, r) for r in (0, 1)}
@@ -119,7 +120,7 @@ def test_a_sender_rings_only_after_a_pause_and_never_rank_0(monkeypatch):
 
     def rung(rank):
         fd = bells[rank].fileno()
-        got = select.select([fd], [], [], 0.2 if rank else 0)[0] == [fd]
+        got = select.select([fd], [], [], 0.2)[0] == [fd]
         bells[rank].drain()
         return got
 
@@ -133,7 +134,7 @@ def test_a_sender_rings_only_after_a_pause_and_never_rank_0(monkeypatch):
         sender.ring(1)
         assert rung(1)                      # after a pause: ring again
         sender.ring(0)
-        assert not rung(0)                  # rank 0's comm thread has no doorbell
+        assert rung(0)                      # rank 0's comm thread has one too
     finally:
         for bell in bells.values():
             bell.close()
@@ -149,3 +150,47 @@ def test_a_taken_doorbell_name_leaves_the_rank_polling():
     finally:
         first.close()
         second.close()
+
+
+def _sleep_in_thread(bell: CommThreadBell, event: threading.Event) -> tuple:
+    """``bell.sleep(60, event)`` in a thread; returns (thread, result list)."""
+    got: list = []
+    sleeper = threading.Thread(target=lambda: got.append(bell.sleep(60.0, event)))
+    sleeper.start()
+    while not bell.sleeping and sleeper.is_alive():
+        threading.Event().wait(0.001)
+    return sleeper, got
+
+
+def test_rank_0s_sleeping_comm_thread_wakes_on_a_worker_ranks_ring():
+    session = f"test-{os.getpid()}-{os.urandom(3).hex()}"
+    bell = CommThreadBell(session)
+    sender = Sender(MPI.COMM_SELF, session)
+    try:
+        assert bell.usable
+        sleeper, got = _sleep_in_thread(bell, threading.Event())
+        sender.ring(0)                      # a worker rank sends to rank 0 after a pause
+        sleeper.join(10)
+        assert not sleeper.is_alive() and got == [True]
+        assert not bell.sleeping
+    finally:
+        bell.close()
+        sender.close_bell()
+
+
+def test_rank_0s_sleeping_comm_thread_wakes_when_a_driver_thread_wakes_it():
+    session = f"test-{os.getpid()}-{os.urandom(3).hex()}"
+    bell = CommThreadBell(session)
+    event = threading.Event()
+    try:
+        bell.ring_if_sleeping()             # nobody sleeps: no ring is left behind
+        assert bell.sleep(0.05, event) is False
+        sleeper, got = _sleep_in_thread(bell, event)
+        event.set()                         # HeadLoop.wake(): the event, then the ring
+        bell.ring_if_sleeping()
+        sleeper.join(10)
+        assert not sleeper.is_alive() and got == [True]
+        # A wake-up that came before the sleep: no wait at all.
+        assert bell.sleep(60.0, event) is False
+    finally:
+        bell.close()

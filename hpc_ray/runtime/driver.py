@@ -42,10 +42,12 @@ from typing import Any
 
 from mpi4py import MPI
 
+from .. import _config
 from ..exceptions import GetTimeoutError, RayError
 from ..transport import direct
 from ..transport import messages as m
-from ..transport.comm import Backoff, Fetcher, Sender, recv_control, tighten_timer_slack
+from ..transport.comm import (Backoff, CommThreadBell, Fetcher, Sender, recv_control,
+                              tighten_timer_slack)
 from ..transport.messages import FETCH_PLAN
 from ..transport.serialization import RAW
 from . import context, interrupts, peer_calls, values
@@ -71,13 +73,17 @@ CHANNEL_CHECK = 0.001
 #: A submission this soon after a driver thread left get()/wait() does not wake
 #: the comm thread (see DriverContext.submit).
 SUBMIT_QUIET = 0.0002
-#: With no task in flight and no activity for this many seconds, the comm thread
-#: polls MPI only every QUIET_CAP (else every 1 ms at most): a message a worker
-#: rank sends unasked then (a request of an actor's thread) waits up to that
-#: long; the driver's own calls wake the thread at once. Each idle poll costs
-#: 50-150 us of CPU on this kind of VM.
+#: With no activity for this many seconds, the comm thread polls MPI only every
+#: QUIET_CAP (``HPC_RAY_HEAD_IDLE_POLL_MS``; else every 1 ms at most), and sleeps
+#: on rank 0's doorbell in between (``comm.CommThreadBell``): a worker rank on
+#: this host that sends after a pause rings it first (``comm.Sender``), and the
+#: driver's threads ring it in ``wake()``. A message from a rank on another host
+#: waits up to QUIET_CAP. Without a doorbell (off
+#: Linux) the comm thread goes quiet only while no task is in flight. Each idle
+#: poll costs 50-150 us of CPU on this kind of VM: at 1 ms, ~10% of a core taken
+#: from the tasks that run meanwhile.
 QUIET_AFTER = 1.0
-QUIET_CAP = 0.005
+QUIET_CAP = _config.os_environ_get("HEAD_IDLE_POLL_MS", 5.0, float) / 1000.0
 #: Seconds shutdown() waits for every worker rank to confirm it has stopped
 #: (a rank first stops its executors, which takes up to 2 s).
 STOP_WAIT = 20.0
@@ -95,6 +101,8 @@ class HeadLoop(threading.Thread):
         self.sender = Sender(comm, session_id)
         self.fetcher = Fetcher(comm, self.sender, arena)
         self.event = threading.Event()
+        #: What the quiet comm thread sleeps on (see QUIET_AFTER).
+        self.bell = CommThreadBell(session_id)
         self.stop_requested = False
         #: Worker ranks that sent STOPPED, and how long to wait for the others.
         self.stopped: set[int] = set()
@@ -200,6 +208,7 @@ class HeadLoop(threading.Thread):
         finally:
             self.close_channels()
             self.sender.close_bell()
+            self.bell.close()
 
     def fail(self, tb: str) -> None:
         """The head hit a bug: say so once, and fail everything pending."""
@@ -234,6 +243,11 @@ class HeadLoop(threading.Thread):
                                           time.monotonic() - self.channels_read > CHANNEL_CHECK):
             hellos, gone = self._read_channels(batches)
         self.received = bool(batches)
+        if batches:
+            # Rings of messages received by now would wake the next quiet wait
+            # for nothing. (A ring drained here of a message not received yet:
+            # that message waits for the next poll, at most QUIET_CAP.)
+            self.bell.drain()
         with head.lock:
             drain_refs(head)
             if hellos or gone:
@@ -397,8 +411,12 @@ class HeadLoop(threading.Thread):
                 if reply_soon is None:
                     reply_soon = not head.cpus_all_running()
                 # (A dict's length, read without the lock: at worst one poll late.)
-                t = backoff.next_timeout(reply_soon, not head.tasks)
-                if t:
+                t = backoff.next_timeout(reply_soon, not head.tasks or self.bell.usable)
+                if t > backoff.cap and self.bell.usable:
+                    if self.bell.sleep(t, event):
+                        backoff.reset()    # a message is on its way: poll MPI at once
+                    event.clear()
+                elif t:
                     event.wait(t)
                     event.clear()
                 else:
@@ -447,6 +465,7 @@ class HeadLoop(threading.Thread):
         """
         with deferred():
             self.event.set()
+            self.bell.ring_if_sleeping()
 
 
 def drain_refs(head: Head) -> None:

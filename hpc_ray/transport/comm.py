@@ -11,6 +11,7 @@ thread on rank 0, the main loop on worker ranks), so no lock is taken here.
 from __future__ import annotations
 
 import logging
+import select
 import socket
 import time
 from time import monotonic
@@ -95,13 +96,14 @@ def doorbell_address(session_id: str, rank: int) -> str:
 
 
 class Doorbell:
-    """A worker rank's wake-up: an abstract Unix datagram socket its loop selects on.
+    """A rank's wake-up: an abstract Unix datagram socket its loop selects on.
 
     MPI cannot wake a blocked process, so an idle rank polls it; one idle for
     ``Backoff.deep_after`` polls only every ``deep_cap``. A process on the same
     host that sends it a message after a pause rings first (``Sender``), so the
-    message is read at once instead. The socket has no file to clean up, and
-    off Linux (or when the name is taken) there is none: the rank just polls.
+    message is read at once instead. Worker ranks and rank 0's comm thread each
+    have one. The socket has no file to clean up, and off Linux (or when the
+    name is taken) there is none: the rank just polls.
     """
 
     def __init__(self, session_id: str, rank: int) -> None:
@@ -134,6 +136,68 @@ class Doorbell:
             self.sock = None
 
 
+class CommThreadBell:
+    """Rank 0's doorbell, which its comm thread sleeps on once quiet.
+
+    Rank 0's comm thread is woken by two kinds of senders: worker ranks, over
+    MPI (one on this host rings the doorbell first when it sends after a pause,
+    as it does for any rank: ``Sender``), and the driver's own threads, which set
+    a ``threading.Event``. A thread cannot block on both an Event and a socket,
+    so while the comm thread sleeps on the socket (``sleeping``) a driver thread
+    rings it too (``ring_if_sleeping``), after setting the Event.
+    """
+
+    def __init__(self, session_id: str | None) -> None:
+        self.bell = Doorbell(session_id or "", 0)
+        self.sleeping = False
+        self.tx: socket.socket | None = None
+        self.address = ""
+        if self.bell.sock is not None:
+            self.address = "\0" + doorbell_address(session_id, 0)
+            self.tx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self.tx.setblocking(False)
+
+    @property
+    def usable(self) -> bool:
+        return self.bell.sock is not None
+
+    def sleep(self, timeout: float, event) -> bool:
+        """Block up to ``timeout`` for a ring; True if one came (a message is on
+        its way). No wait if ``event`` is set: the caller's next round is due."""
+        self.sleeping = True
+        try:
+            # A driver thread sets the event, then rings if it sees ``sleeping``:
+            # one that set it before this test is seen here, one after it rings.
+            if event.is_set():
+                return False
+            try:
+                ready = select.select([self.bell.fileno()], [], [], timeout)[0]
+            except (OSError, ValueError):
+                return False
+        finally:
+            self.sleeping = False
+        if ready:
+            self.bell.drain()
+        return bool(ready)
+
+    def ring_if_sleeping(self) -> None:
+        if self.sleeping and self.tx is not None:
+            try:
+                self.tx.sendto(b"\1", self.address)
+            except OSError:
+                pass
+
+    def drain(self) -> None:
+        if self.bell.sock is not None:
+            self.bell.drain()
+
+    def close(self) -> None:
+        self.bell.close()
+        if self.tx is not None:
+            self.tx.close()
+            self.tx = None
+
+
 #: A send to a rank that this process sent nothing to for this long rings the
 #: rank's doorbell first. Well below the ``deep_after`` of worker ranks: a rank
 #: that had a message from this process within this time is not sleeping long.
@@ -158,10 +222,9 @@ class Sender:
 
     def ring(self, dest: int) -> None:
         """Ring ``dest``'s doorbell if this process sent it nothing for RING_AFTER.
-        Rank 0 has none (its comm thread is woken by the driver's threads, and
-        polls MPI every few ms at most); nor has a rank on another host: the
-        send fails, and that rank reads the message at its next poll."""
-        if self.bell is None or dest == 0:
+        A rank on another host has none here: the send fails, and that rank
+        reads the message at its next poll."""
+        if self.bell is None:
             return
         now = monotonic()
         if now - self.last_sent.get(dest, _NEVER) >= RING_AFTER:
