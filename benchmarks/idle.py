@@ -12,6 +12,10 @@ each system, one job of 4 worker CPUs:
     first task      ray.get(f.remote()) of a trivial task right after 1.5 s of
                     quiet (median of 6 pauses): what the pause costs the next call
     next task       the same call again, right after the first (median of 6 x 10)
+    busy overhead   while 2 CPU-bound tasks of 4 s run: CPU seconds per second
+                    of every process of the job except what the two tasks' own
+                    processes spent running them (the runtime's polling and
+                    bookkeeping, taken from the cores the tasks could use)
 
 Systems: ``hpc_ray`` (embedded: ``init(num_cpus=4)`` spawns 4 worker ranks),
 ``hpc_ray_mpi`` (``mpiexec -n 5``), ``ray`` (``ray.init(num_cpus=4)``).
@@ -39,6 +43,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 SYSTEMS = ("hpc_ray", "hpc_ray_mpi", "ray")
 CPUS = 4
 PAUSE = 1.5
+BUSY_TASKS = 2
+BUSY_SECONDS = 4.0
 
 
 def child(system: str, rounds: int) -> None:
@@ -54,6 +60,15 @@ def child(system: str, rounds: int) -> None:
     @ray.remote
     def noop():
         return 1
+
+    @ray.remote
+    def burn(seconds):
+        """Spin for ``seconds`` of wall time; the CPU this process spent meanwhile."""
+        t0 = time.process_time()
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+        return time.process_time() - t0
 
     ray.get([noop.remote() for _ in range(200)])
     print("IDLE", flush=True)
@@ -71,6 +86,12 @@ def child(system: str, rounds: int) -> None:
     print(json.dumps({"first_ms": statistics.median(first) * 1e3,
                       "first_max_ms": max(first) * 1e3,
                       "next_ms": statistics.median(then) * 1e3}), flush=True)
+    print("BUSY", flush=True)
+    sys.stdin.readline()
+    t = time.perf_counter()
+    task_cpu = sum(ray.get([burn.remote(BUSY_SECONDS) for _ in range(BUSY_TASKS)]))
+    print(json.dumps({"task_cpu": task_cpu, "busy_wall": time.perf_counter() - t}),
+          flush=True)
     ray.shutdown()
 
 
@@ -136,8 +157,17 @@ def measure(system: str, rounds: int, timeout: float) -> dict:
         proc.stdin.flush()
         out = json.loads(_wait_for(lines, lambda line: line.startswith("{"),
                                    time.monotonic() + timeout, system))
+        _wait_for(lines, lambda line: line.strip() == "BUSY", time.monotonic() + timeout,
+                  system)
+        before, _ = _tree_cpu(proc.pid)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        busy = json.loads(_wait_for(lines, lambda line: line.startswith("{"),
+                                    time.monotonic() + timeout, system))
+        spent = _tree_cpu(proc.pid)[0] - before
         proc.wait(timeout=60)
-        out.update(idle_cpu=min(windows), processes=nprocs)
+        out.update(idle_cpu=min(windows), processes=nprocs,
+                   busy_overhead=(spent - busy["task_cpu"]) / busy["busy_wall"])
         return out
     finally:
         if proc.poll() is None:
@@ -166,12 +196,14 @@ def main() -> None:
             runs[s].append(measure(s, rounds, args.timeout))
             print(f"# {s}: {runs[s][-1]}", flush=True)
     rows = ["| system | processes | idle CPU (cpu-s/s) | first task after 1.5 s quiet (ms) "
-            "| next task (ms) |", "|---|--:|--:|--:|--:|"]
+            f"| next task (ms) | overhead while {BUSY_TASKS} tasks of {BUSY_SECONDS:.0f} s run "
+            "(cpu-s/s) |", "|---|--:|--:|--:|--:|--:|"]
     for s in systems:
         med = {k: statistics.median(r[k] for r in runs[s])
-               for k in ("idle_cpu", "first_ms", "next_ms", "processes")}
+               for k in ("idle_cpu", "first_ms", "next_ms", "processes", "busy_overhead")}
         rows.append(f"| {s} | {med['processes']:.0f} | {med['idle_cpu']:.3f} | "
-                    f"{med['first_ms']:.2f} | {med['next_ms']:.2f} |")
+                    f"{med['first_ms']:.2f} | {med['next_ms']:.2f} | "
+                    f"{med['busy_overhead']:.3f} |")
     table = "\n".join(rows)
     print(table)
     if args.save:
