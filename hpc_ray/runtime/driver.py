@@ -78,10 +78,10 @@ SUBMIT_QUIET = 0.0002
 #: on rank 0's doorbell in between (``comm.CommThreadBell``): a worker rank on
 #: this host that sends after a pause rings it first (``comm.Sender``), and the
 #: driver's threads ring it in ``wake()``. A message from a rank on another host
-#: waits up to QUIET_CAP. Without a doorbell (off
-#: Linux) the comm thread goes quiet only while no task is in flight. Each idle
-#: poll costs 50-150 us of CPU on this kind of VM: at 1 ms, ~10% of a core taken
-#: from the tasks that run meanwhile.
+#: waits up to QUIET_CAP. Without a doorbell (off Linux) the comm thread goes
+#: quiet only while no task is in flight. Each idle poll costs 50-150 us of CPU
+#: on this kind of VM: at 1 ms, ~10% of a core taken from the tasks that run
+#: meanwhile.
 QUIET_AFTER = 1.0
 QUIET_CAP = _config.os_environ_get("HEAD_IDLE_POLL_MS", 5.0, float) / 1000.0
 #: Seconds shutdown() waits for every worker rank to confirm it has stopped

@@ -2,7 +2,9 @@
 and cross-node object copies.
 
 Only the thread that owns a rank's MPI traffic calls into this module (the comm
-thread on rank 0, the main loop on worker ranks), so no lock is taken here.
+thread on rank 0, the main loop on worker ranks), so no lock is taken here. The
+one exception is ``CommThreadBell.ring_if_sleeping``, which rank 0's driver
+threads call: it reads a flag and sends a datagram.
 
     rank A (needs object)                           rank B (node holding it)
       FETCH(oid, offset, size)   ── Tag.CONTROL ──▶
