@@ -130,6 +130,13 @@ class DriverDirectCalls:
 
     # --- waiting ----------------------------------------------------------------
 
+    def _links_of(self, oids: list):
+        """``need`` of a wait for ``oids``: their links, found once (a call's link is
+        fixed when it is sent; a get of 100,000 refs must not scan them all every
+        turn), those with calls still in flight at each turn."""
+        links = self.peer.links_for(oids)
+        return lambda: [link for link in links if link.inflight]
+
     def wait_direct(self, done, deadline: float | None, need=None) -> bool:
         """Read the direct sockets until ``done()``; False at the deadline.
         ``need()``: the links whose answers ``done`` waits for (None: all)."""
@@ -211,7 +218,7 @@ class DriverDirectCalls:
         mine = [i for i in ids if peer.owns(i)]
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self.wait_direct(lambda: all(map(peer.answered, mine)), deadline,
-                                lambda: peer.links_for(mine)):
+                                self._links_of(mine)):
             raise GetTimeoutError(f"get timed out after {timeout} s: direct calls to "
                                   f"actors not answered")
         got = {i: results.get(i) for i in mine}
@@ -250,6 +257,7 @@ class DriverDirectCalls:
             return sum(map(peer.answered, mine))
 
         ready_others: set = set()
+        links_needed = self._links_of(mine)
         while True:
             n_mine = answered()
             need = num_returns - n_mine - len(ready_others)
@@ -265,13 +273,12 @@ class DriverDirectCalls:
                 got = self.wait_on_head(waiting, asked, span)
                 ready_others.update(got)
                 if pending:
-                    self._turn(0, lambda: peer.links_for(mine))
+                    self._turn(0, links_needed)
                 elif len(got) < asked:
                     break
             else:
                 goal = num_returns
-                self.wait_direct(lambda: answered() >= goal, deadline,
-                                 lambda: peer.links_for(mine))
+                self.wait_direct(lambda: answered() >= goal, deadline, links_needed)
         ready = {i for i in mine if peer.answered(i)} | ready_others
         return set([i for i in ids if i in ready][:num_returns])
 
