@@ -46,8 +46,9 @@ def test_a_quiet_rank_is_woken_by_its_doorbell(run, mode, n, ranks_per_node):
 
 @pytest.mark.parametrize("mode,n", [("mpiexec", 3), ("embedded", 3)])
 def test_the_heads_comm_thread_sleeps_on_its_doorbell_while_a_long_task_runs(run, mode, n):
-    # Rank 0 and the worker ranks would poll MPI once in 10 minutes once quiet:
-    # only the rings (the driver's submission, the long task's result) wake them.
+    # Once quiet, rank 0 and the worker ranks sleep ever longer between polls
+    # (up to 10 minutes here); the rings that wake them early are tested one by
+    # one in test_idle_polling.py.
     env = {"HPC_RAY_HEAD_IDLE_POLL_MS": "600000", "HPC_RAY_IDLE_POLL_MS": "600000"}
     values = run("head_doorbell.py", n, mode=mode, timeout=60, env=env).assert_ok("head_doorbell")
     assert values["slept_on_bell"] is True, values

@@ -1,13 +1,17 @@
-"""Rank 0's comm thread sleeps on its doorbell while long tasks run.
+"""Rank 0's comm thread sleeps on its doorbell while long tasks run, and the work
+still moves on.
 
 The test sets HPC_RAY_HEAD_IDLE_POLL_MS (and the worker ranks' HPC_RAY_IDLE_POLL_MS)
-to minutes, so each step finishes within the test's timeout only if a ring woke
-the sleeper. The driver makes no hpc_ray call while it waits for a step (it
-would poll MPI itself), so only the comm thread can move the work on:
+to minutes: once quiet, the loops' back-off sleeps double towards that. The
+driver makes no hpc_ray call while it waits for a step (it would poll MPI
+itself), so only the comm thread can move the work on:
 
-- a task submitted while the comm thread sleeps runs: the driver's wake() rang;
-- a task queued behind long ones runs when one of them ends: the worker rank,
-  which sent nothing for seconds, rang when it sent that task's result.
+- a task submitted while the comm thread sleeps runs (the driver's wake() rings);
+- a task queued behind long ones runs when one of them ends (the worker rank,
+  which sent nothing for seconds, rings when it sends that task's result).
+
+The sleeps have not grown past a few seconds by then, so a missing ring would
+delay these steps rather than stop them; test_idle_polling.py tests each ring.
 """
 import faulthandler, os
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
