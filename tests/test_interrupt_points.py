@@ -65,7 +65,8 @@ def test_a_ctrl_c_anywhere_in_a_turn_leaves_the_next_get_free_to_run(reading):
         ends = socket.socketpair()
         calls = _direct_calls(reading, ends[0])
         try:
-            reached, _ = run_with_sigint_at(n, lambda: calls._turn(0))
+            links = list(calls.peer.links.values())
+            reached, _ = run_with_sigint_at(n, lambda: calls._turn(0, lambda: links))
         finally:
             for end in ends:
                 end.close()

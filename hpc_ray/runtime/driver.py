@@ -243,11 +243,6 @@ class HeadLoop(threading.Thread):
                                           time.monotonic() - self.channels_read > CHANNEL_CHECK):
             hellos, gone = self._read_channels(batches)
         self.received = bool(batches)
-        if batches:
-            # Rings of messages received by now would wake the next quiet wait
-            # for nothing. (A ring drained here of a message not received yet:
-            # that message waits for the next poll, at most QUIET_CAP.)
-            self.bell.drain()
         with head.lock:
             drain_refs(head)
             if hellos or gone:
@@ -406,6 +401,7 @@ class HeadLoop(threading.Thread):
                     head.retry_pending_actors()
             if active:
                 backoff.reset()
+                self.bell.stale = True
                 reply_soon = None
             else:
                 if reply_soon is None:

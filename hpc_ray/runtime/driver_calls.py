@@ -82,7 +82,7 @@ class DriverDirectCalls:
                                          or peer.links.get(actor_id) is not link, None,
                                          lambda: [link])
                     elif len(link.inflight) > peer_calls.INFLIGHT_READ:
-                        self._turn(0)      # far ahead: take the answers that came
+                        self._turn(0, lambda: [link])   # far ahead: take its answers
                     return
                 how = peer_calls.HEAD   # the actor's process was gone: see send
                 peer.settle(actor_id)
@@ -137,9 +137,9 @@ class DriverDirectCalls:
         links = self.peer.links_for(oids)
         return lambda: [link for link in links if link.inflight]
 
-    def wait_direct(self, done, deadline: float | None, need=None) -> bool:
+    def wait_direct(self, done, deadline: float | None, need) -> bool:
         """Read the direct sockets until ``done()``; False at the deadline.
-        ``need()``: the links whose answers ``done`` waits for (None: all)."""
+        ``need()``: the links whose answers ``done`` waits for."""
         while not done():
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
@@ -147,7 +147,7 @@ class DriverDirectCalls:
             self._turn(POLL_SLICE if left is None else min(left, POLL_SLICE), need)
         return True
 
-    def _turn(self, span: float, need=None) -> None:
+    def _turn(self, span: float, need) -> None:
         """Read the sockets of ``need()`` once (up to ``span`` seconds), or wait for
         the thread reading one of them to end its turn.
 
@@ -160,8 +160,8 @@ class DriverDirectCalls:
         """
         arrived = self.arrived
         with deferred():
-            links = list(self.peer.links.values()) if need is None else need()
-            if need is not None and not links:
+            links = need()
+            if not links:
                 return      # nothing of ours in flight there any more
             with arrived:
                 for link in links:

@@ -152,6 +152,9 @@ class CommThreadBell:
     def __init__(self, session_id: str | None) -> None:
         self.bell = Doorbell(session_id or "", 0)
         self.sleeping = False
+        #: Rings may have come for messages already received (set by the loop
+        #: on activity): the next sleep drops them first.
+        self.stale = False
         self.tx: socket.socket | None = None
         self.address = ""
         if self.bell.sock is not None:
@@ -165,7 +168,16 @@ class CommThreadBell:
 
     def sleep(self, timeout: float, event) -> bool:
         """Block up to ``timeout`` for a ring; True if one came (a message is on
-        its way). No wait if ``event`` is set: the caller's next round is due."""
+        its way). No wait if ``event`` is set: the caller's next round is due.
+
+        The first sleep after activity only drops the rings that came meanwhile
+        (they would wake it for nothing) and returns False, so the caller polls
+        once more before it sleeps: a ring dropped of a message not received
+        yet costs that message at most one sleep."""
+        if self.stale:
+            self.stale = False
+            self.bell.drain()
+            return False
         self.sleeping = True
         try:
             # A driver thread sets the event, then rings if it sees ``sleeping``:
@@ -188,10 +200,6 @@ class CommThreadBell:
                 self.tx.sendto(b"\1", self.address)
             except OSError:
                 pass
-
-    def drain(self) -> None:
-        if self.bell.sock is not None:
-            self.bell.drain()
 
     def close(self) -> None:
         self.bell.close()
