@@ -22,6 +22,9 @@ SYNC_THREAD_BATCH = 200
 LONG_CALLER_CALLS = 2000
 TREE_LEAVES = 256
 WAIT_REFS = 1000
+#: Floats in the array argument and result of ``actor_sync_array`` (8 KB: a small
+#: model's weights or gradient, as a parameter server passes them).
+ARRAY_FLOATS = 1000
 
 #: A rep during which other jobs kept more than this share of all CPUs busy is
 #: "noisy": its rate is used only if every rep was noisy (and then marked so).
@@ -58,6 +61,8 @@ WORKLOADS = [
              f"{TREE_LEAVES} leaf refs summed pairwise by {TREE_LEAVES - 1} add(a, b) "
              f"tasks whose arguments are refs; get the root", True),
     Workload("actor_sync", "calls/s", "1:1, get(a.m.remote()) in a loop"),
+    Workload("actor_sync_array", "calls/s",
+             f"1:1, get(a.half.remote(w)) in a loop, w and the result {ARRAY_FLOATS} float64s"),
     Workload("actor_async", "calls/s",
              f"1:1, get([a.m.remote() for _ in range({ASYNC_BATCH})])"),
     Workload("actor_nn_sync", "calls/s",

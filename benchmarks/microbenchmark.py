@@ -53,7 +53,7 @@ if HERE not in sys.path:  # mpi4py.futures workers re-import this file as their 
     sys.path.insert(0, HERE)
 
 from bench_catalog import (  # noqa: E402
-    ASYNC_BATCH, DEFAULT_SYSTEMS, LARGE_BYTES, LONG_CALLER_CALLS, MARK, NOISY, SYNC_THREAD_BATCH,
+    ARRAY_FLOATS, ASYNC_BATCH, DEFAULT_SYSTEMS, LARGE_BYTES, LONG_CALLER_CALLS, MARK, NOISY, SYNC_THREAD_BATCH,
     SYSTEMS, TREE_LEAVES, WAIT_REFS, WORKLOADS, applies)
 
 
@@ -76,6 +76,9 @@ def _add(a, b):
 class _Actor:
     def small_value(self):
         return b"ok"
+
+    def half(self, w):
+        return w * 0.5
 
 
 def _caller_sync(actor, n):
@@ -296,6 +299,17 @@ class RayLike:
         try:
             _check(rt.get(a.small_value.remote()) == b"ok", "actor_sync")
             return measure(lambda: rt.get(a.small_value.remote()), 1, self.s)
+        finally:
+            self._kill([a])
+
+    def actor_sync_array(self):
+        import numpy as np
+        rt = self.rt
+        a = self.actor_cls.remote()
+        w = np.ones(ARRAY_FLOATS)
+        try:
+            _check(float(rt.get(a.half.remote(w))[-1]) == 0.5, "actor_sync_array")
+            return measure(lambda: rt.get(a.half.remote(w)), 1, self.s)
         finally:
             self._kill([a])
 
