@@ -69,6 +69,13 @@ class DriverDirectCalls:
         with self.peer_route_lock:
             how, link = peer.route(spec, deps_ready)
             if how == peer_calls.DIRECT:
+                if deps and (peer.pending or peer.results):
+                    for dep in deps:
+                        oid = dep[1]
+                        if oid in peer.pending:   # (as _promote waits for it)
+                            self.wait_direct(lambda: oid not in peer.pending, None,
+                                             lambda: peer.links_for((oid,)))
+                    peer.inline_args(spec)
                 refs = peer.escaping(spec)
                 if refs:
                     self._promote(refs)

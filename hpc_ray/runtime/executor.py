@@ -477,6 +477,12 @@ class ExecutorContext(context.ContextBase):
         with self.peer_route_lock:
             how, link = peer.route(spec, deps_ready)
             if how == peer_calls.DIRECT:
+                if deps and (peer.pending or peer.results):
+                    for dep in deps:
+                        oid = dep[1]
+                        if oid in peer.pending:   # (as _promote waits for it)
+                            self._await(lambda: oid not in peer.pending, None, blocking=True)
+                    peer.inline_args(spec)
                 refs = peer.escaping(spec)
                 if refs:   # the actor fetches the arguments' objects from the head
                     self._promote(refs)
@@ -782,13 +788,19 @@ class ExecutorContext(context.ContextBase):
             self.actor_terminated()
 
     def _fetch_deps(self, spec: list) -> None:
-        """A direct call's argument refs, resolved as the head does on dispatch."""
+        """A direct call's argument refs, resolved as the head does on dispatch
+        (those the caller sent with their values are: ``inline_args``)."""
         deps = spec[m.T_DEPS]
-        recs = self._get_from_head([oid for _, oid in deps], None)
+        todo = [oid for dep in deps if len(dep) == 2 for oid in dep[1:]]
+        if not todo:
+            return
+        recs = self._get_from_head(todo, None)
         for rec in recs:
             if rec[0] == ERROR:
                 raise _DepFailed(rec)
-        spec[m.T_DEPS] = [(pos, oid, rec) for (pos, oid), rec in zip(deps, recs)]
+        fetched = iter(recs)
+        spec[m.T_DEPS] = [dep if len(dep) == 3 else (dep[0], dep[1], next(fetched))
+                          for dep in deps]
 
     def actor_terminated(self) -> None:
         os._exit(0)

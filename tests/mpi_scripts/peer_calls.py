@@ -235,6 +235,38 @@ with section("arguments with refs"):
     check(got == {"small": 5, "big": want_sum, "kept": want_sum, "nested": True,
                   "large_args": 1 << 16, "failed_arg": "ValueError"}, got)
 
+@ray.remote
+def chained_in_a_task(box):
+    a = box.echo.remote(np.arange(4.0))
+    b = box.echo.remote(a)                 # a's value goes with the call
+    return {"array": ray.get(b, timeout=30).tolist(),
+            "int": ray.get(box.echo.remote(box.echo.remote(7)), timeout=30),
+            "a_at_head": a.hex() in ray.objects()}
+
+
+with section("results passed on as arguments"):
+    # A caller's own small result as the argument of its next call travels with
+    # that call (peer_calls.inline_args): the value the actor gets is the same,
+    # and the result never becomes an object at the head.
+    direct = os.environ.get("HPC_RAY_TEST_EXPECT_DIRECT", "1") == "1"
+    w = box.echo.remote(np.arange(5.0))
+    for _ in range(3):
+        w = box.echo.remote(w)              # in flight each time: waited for first
+    check(ray.get(w, timeout=30).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0], "chained array")
+    r = box.echo.remote(b"xy" * 3000)
+    check(ray.get(box.echo.remote(r), timeout=30) == b"xy" * 3000, "chained bytes")
+    on_head = ray.objects()
+    check((r.hex() in on_head, w.hex() in on_head) == (not direct, not direct),
+          f"direct results at the head: {r.hex() in on_head}, {w.hex() in on_head}")
+    nested = box.nested.remote(3)           # a ref inside: it goes through the head
+    check(ray.get(ray.get(box.echo.remote(nested), timeout=30)[0], timeout=30) == 3,
+          "a result holding a ref, passed on")
+    err = expect_raises(ValueError, ray.get, box.echo.remote(box.fail.remote()), timeout=30)
+    check(err is not None and "boom in Box.fail" in str(err), f"a failed result passed on: {err}")
+    got = ray.get(chained_in_a_task.remote(box), timeout=60)
+    check(got == {"array": [0.0, 1.0, 2.0, 3.0], "int": 7, "a_at_head": not direct}, got)
+    del w, r, nested, err
+
 with section("refs that leave the caller"):
     box3 = Box.remote()
     ray.get(box3.pid.remote(), timeout=30)
