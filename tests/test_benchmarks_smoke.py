@@ -130,3 +130,13 @@ def test_idle_reports_cpu_and_latency_of_an_idle_job():
     assert processes >= 6 and idle_cpu >= 0 and first_ms > 0 and next_ms > 0, res.stdout
     # The runtime's own CPU while two tasks run (CPU-time ticks may put it a hair below 0).
     assert -0.05 < busy < 2.0, res.stdout
+
+
+def test_chained_calls_prints_a_step_time():
+    cmd = [sys.executable, str(BENCH_DIR / "chained_calls.py"), "--systems", "hpc_ray",
+           "--iterations", "20", "--reps", "1"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    row = next(ln for ln in res.stdout.splitlines() if ln.startswith("| hpc_ray |"))
+    ms = float(row.split("|")[2])
+    assert ms > 0, row
