@@ -76,6 +76,8 @@ class DriverDirectCalls:
                             self.wait_direct(lambda: oid not in peer.pending, None,
                                              lambda: peer.links_for((oid,)))
                     peer.inline_args(spec)
+                if deps:
+                    self._inline_head_args(spec)
                 refs = peer.escaping(spec)
                 if refs:
                     self._promote(refs)
@@ -97,6 +99,26 @@ class DriverDirectCalls:
             self.wait_direct(lambda: not link.inflight, None, lambda: [link])
         peer.note_head_call(actor_id, spec[m.T_RETURNS][:1])
         self.submit(spec)
+
+    def _inline_head_args(self, spec: list) -> None:
+        """Top-level ref arguments whose objects the head (in this process) holds
+        inline, with no refs inside, go with the call as ``inline_args`` sends
+        the caller's own results: the actor need not ask the head for them."""
+        deps = spec[m.T_DEPS]
+        out = None
+        with deferred(), self.head.lock:
+            entries = self.head.objects.entries
+            for i, dep in enumerate(deps):
+                e = entries.get(dep[1]) if len(dep) == 2 else None
+                if e is None or e.contained:
+                    continue
+                rec = e.record
+                if rec is not None and peer_calls.small_record(rec):
+                    if out is None:
+                        out = list(deps)
+                    out[i] = (dep[0], dep[1], rec)
+        if out is not None:
+            spec[m.T_DEPS] = out
 
     def _sealed(self, oid: int) -> bool:
         """Whether the head knows the object's value (its holder keeps it there)."""

@@ -144,6 +144,15 @@ def serve(fd: int, ev: int, readers: dict, channels: dict, lock) -> list:
     return []
 
 
+def small_record(record: tuple) -> bool:
+    """Whether a value's record may go with a call: RAW, or INLINE up to
+    INLINE_MAX bytes (not an error: the actor fails a call whose argument
+    failed as the head does, on a record it fetched)."""
+    kind = record[0]
+    return kind == RAW or (kind == INLINE and len(record[1]) + sum(map(len, record[2]))
+                           <= INLINE_MAX)
+
+
 def refs_of(spec: list) -> list[int]:
     """The objects a call's arguments refer to: top-level refs (the actor fetches
     their values from the head) but those sent with their value
@@ -267,9 +276,7 @@ class PeerCaller:
             if res is None or len(dep) != 2:
                 continue
             record = res.record
-            if record is not None and not res.contained and (record[0] == RAW or (
-                    record[0] == INLINE and len(record[1]) + sum(map(len, record[2]))
-                    <= INLINE_MAX)):
+            if record is not None and not res.contained and small_record(record):
                 if out is None:
                     out = list(deps)
                 out[i] = (dep[0], dep[1], record)

@@ -263,6 +263,16 @@ with section("results passed on as arguments"):
           "a result holding a ref, passed on")
     err = expect_raises(ValueError, ray.get, box.echo.remote(box.fail.remote()), timeout=30)
     check(err is not None and "boom in Box.fail" in str(err), f"a failed result passed on: {err}")
+    # The driver's calls also take the head's small objects with them.
+    put_ref, task_ref = ray.put(np.arange(3)), plus_one.remote(4)
+    check(ray.get(box.echo.remote(put_ref), timeout=30).tolist() == [0, 1, 2], "a put")
+    check(ray.get(box.echo.remote(task_ref), timeout=30) == 5, "a task's result")
+    holder = ray.put([put_ref])             # a ref inside: the actor fetches it
+    check(ray.get(ray.get(box.echo.remote(holder), timeout=30)[0], timeout=30).tolist()
+          == [0, 1, 2], "a put holding a ref")
+    err = expect_raises(ValueError, ray.get, box.echo.remote(boom.remote()), timeout=30)
+    check(err is not None and "boom task" in str(err), f"a failed task passed on: {err}")
+    del put_ref, task_ref, holder
     got = ray.get(chained_in_a_task.remote(box), timeout=60)
     check(got == {"array": [0.0, 1.0, 2.0, 3.0], "int": 7, "a_at_head": not direct}, got)
     del w, r, nested, err
