@@ -261,13 +261,13 @@ class PeerCaller:
     def inline_args(self, spec: list) -> None:
         """Send the values of top-level ref arguments that are this caller's own
         answered results with the call, as the head would have resolved them
-        (``(position, id, record)``): values small enough to travel inline
-        (a direct result is inline however large) with no refs inside. The actor then runs the call without asking
-        the head for them (a round trip through two ranks' polling, ~3 ms on a
-        2-core node), and they need not become objects at the head: the actor
-        gets the value, not the ref. A parameter server's loop (gradients from
-        the weights the server returned, the server from the gradients) is
-        this case at every step."""
+        (``(position, id, record)``): those small enough to travel inline (a
+        direct result is inline however large) with no refs inside. The actor
+        then runs the call without asking the head for them (a round trip
+        through two ranks' polling, ~3 ms on a 2-core node), and they need not
+        become objects at the head: the actor gets the value, not the ref. A
+        parameter server's loop (gradients from the weights the server
+        returned, the server from the gradients) is this case at every step."""
         results = self.results
         deps = spec[m.T_DEPS]
         out = None
