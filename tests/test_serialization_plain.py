@@ -4,6 +4,7 @@ that come back must be the ones cloudpickle brought back, array for array, and
 everything else must still go through cloudpickle."""
 from __future__ import annotations
 
+import copyreg
 import pickle
 
 import numpy as np
@@ -127,3 +128,23 @@ plain_values = st.recursive(
 def test_random_plain_values_come_back_as_cloudpickle_brings_them(value):
     back = round_trip(value)
     assert same(pickle.loads(cloudpickle_round_trip(value)), back)
+
+
+def _rebuild_tagged(x):
+    return ("custom", float(x))
+
+
+def _reduce_tagged(x):
+    return _rebuild_tagged, (float(x),)
+
+
+def test_a_users_reducer_for_a_numpy_type_still_applies():
+    """register_custom_serializer installs a copyreg reducer: a numpy type that has
+    one is not plain, and cloudpickle (which reads copyreg) uses it."""
+    copyreg.pickle(np.float32, _reduce_tagged)
+    try:
+        assert serialization._plain([np.float32(1.5)]) == NOT_PLAIN
+        assert round_trip([np.float32(1.5)]) == [("custom", 1.5)]
+    finally:
+        copyreg.dispatch_table.pop(np.float32, None)
+    assert serialization._plain([np.float32(1.5)]) == PLAIN_NUMPY

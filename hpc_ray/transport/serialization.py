@@ -18,6 +18,7 @@ calls back into Python for every object it pickles.
 """
 from __future__ import annotations
 
+import copyreg
 import io
 import pickle
 import sys
@@ -146,7 +147,8 @@ def _plain(value: Any) -> int:
     """PLAIN if ``value`` is plain data: the atoms above, and lists, tuples and
     dicts (exactly those types) of plain data, PLAIN_ITEMS items in all at most;
     PLAIN_NUMPY if some of it is numpy arrays or scalars without Python objects
-    in them; NOT_PLAIN otherwise."""
+    in them (and no reducer of the user's for their type); NOT_PLAIN otherwise.
+    (The pickler writes the atoms and containers itself, whatever copyreg says.)"""
     budget = PLAIN_ITEMS
     todo = [value]
     np = sys.modules.get("numpy")
@@ -169,7 +171,8 @@ def _plain(value: Any) -> int:
             todo.extend(v.keys())
             todo.extend(v.values())
         elif np is not None and (t is np.ndarray or isinstance(v, np.generic)) \
-                and t.__module__ == "numpy" and not v.dtype.hasobject:
+                and t.__module__ == "numpy" and not v.dtype.hasobject \
+                and t not in copyreg.dispatch_table:   # (register_custom_serializer)
             found = PLAIN_NUMPY
         else:
             return NOT_PLAIN
@@ -215,7 +218,6 @@ class _NumpyPickler(pickle.Pickler):
 
 
 def _numpy_pickler_table() -> dict:
-    import copyreg
     import numpy
     table = dict(copyreg.dispatch_table)
     table[numpy.ndarray] = _reduce_array
