@@ -53,8 +53,8 @@ if HERE not in sys.path:  # mpi4py.futures workers re-import this file as their 
     sys.path.insert(0, HERE)
 
 from bench_catalog import (  # noqa: E402
-    ARRAY_FLOATS, ASYNC_BATCH, DEFAULT_SYSTEMS, LARGE_BYTES, LONG_CALLER_CALLS, MARK, NOISY, SYNC_THREAD_BATCH,
-    SYSTEMS, TREE_LEAVES, WAIT_REFS, WORKLOADS, applies)
+    ARRAY_FLOATS, ASYNC_BATCH, DEFAULT_SYSTEMS, LARGE_BYTES, LONG_CALLER_CALLS, MARK, NOISY,
+    SYNC_THREAD_BATCH, SYSTEMS, TREE_LEAVES, WAIT_REFS, WORKLOADS, applies)
 
 
 # --- task bodies (module level: cloudpickled by value for Ray and hpc_ray, imported ---

@@ -60,10 +60,10 @@ def test_numpy_values_come_back_as_they_went(value):
     assert serialization._plain(value) == PLAIN_NUMPY
     back = round_trip(value)
     assert same(value, back), (value, back)
-    assert same(pickle.loads(cloudpickle_round_trip(value)), back)
+    assert same(pickle.loads(cloudpickled(value)), back)
 
 
-def cloudpickle_round_trip(value) -> bytes:
+def cloudpickled(value) -> bytes:
     import cloudpickle
     return cloudpickle.dumps(value, protocol=5)
 
@@ -127,7 +127,7 @@ plain_values = st.recursive(
 @given(plain_values)
 def test_random_plain_values_come_back_as_cloudpickle_brings_them(value):
     back = round_trip(value)
-    assert same(pickle.loads(cloudpickle_round_trip(value)), back)
+    assert same(pickle.loads(cloudpickled(value)), back)
 
 
 def _rebuild_tagged(x):
