@@ -69,14 +69,8 @@ class DriverDirectCalls:
         with self.peer_route_lock:
             how, link = peer.route(spec, deps_ready)
             if how == peer_calls.DIRECT:
-                if deps and (peer.pending or peer.results):
-                    for dep in deps:
-                        oid = dep[1]
-                        if oid in peer.pending:   # (as _promote waits for it)
-                            self.wait_direct(lambda: oid not in peer.pending, None,
-                                             lambda: peer.links_for((oid,)))
-                    peer.inline_args(spec)
                 if deps:
+                    peer.inline_args(spec, self._await_answer)
                     self._inline_head_args(spec)
                 refs = peer.escaping(spec)
                 if refs:
@@ -102,23 +96,22 @@ class DriverDirectCalls:
 
     def _inline_head_args(self, spec: list) -> None:
         """Top-level ref arguments whose objects the head (in this process) holds
-        inline, with no refs inside, go with the call as ``inline_args`` sends
-        the caller's own results: the actor need not ask the head for them."""
-        deps = spec[m.T_DEPS]
-        out = None
+        inline, with no refs inside, go with the call as the caller's own
+        results do (``peer_calls.with_records``): the actor need not ask the
+        head for them."""
         with deferred(), self.head.lock:
             entries = self.head.objects.entries
-            for i, dep in enumerate(deps):
-                e = entries.get(dep[1]) if len(dep) == 2 else None
-                if e is None or e.contained:
-                    continue
-                rec = e.record
-                if rec is not None and peer_calls.small_record(rec):
-                    if out is None:
-                        out = list(deps)
-                    out[i] = (dep[0], dep[1], rec)
-        if out is not None:
-            spec[m.T_DEPS] = out
+
+            def record_of(oid):
+                e = entries.get(oid)
+                return None if e is None or e.contained else e.record
+            peer_calls.with_records(spec, record_of)
+
+    def _await_answer(self, oid: int) -> None:
+        """Wait until the direct call that makes ``oid`` is answered."""
+        peer = self.peer
+        self.wait_direct(lambda: oid not in peer.pending, None,
+                         lambda: peer.links_for((oid,)))
 
     def _sealed(self, oid: int) -> bool:
         """Whether the head knows the object's value (its holder keeps it there)."""
@@ -145,8 +138,7 @@ class DriverDirectCalls:
             if not peer.owns(oid):
                 continue
             if oid in peer.pending:
-                self.wait_direct(lambda: oid not in peer.pending, None,
-                                 lambda: peer.links_for((oid,)))
+                self._await_answer(oid)
             res = peer.results.pop(oid, None)
             if res is None:
                 continue

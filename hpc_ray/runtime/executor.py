@@ -477,12 +477,8 @@ class ExecutorContext(context.ContextBase):
         with self.peer_route_lock:
             how, link = peer.route(spec, deps_ready)
             if how == peer_calls.DIRECT:
-                if deps and (peer.pending or peer.results):
-                    for dep in deps:
-                        oid = dep[1]
-                        if oid in peer.pending:   # (as _promote waits for it)
-                            self._await(lambda: oid not in peer.pending, None, blocking=True)
-                    peer.inline_args(spec)
+                if deps:
+                    peer.inline_args(spec, self._await_answer)
                 refs = peer.escaping(spec)
                 if refs:   # the actor fetches the arguments' objects from the head
                     self._promote(refs)
@@ -509,6 +505,11 @@ class ExecutorContext(context.ContextBase):
             self._await(lambda: len(link.channel.outbuf) <= peer_calls.OUTBUF_HIGH // 2
                         or peer.links.get(link.actor_id) is not link, None, blocking=True)
 
+    def _await_answer(self, oid: int) -> None:
+        """Wait until the direct call that makes ``oid`` is answered."""
+        peer = self.peer
+        self._await(lambda: oid not in peer.pending, None, blocking=True)
+
     def _promote(self, oids) -> None:
         """Direct results about to leave this process become objects at the head."""
         peer = self.peer
@@ -516,7 +517,7 @@ class ExecutorContext(context.ContextBase):
             if not peer.owns(oid):
                 continue
             if oid in peer.pending:
-                self._await(lambda: oid not in peer.pending, None, blocking=True)
+                self._await_answer(oid)
             res = peer.results.pop(oid, None)
             if res is None:
                 continue
@@ -789,9 +790,9 @@ class ExecutorContext(context.ContextBase):
 
     def _fetch_deps(self, spec: list) -> None:
         """A direct call's argument refs, resolved as the head does on dispatch
-        (those the caller sent with their values are: ``inline_args``)."""
+        (those the caller sent with their values are: ``peer_calls.with_records``)."""
         deps = spec[m.T_DEPS]
-        todo = [oid for dep in deps if len(dep) == 2 for oid in dep[1:]]
+        todo = [dep[1] for dep in deps if len(dep) == 2]
         if not todo:
             return
         recs = self._get_from_head(todo, None)

@@ -153,10 +153,28 @@ def small_record(record: tuple) -> bool:
                            <= INLINE_MAX)
 
 
+def with_records(spec: list, record_of) -> None:
+    """Resolve the call's top-level ref arguments whose values ``record_of(oid)``
+    gives (None: unknown, or refs inside) and are ``small_record``s, as the head
+    does on dispatch: ``(position, id, record)``. The actor fetches the rest."""
+    deps = spec[m.T_DEPS]
+    out = None
+    for i, dep in enumerate(deps):
+        if len(dep) != 2:
+            continue
+        record = record_of(dep[1])
+        if record is not None and small_record(record):
+            if out is None:
+                out = list(deps)
+            out[i] = (dep[0], dep[1], record)
+    if out is not None:
+        spec[m.T_DEPS] = out
+
+
 def refs_of(spec: list) -> list[int]:
     """The objects a call's arguments refer to: top-level refs (the actor fetches
     their values from the head) but those sent with their value
-    (``PeerCaller.inline_args``), the stored arguments, refs nested deeper."""
+    (``with_records``), the stored arguments, refs nested deeper."""
     deps = spec[m.T_DEPS]
     contained = spec[m.T_CONTAINED]
     if not deps:
@@ -258,30 +276,28 @@ class PeerCaller:
             return refs_of(spec)
         return []
 
-    def inline_args(self, spec: list) -> None:
+    def inline_args(self, spec: list, await_answer) -> None:
         """Send the values of top-level ref arguments that are this caller's own
-        answered results with the call, as the head would have resolved them
-        (``(position, id, record)``): those small enough to travel inline (a
-        direct result is inline however large) with no refs inside. The actor
-        then runs the call without asking the head for them (a round trip
-        through two ranks' polling, ~3 ms on a 2-core node), and they need not
-        become objects at the head: the actor gets the value, not the ref. A
-        parameter server's loop (gradients from the weights the server
-        returned, the server from the gradients) is this case at every step."""
-        results = self.results
+        results with the call, as the head would have resolved them (see
+        ``with_records``), waiting for those still in flight (``await_answer(oid)``)
+        as their promotion to the head would. The actor then runs the call
+        without asking the head for them (a round trip through two ranks'
+        polling, ~3 ms on a 2-core node), and they need not become objects at
+        the head: the actor gets the value, not the ref. A parameter server's
+        loop (gradients from the weights the server returned, the server from
+        the gradients) is this case at every step."""
         deps = spec[m.T_DEPS]
-        out = None
-        for i, dep in enumerate(deps):
-            res = results.get(dep[1])
-            if res is None or len(dep) != 2:
-                continue
-            record = res.record
-            if record is not None and not res.contained and small_record(record):
-                if out is None:
-                    out = list(deps)
-                out[i] = (dep[0], dep[1], record)
-        if out is not None:
-            spec[m.T_DEPS] = out
+        if not (self.pending or self.results):
+            return
+        for dep in deps:
+            if dep[1] in self.pending:
+                await_answer(dep[1])
+        results = self.results
+
+        def record_of(oid):
+            res = results.get(oid)
+            return None if res is None or res.contained else res.record
+        with_records(spec, record_of)
 
     def owns(self, oid: int) -> bool:
         return oid in self.results or oid in self.pending

@@ -247,8 +247,8 @@ def chained_in_a_task(box):
 with section("results passed on as arguments"):
     # A caller's own small result as the argument of its next call travels with
     # that call (peer_calls.inline_args): the value the actor gets is the same,
-    # and the result never becomes an object at the head.
-    direct = os.environ.get("HPC_RAY_TEST_EXPECT_DIRECT", "1") == "1"
+    # and the result never becomes an object at the head. (``direct``: set in the
+    # first section.)
     w = box.echo.remote(np.arange(5.0))
     for _ in range(3):
         w = box.echo.remote(w)              # in flight each time: waited for first
