@@ -192,11 +192,20 @@ class ActorClass:
 
 
 class ActorMethod:
-    __slots__ = ("_handle", "_name", "_num_returns", "_check", "_max_retries")
+    """``handle.name``: ``.remote(...)`` calls the actor's method ``name``.
 
-    def __init__(self, handle: "ActorHandle", name: str, num_returns: int,
+    It keeps the handle's ``_target`` (actor id, class name, lifetime ref), not
+    the handle: the handle keeps its methods (``a.m`` in a loop costs a lookup,
+    not a new object), and a method that kept the handle would make a cycle
+    that kept a dropped handle (and so its actor) alive until the next garbage
+    collection of the process.
+    """
+
+    __slots__ = ("_target", "_name", "_num_returns", "_check", "_max_retries")
+
+    def __init__(self, target: tuple, name: str, num_returns: int,
                  check=None, max_retries: int = 0) -> None:
-        self._handle = handle
+        self._target = target
         self._name = name
         self._num_returns = num_returns
         self._check = check
@@ -208,15 +217,25 @@ class ActorMethod:
         check = self._check
         if check is not None and (kwargs or not check.lo <= len(args) <= check.hi):
             check(args, kwargs)
-        return self._handle._call(self._name, args, kwargs, self._num_returns,
-                                  self._max_retries)
+        actor_id, class_name, lifetime = self._target
+        name = self._name
+        num_returns = self._num_returns
+        ctx = context.current()
+        keep: list = []    # large arguments' ref, held until the call is submitted
+        spec = build_spec(name, None, f"{class_name}.{name}", args, kwargs,
+                          num_returns, None, self._max_retries, 0, actor_id, 0,
+                          ctx.put_serialized, keep)
+        ctx.submit_call(spec, lifetime)
+        if num_returns == 1:
+            return context.ObjectRef(spec[m.T_RETURNS][0])
+        return [context.ObjectRef(oid) for oid in spec[m.T_RETURNS]]
 
     def options(self, **options) -> "ActorMethod":
         check_options(options, METHOD_OPTIONS, f"method {self._name}")
         retries = _method_retries(options, self._max_retries)
         num_returns = (num_returns_from(options) if "num_returns" in options
                        or "num_return_vals" in options else self._num_returns)
-        return ActorMethod(self._handle, self._name, num_returns, self._check, retries)
+        return ActorMethod(self._target, self._name, num_returns, self._check, retries)
 
     def _remote(self, args: tuple | list | None = None, kwargs: dict | None = None,
                 num_return_vals: int | None = None, num_returns: int | None = None,
@@ -245,6 +264,7 @@ class ActorHandle:
         #: Argument checks per method (travel with the handle; not in handles
         #: from get_actor(), which has only the method table).
         self._checks = checks or {}
+        self._target = (actor_id, class_name, lifetime)
 
     def __getattr__(self, name: str) -> ActorMethod:
         if name.startswith("_") and name not in self._meta and name != "__ray_terminate__":
@@ -252,21 +272,11 @@ class ActorHandle:
         if name not in self._meta and name != "__ray_terminate__":
             raise AttributeError(f"actor {self._class_name} has no method {name!r}")
         num_returns, retries = self._meta.get(name, (1, 0))
-        # Not cached on the handle: the method refers to the handle, and that
-        # cycle would keep a dropped handle (and so its actor) alive until the
-        # next garbage collection of the process.
-        return ActorMethod(self, name, num_returns, self._checks.get(name), retries)
-
-    def _call(self, name: str, args: tuple, kwargs: dict, num_returns: int,
-              max_retries: int = 0):
-        ctx = context.current()
-        keep: list = []
-        spec = build_spec(name, None, f"{self._class_name}.{name}", args, kwargs,
-                          num_returns, None, max_retries, 0, self._actor_id, 0,
-                          ctx.put_serialized, keep)
-        ctx.submit_call(spec, self._lifetime)
-        refs = [context.ObjectRef(oid) for oid in spec[m.T_RETURNS]]
-        return refs[0] if num_returns == 1 else refs
+        method = ActorMethod(self._target, name, num_returns, self._checks.get(name), retries)
+        if not name.startswith("_"):
+            # Kept as an attribute: the next ``handle.name`` finds it without this call.
+            self.__dict__[name] = method
+        return method
 
     def __reduce__(self):
         return (ActorHandle, (self._actor_id, self._class_name, self._meta, self._checks,

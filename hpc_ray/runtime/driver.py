@@ -645,6 +645,10 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
     def get(self, refs: list, timeout: float | None) -> list:
         peer = self.peer
         if peer is not None and (peer.pending or peer.results):
+            if timeout is None and len(refs) == 1:
+                sent = peer.pending.get(refs[0].id)
+                if sent is not None:
+                    return self.get_one_direct(refs[0], sent[0])
             return self.get_with_direct(refs, timeout)
         return self.get_from_head(refs, timeout)
 

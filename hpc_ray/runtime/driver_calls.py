@@ -44,7 +44,9 @@ class DriverDirectCalls:
         self.peer_channels: dict = {}
         self.peer_lock = threading.Lock()
         self.peer_route_lock = threading.Lock()
-        self.arrived = threading.Condition(threading.Lock())
+        #: ``arrived``'s lock, taken directly where no wait or notify follows.
+        self.arrived_lock = threading.Lock()
+        self.arrived = threading.Condition(self.arrived_lock)
         #: Threads in ``arrived.wait`` (a turn that ends wakes them).
         self.waiting = 0
         self.spinners = threading.local()
@@ -230,6 +232,52 @@ class DriverDirectCalls:
         if done:
             with deferred(), self.head.lock:
                 self.head.direct_calls_done(done)
+
+    def get_one_direct(self, ref, link) -> list:
+        """get() of one direct result still in flight on ``link``, with no
+        timeout: a sync call's get, made without ``get_with_direct``'s lists."""
+        peer = self.peer
+        oid = ref.id
+        pending = peer.pending
+        while oid in pending:
+            self._turn_link(link)
+        res = peer.results.get(oid)
+        if res is None or res.pins is not None:
+            return self.get_with_direct([ref], None)   # promoted meanwhile, or pinned refs
+        return [values.from_record(peer.record(res), self.arena, ref)]
+
+    def _turn_link(self, link) -> None:
+        """``_turn`` for one link whose answer a thread waits for: read its socket
+        (up to POLL_SLICE), or wait for the thread that reads it."""
+        lock = self.arrived_lock
+        with deferred():
+            with lock:
+                if link.reading:
+                    self.waiting += 1
+                    try:
+                        self.arrived.wait(POLL_SLICE)
+                    finally:
+                        self.waiting -= 1
+                    return
+                link.reading = True
+            try:
+                ch = link.channel
+                if ch.outbuf:
+                    self._read_links([link], POLL_SLICE)
+                else:
+                    spinner = getattr(self.spinners, "spinner", None)
+                    if spinner is None:
+                        spinner = self.spinners.spinner = Spinner()
+                    if spinner.poll(link.poller, POLL_SLICE * 1000.0) \
+                            and self.peer_channels.get(ch.fd) is ch:
+                        self.peer._read(link)
+                    if self.peer.finished:
+                        self._report_direct(False)
+            finally:
+                with lock:
+                    link.reading = False
+                    if self.waiting:
+                        self.arrived.notify_all()
 
     def get_with_direct(self, refs: list, timeout: float | None) -> list:
         """get() of refs some of which are direct results."""

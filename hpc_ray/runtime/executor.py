@@ -156,6 +156,9 @@ class ExecutorContext(context.ContextBase):
         self.peer_server: peer_calls.PeerServer | None = None
         #: Busy-polls a little before blocking while that pays (``transport/spin.py``).
         self.spinner = Spinner()
+        #: ``_recv_select``'s poll object, and what it was built to watch.
+        self.poller = None
+        self.poller_key = None
         #: HOLD messages sent so far (a direct call's answer waits for the head to
         #: confirm those the call made: see ``peer_calls``).
         self.holds_sent = 0
@@ -172,6 +175,15 @@ class ExecutorContext(context.ContextBase):
     def flush(self) -> None:
         context.collect()
         released = context.released
+        peer = self.peer
+        if not (released or self.out or self.freed_blocks or self.profile_events
+                or peer is not None and peer.finished):
+            # Nothing for the rank (an actor answering direct calls, mostly).
+            server = self.peer_server
+            if server is not None and server.queued:
+                server.send_answers()
+            self.last_flush = time.monotonic()
+            return
         with self.lock:
             if released:
                 ids = []
@@ -302,18 +314,24 @@ class ExecutorContext(context.ContextBase):
         are noted in ``direct_tids``), after whatever the peer sockets brought:
         calls for this actor (in the batch), results for this caller (filed by
         ``peer_calls``). None on timeout."""
-        poller = select.poll()
         conn_fd = self.conn.fileno()
-        poller.register(conn_fd, select.POLLIN)
-        dfd = -1
-        if self.dconn is not None:
-            dfd = self.dconn.fileno()
-            poller.register(dfd, select.POLLIN)
+        dfd = -1 if self.dconn is None else self.dconn.fileno()
         server = self.peer_server
         # Calls enough queued: callers' sockets wait (they hold the flood back).
         full = server is not None and len(self.inbox) > peer_calls.INBOX_HIGH
-        peer_calls.watch(poller, self.peer_readers, self.peer_channels,
-                         server.callers if full else ())
+        channels = self.peer_channels
+        # The poll object is built again only when what it watches changes.
+        key = (dfd, full, tuple(self.peer_readers),
+               [fd for fd, ch in channels.items() if ch.outbuf] if channels else None)
+        poller = self.poller
+        if key != self.poller_key:
+            poller = self.poller = select.poll()
+            self.poller_key = key
+            poller.register(conn_fd, select.POLLIN)
+            if dfd != -1:
+                poller.register(dfd, select.POLLIN)
+            peer_calls.watch(poller, self.peer_readers, channels,
+                             server.callers if full else ())
         events = self.spinner.poll(poller, None if timeout is None else timeout * 1000.0)
         if not events:
             return None

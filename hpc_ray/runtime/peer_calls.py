@@ -185,11 +185,16 @@ def refs_of(spec: list) -> list[int]:
 class Link:
     """A caller's socket to one actor and the calls in flight on it."""
 
-    __slots__ = ("actor_id", "channel", "inflight", "rank", "pid", "sent", "reading")
+    __slots__ = ("actor_id", "channel", "inflight", "rank", "pid", "sent", "reading",
+                 "poller")
 
     def __init__(self, actor_id: int, channel: direct.Channel) -> None:
         self.actor_id = actor_id
         self.channel = channel
+        #: A poll object for this socket alone (for reading), kept: the wait for
+        #: one sync call's answer does not build one per turn.
+        self.poller = select.poll()
+        self.poller.register(channel.fd, select.POLLIN)
         #: Whether a thread of the driver is reading this socket now
         #: (``driver_calls.DriverDirectCalls``).
         self.reading = False

@@ -23,7 +23,7 @@ def build_spec(fn_id, blob: bytes | None, name: str, args: tuple, kwargs: dict,
     """
     deps: list = []
     contained = None
-    if not kwargs and all(is_raw(a) for a in args):
+    if not kwargs and (not args or all(is_raw(a) for a in args)):
         payload = (RAW, args)
     else:
         # Top-level refs are resolved to values by the executor; they travel as

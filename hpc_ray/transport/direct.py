@@ -28,7 +28,7 @@ import socket
 import struct
 
 from . import messages as m
-from .frames import READ_CHUNK, add_frame, read_available, split_frames, write_pending
+from .frames import READ_CHUNK, read_frames, write_frame, write_pending
 from .serialization import loads
 
 _CRED = struct.Struct("3i")   # struct ucred: pid, uid, gid
@@ -83,8 +83,7 @@ class Channel:
 
     def send(self, msgs: list) -> bool:
         """Queue ``msgs`` and write what the socket takes; False if the peer is gone."""
-        add_frame(self.outbuf, pickle.dumps(msgs, protocol=5))
-        return write_pending(self.fd, self.outbuf)
+        return write_frame(self.fd, self.outbuf, pickle.dumps(msgs, protocol=5))
 
     def write_some(self) -> None:
         write_pending(self.fd, self.outbuf)
@@ -92,10 +91,10 @@ class Channel:
     def read(self, limit: int = READ_CHUNK) -> list[list] | None:
         """The batches that arrived whole so far (reading at most ``limit`` bytes);
         None at EOF."""
-        got = read_available(self.fd, self.inbuf, limit)
-        if not got:
-            return None if got is None else []
-        out = [loads(frame) for frame in split_frames(self.inbuf)]
+        got = read_frames(self.fd, self.inbuf, limit)
+        if got is None:
+            return None
+        out = [loads(frame) for frame in got]
         if m.CHECKING:
             for msgs in out:
                 m.check_all(msgs, f"rank 0 from executor {self.pid} (direct)")

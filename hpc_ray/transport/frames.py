@@ -26,6 +26,39 @@ def add_frame(buf: bytearray, data: bytes) -> None:
     buf += data
 
 
+_LENGTH = struct.Struct("!i")
+
+
+def write_frame(fd: int, buf: bytearray, data: bytes) -> bool:
+    """Send ``data`` as one frame after what ``buf`` holds (``add_frame`` then
+    ``write_pending``). With nothing queued, the frame goes in one ``writev``
+    of its length and ``data``, unjoined; what the socket did not take waits
+    in ``buf``."""
+    n = len(data)
+    if buf or n > 0x7FFFFFFF:
+        add_frame(buf, data)
+        return write_pending(fd, buf)
+    head = _LENGTH.pack(n)
+    try:
+        k = os.writev(fd, (head, data))
+    except BlockingIOError:
+        k = 0
+    except OSError:
+        return False
+    if k < n + 4:
+        buf += head[k:] if k < 4 else b""
+        buf += memoryview(data)[max(0, k - 4):]
+    return True
+
+
+def read_chunk() -> memoryview:
+    """This thread's read buffer (``READ_CHUNK`` bytes, kept)."""
+    chunk = getattr(_local, "chunk", None)
+    if chunk is None:
+        chunk = _local.chunk = memoryview(bytearray(READ_CHUNK))
+    return chunk
+
+
 def write_pending(fd: int, buf: bytearray) -> bool:
     """Write what ``buf`` holds to ``fd`` (non-blocking) until it would block;
     the rest stays in ``buf``. A dead peer's bytes are dropped (EOF on the
@@ -46,9 +79,7 @@ def read_available(fd: int, buf: bytearray, limit: int = READ_CHUNK) -> bool | N
     """Append the bytes ``fd`` (non-blocking) has now to ``buf``, at most ``limit``:
     True if any came, False if none were waiting, None at EOF or on an error (the
     peer is gone)."""
-    chunk = getattr(_local, "chunk", None)
-    if chunk is None:
-        chunk = _local.chunk = memoryview(bytearray(READ_CHUNK))
+    chunk = read_chunk()
     try:
         n = os.readv(fd, [chunk if limit >= READ_CHUNK else chunk[:limit]])
     except BlockingIOError:
@@ -59,6 +90,30 @@ def read_available(fd: int, buf: bytearray, limit: int = READ_CHUNK) -> bool | N
         return None
     buf += chunk[:n]
     return True
+
+
+def read_frames(fd: int, buf: bytearray, limit: int = READ_CHUNK) -> list | None:
+    """The frames that are whole after reading what ``fd`` (non-blocking) has now,
+    at most ``limit`` bytes, after what ``buf`` holds (a partial frame stays
+    there); None at EOF or on an error. The usual read, one whole frame with
+    nothing before it, is not copied: it comes as a view of this thread's read
+    buffer, valid until the thread's next read."""
+    if buf:
+        got = read_available(fd, buf, limit)
+        return None if got is None else split_frames(buf)
+    chunk = read_chunk()
+    try:
+        n = os.readv(fd, [chunk if limit >= READ_CHUNK else chunk[:limit]])
+    except BlockingIOError:
+        return []
+    except OSError:
+        return None
+    if not n:
+        return None
+    if n >= 4 and _LENGTH.unpack_from(chunk)[0] == n - 4:
+        return [chunk[4:n]]
+    buf += chunk[:n]
+    return split_frames(buf)
 
 
 def split_frames(buf: bytearray) -> list[bytes]:
