@@ -62,6 +62,9 @@ from .store import Arena
 FLUSH_EVERY = 64
 #: While executing a batch, send results at least this often (seconds).
 FLUSH_INTERVAL = 0.002
+#: A get of one direct result reads its answer in turns of this many seconds
+#: before it waits as any get does (and lends its CPU after 50 ms more).
+QUICK_WAIT = 0.01
 #: wait() over direct results and head objects asks the head this long at a time.
 DIRECT_WAIT_SLICE = 0.005
 
@@ -133,7 +136,11 @@ class ExecutorContext(context.ContextBase):
         #: Held while ``out`` is appended to or swapped and sent: frames stay whole and in order.
         self.lock = threading.Lock()
         #: Guards ``reading`` and ``batches``; notified after each batch read.
-        self.arrived = threading.Condition(threading.Lock())
+        #: ``arrived``'s lock, taken directly (Condition's ``with`` is Python code),
+        #: and how many threads wait on ``arrived``.
+        self.arrived_lock = threading.Lock()
+        self.arrived = threading.Condition(self.arrived_lock)
+        self.waiting = 0
         #: True while some thread reads the socket.
         self.reading = False
         #: Batches read so far (a waiter's "did anything arrive?").
@@ -279,16 +286,20 @@ class ExecutorContext(context.ContextBase):
         thread of the user's code waiting for its own reply): either way replies
         land in ``replies`` and the rest in ``inbox``.
         """
-        arrived = self.arrived
-        with arrived:
+        lock = self.arrived_lock
+        with lock:
             if self.reading:
                 seen = self.batches
                 deadline = None if timeout is None else time.monotonic() + timeout
-                while self.reading and self.batches == seen:
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        return False
-                    arrived.wait(left)
+                self.waiting += 1
+                try:
+                    while self.reading and self.batches == seen:
+                        left = None if deadline is None else deadline - time.monotonic()
+                        if left is not None and left <= 0:
+                            return False
+                        self.arrived.wait(left)
+                finally:
+                    self.waiting -= 1
                 if self.batches != seen:
                     return True
             self.reading = True
@@ -301,12 +312,13 @@ class ExecutorContext(context.ContextBase):
         except (EOFError, OSError):
             os._exit(0)  # the rank (or the driver) is gone: nothing left to serve
         finally:
-            with arrived:
+            with lock:
                 self.reading = False
                 if msgs is not None:
                     self._file(msgs)
                     self.batches += 1
-                arrived.notify_all()
+                if self.waiting:
+                    self.arrived.notify_all()
         return msgs is not None
 
     def _recv_select(self, timeout: float | None) -> list | None:
@@ -556,8 +568,13 @@ class ExecutorContext(context.ContextBase):
         return result
 
     def get(self, refs: list, timeout: float | None) -> list:
-        ids = [r.id for r in refs]
         peer = self.peer
+        if peer is not None and timeout is None and len(refs) == 1 \
+                and refs[0].id in peer.pending:
+            rec = self._get_one_direct(refs[0].id)
+            if rec is not None:
+                return [values.from_record(rec, self.arena, refs[0])]
+        ids = [r.id for r in refs]
         if peer is not None and (peer.pending or peer.results):
             recs = self._get_records(ids, timeout)
         else:
@@ -574,6 +591,25 @@ class ExecutorContext(context.ContextBase):
         except GetTimeoutError:
             raise GetTimeoutError(f"get timed out after {timeout} s waiting for "
                                   f"{len(ids)} object(s)") from None
+
+    def _get_one_direct(self, oid: int) -> tuple | None:
+        """The record of one direct result still in flight, for a get with no
+        timeout (a sync call's): read until it comes, without ``_await``'s
+        turns while nothing else arrives for ``QUICK_WAIT``; then, or when
+        something else arrives, ``_await`` waits as for any get. None if the
+        result became an object at the head meanwhile, or holds refs."""
+        peer = self.peer
+        pending = peer.pending
+        if not self.inbox:
+            self.flush()
+            while oid in pending and not self.inbox and self._recv(QUICK_WAIT):
+                pass
+        if oid in pending:
+            self._await(lambda: oid not in pending, None, blocking=True)
+        res = peer.results.get(oid)
+        if res is None or res.pins is not None:
+            return None
+        return peer.record(res)
 
     def _get_records(self, ids: list, timeout: float | None) -> list:
         """Records of ``ids``, some of them direct results (``peer_calls``)."""
