@@ -72,6 +72,24 @@ with section("the actor ends once no handle is left"):
     check(gone, f"actor process {pid} still alive without handles")
     report("unreferenced_actor_exited", bool(gone))
 
+with section("a handle keeps its methods without a cycle: dropped, it ends its actor"):
+    gc.disable()     # the handle must go with its last reference, not at a collection
+    try:
+        c = Counter.remote()
+        pid = ray.get(c.pid.remote(), timeout=T)
+        check(c.inc is c.inc, "the handle did not keep its method")
+        check([ray.get(c.inc.remote(), timeout=T) for _ in range(3)] == [1, 2, 3])
+        del c
+        gone = poll_for(lambda: not alive(pid), 15)
+        check(gone, f"actor process {pid} still alive: its handle is in a cycle")
+    finally:
+        gc.enable()
+
+with section("a method outlives its handle and keeps the actor"):
+    inc = Counter.remote().inc
+    check([ray.get(inc.remote(), timeout=T) for _ in range(2)] == [1, 2])
+    del inc
+
 with section("a handle in a running task keeps the actor alive"):
     c = Counter.remote()
     r = use_later.remote(c, 0.5)
