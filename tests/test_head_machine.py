@@ -469,6 +469,42 @@ def test_regression_actor_death_fails_queued_calls_once():
     assert head.objects[2].refs == 1
 
 
+@pytest.mark.parametrize("restarts", [0, 1])
+def test_regression_calls_made_ready_by_a_lost_call_are_not_sent_to_the_dead_process(restarts):
+    # Found by the machine above: f running, g(f's result) and then h queued
+    # behind it, when the actor is killed (or dies). Failing f's call failed g,
+    # which let h go, to the process being taken down: h stayed RUNNING after
+    # the actor was gone, and a get of its result waited forever.
+    head = make_head()
+    head.create_actor(spec(actor=900, fn="A"), {}, restarts, None, "A")
+    head.actor_ready(900, 77)
+    f = spec(actor=900, fn="A.f")
+    head.submit(f)
+    g = spec([f[m.T_RETURNS][0]], actor=900, fn="A.g")
+    head.submit(g)
+    h = spec(actor=900, fn="A.h")
+    head.submit(h)
+    assert head.tasks[f[m.T_ID]].state is TaskState.RUNNING
+    assert head.tasks[h[m.T_ID]].state is TaskState.PENDING   # behind g, in order
+    if restarts:
+        head.actor_died(900, "segfault", allow_restart=True)
+    else:
+        head.kill_actor(900)
+    holders = collections.Counter(c[m.T_RETURNS][0] for c in (f, g, h))
+    check_invariants(head, holders, {})
+    for c in (f, g):
+        assert isinstance(loads(head.objects[c[m.T_RETURNS][0]].record[1]), ActorDiedError)
+    if restarts:
+        # h waits for the new process.
+        assert head.tasks[h[m.T_ID]].state is TaskState.PENDING
+        head.actor_ready(900, 78)
+        assert head.tasks[h[m.T_ID]].state is TaskState.RUNNING
+        assert h[m.T_ID] in head.actors[900].inflight
+    else:
+        assert isinstance(loads(head.objects[h[m.T_RETURNS][0]].record[1]), ActorDiedError)
+        assert head.tasks == {}
+
+
 def test_regression_a_long_chain_of_contained_refs_is_released_without_recursion():
     head = make_head()
     prev = None

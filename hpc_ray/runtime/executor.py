@@ -81,6 +81,7 @@ class ExecutorContext(context.ContextBase):
                  size: int, store_size: int, direct_addr: str | None = None,
                  session_id: str | None = None) -> None:
         self.conn = conn
+        self.conn_fd = conn.fileno() if conn is not None else -1   # (None: RankContext)
         #: The driver's direct channel (actors on its host): address, connection,
         #: and the ids of the calls that came over it and are not answered yet.
         self.direct_addr = direct_addr
@@ -326,7 +327,7 @@ class ExecutorContext(context.ContextBase):
         are noted in ``direct_tids``), after whatever the peer sockets brought:
         calls for this actor (in the batch), results for this caller (filed by
         ``peer_calls``). None on timeout."""
-        conn_fd = self.conn.fileno()
+        conn_fd = self.conn_fd
         dfd = -1 if self.dconn is None else self.dconn.fileno()
         server = self.peer_server
         # Calls enough queued: callers' sockets wait (they hold the flood back).

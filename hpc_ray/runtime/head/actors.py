@@ -415,6 +415,7 @@ class ActorLifecycle:
         lost = list(actor.inflight.values())
         actor.clear_inflight()
         requeue = []
+        failed = []
         for task in lost:
             if task.state is not RUNNING:
                 continue
@@ -424,19 +425,26 @@ class ActorLifecycle:
                 self._set_task_state(task, PENDING)
                 requeue.append(task)
                 continue
-            self._fail_task(task, (ERROR, dumps(ActorDiedError(
-                f"{msg}; the call {task.spec[m.T_NAME]} was lost"
-                + ("; the actor is being restarted" if restart else "")))))
+            failed.append(task)
         actor.queue.put_back(requeue)
+        # The actor leaves ALIVE before the lost calls fail: a queued call waiting
+        # for one of their results becomes ready then, and must not be sent to
+        # the process that is gone (it stayed RUNNING there for good).
         if restart:
             actor.restarts += 1
             self._set_actor_state(actor, A_RESTARTING)
+        else:
+            actor.error = reason
+            self._set_actor_state(actor, A_DEAD)
+        for task in failed:
+            self._fail_task(task, (ERROR, dumps(ActorDiedError(
+                f"{msg}; the call {task.spec[m.T_NAME]} was lost"
+                + ("; the actor is being restarted" if restart else "")))))
+        if restart:
             logger.info("restarting actor %s (%d of %s)", actor.class_name,
                         actor.restarts, actor.max_restarts)
             self._place_actor(actor)
             return
-        actor.error = reason
-        self._set_actor_state(actor, A_DEAD)
         self.retry_pending_actors()
 
     def kill_actor(self, actor_id: int, no_restart: bool = True,
