@@ -427,9 +427,10 @@ class ActorLifecycle:
                 continue
             failed.append(task)
         actor.queue.put_back(requeue)
-        # The actor leaves ALIVE before the lost calls fail: a queued call waiting
-        # for one of their results becomes ready then, and must not be sent to
-        # the process that is gone (it stayed RUNNING there for good).
+        # The actor leaves ALIVE before the lost calls fail. Failing one fails the
+        # queued calls that take its result and lets the calls behind those go:
+        # dispatched while the actor was still ALIVE, they went to the process
+        # that is gone and stayed RUNNING for good.
         if restart:
             actor.restarts += 1
             self._set_actor_state(actor, A_RESTARTING)
