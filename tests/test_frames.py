@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import socket
 
+import pytest
+
 from hpc_ray.transport.frames import read_frames, write_frame, write_pending
 
 
@@ -16,62 +18,59 @@ def pair():
     return a, b
 
 
+@pytest.fixture
+def ab():
+    """A connected non-blocking socketpair, closed after the test."""
+    a, b = pair()
+    yield a, b
+    a.close()
+    b.close()
+
+
 def read_all(sock, buf: bytearray) -> list[bytes]:
     got = read_frames(sock.fileno(), buf)
     assert got is not None
     return [bytes(f) for f in got]
 
 
-def test_one_frame_comes_whole_from_one_read():
-    a, b = pair()
-    try:
-        out = bytearray()
-        assert write_frame(a.fileno(), out, b"hello") and not out
-        inbuf = bytearray()
-        got = read_frames(b.fileno(), inbuf)
-        assert [bytes(f) for f in got] == [b"hello"] and not inbuf
-        assert read_all(b, inbuf) == []          # nothing more: no frame, no EOF
-    finally:
-        a.close()
-        b.close()
+def test_one_frame_comes_whole_from_one_read(ab):
+    a, b = ab
+    out = bytearray()
+    assert write_frame(a.fileno(), out, b"hello") and not out
+    inbuf = bytearray()
+    got = read_frames(b.fileno(), inbuf)
+    assert [bytes(f) for f in got] == [b"hello"] and not inbuf
+    assert read_all(b, inbuf) == []          # nothing more: no frame, no EOF
 
 
-def test_frames_together_and_split_across_reads():
-    a, b = pair()
-    try:
-        out = bytearray()
-        for data in (b"one", b"", b"three"):
-            assert write_frame(a.fileno(), out, data)
-        inbuf = bytearray()
-        assert read_all(b, inbuf) == [b"one", b"", b"three"]
-        # A frame whose length came but not all of its bytes waits in the buffer.
-        os.write(a.fileno(), (10).to_bytes(4, "big") + b"01234")
-        assert read_all(b, inbuf) == [] and len(inbuf) == 9
-        os.write(a.fileno(), b"56789" + (2).to_bytes(4, "big") + b"ok")
-        assert read_all(b, inbuf) == [b"0123456789", b"ok"] and not inbuf
-    finally:
-        a.close()
-        b.close()
+def test_frames_together_and_split_across_reads(ab):
+    a, b = ab
+    out = bytearray()
+    for data in (b"one", b"", b"three"):
+        assert write_frame(a.fileno(), out, data)
+    inbuf = bytearray()
+    assert read_all(b, inbuf) == [b"one", b"", b"three"]
+    # A frame whose length came but not all of its bytes waits in the buffer.
+    os.write(a.fileno(), (10).to_bytes(4, "big") + b"01234")
+    assert read_all(b, inbuf) == [] and len(inbuf) == 9
+    os.write(a.fileno(), b"56789" + (2).to_bytes(4, "big") + b"ok")
+    assert read_all(b, inbuf) == [b"0123456789", b"ok"] and not inbuf
 
 
-def test_a_frame_larger_than_the_socket_takes_goes_out_in_pieces():
-    a, b = pair()
-    try:
-        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-        big = os.urandom(1 << 20)
-        out = bytearray()
-        assert write_frame(a.fileno(), out, big)
-        assert out, "the socket took a whole MiB at once: the test shows nothing"
-        assert write_frame(a.fileno(), out, b"after")   # queued behind the rest
-        inbuf = bytearray()
-        got: list[bytes] = []
-        while out or len(got) < 2:
-            got += read_all(b, inbuf)
-            write_pending(a.fileno(), out)
-        assert got == [big, b"after"]
-    finally:
-        a.close()
-        b.close()
+def test_a_frame_larger_than_the_socket_takes_goes_out_in_pieces(ab):
+    a, b = ab
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    big = os.urandom(1 << 20)
+    out = bytearray()
+    assert write_frame(a.fileno(), out, big)
+    assert out, "the socket took a whole MiB at once: the test shows nothing"
+    assert write_frame(a.fileno(), out, b"after")   # queued behind the rest
+    inbuf = bytearray()
+    got: list[bytes] = []
+    while out or len(got) < 2:
+        got += read_all(b, inbuf)
+        write_pending(a.fileno(), out)
+    assert got == [big, b"after"]
 
 
 def test_a_closed_peer_reads_as_none_and_fails_writes():

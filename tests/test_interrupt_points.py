@@ -49,7 +49,8 @@ def _direct_calls(reading: bool, actor_end: socket.socket) -> DriverDirectCalls:
     calls.peer_readers = {}
     calls.peer_channels = {link.channel.fd: link.channel}
     calls.peer_lock = threading.Lock()
-    calls.arrived = threading.Condition(threading.Lock())
+    calls.arrived_lock = threading.Lock()
+    calls.arrived = threading.Condition(calls.arrived_lock)
     calls.waiting = 0
     calls.spinners = threading.local()
     calls.peer = _IdlePeer(link)

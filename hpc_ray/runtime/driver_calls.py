@@ -44,7 +44,7 @@ class DriverDirectCalls:
         self.peer_channels: dict = {}
         self.peer_lock = threading.Lock()
         self.peer_route_lock = threading.Lock()
-        #: ``arrived``'s lock, taken directly where no wait or notify follows.
+        #: ``arrived``'s lock, taken directly (Condition's ``with`` is Python code).
         self.arrived_lock = threading.Lock()
         self.arrived = threading.Condition(self.arrived_lock)
         #: Threads in ``arrived.wait`` (a turn that ends wakes them).
@@ -174,9 +174,9 @@ class DriverDirectCalls:
         """Read the sockets of ``need()`` once (up to ``span`` seconds), or wait for
         the thread reading one of them to end its turn.
 
-        The whole turn is one critical section: ``Condition.__enter__`` is Python
-        code, and a KeyboardInterrupt raised in it after it took the lock would
-        leave the lock held for good (and every later get() of the driver blocked
+        The whole turn is one critical section: ``Condition.wait`` is Python
+        code, and a KeyboardInterrupt raised in it after it took the lock back
+        would leave the lock held for good (and every later get() of the driver blocked
         on it); one raised between claiming the links and the ``try`` would leave
         them claimed, with no thread reading them. A Ctrl-C waits at most ``span``
         (callers pass at most ``POLL_SLICE``).
@@ -186,7 +186,7 @@ class DriverDirectCalls:
             links = need()
             if not links:
                 return      # nothing of ours in flight there any more
-            with arrived:
+            with self.arrived_lock:
                 for link in links:
                     if link.reading:
                         self.waiting += 1
@@ -200,20 +200,23 @@ class DriverDirectCalls:
             try:
                 self._read_links(links, span)
             finally:
-                with arrived:
+                with self.arrived_lock:
                     for link in links:
                         link.reading = False
                     if self.waiting:
                         arrived.notify_all()
 
     def _read_links(self, links: list, timeout: float) -> None:
-        poller = select.poll()
+        # One link with nothing to write (a sync call's wait): its kept poll object.
+        one = len(links) == 1 and not links[0].channel.outbuf
+        poller = links[0].poller if one else select.poll()
         mine = {}
         for link in links:
             ch = link.channel
             mine[ch.fd] = ch
-            poller.register(ch.fd, select.POLLIN | select.POLLOUT if ch.outbuf
-                            else select.POLLIN)
+            if not one:
+                poller.register(ch.fd, select.POLLIN | select.POLLOUT if ch.outbuf
+                                else select.POLLIN)
         spinner = getattr(self.spinners, "spinner", None)
         if spinner is None:
             spinner = self.spinners.spinner = Spinner()
@@ -239,45 +242,13 @@ class DriverDirectCalls:
         peer = self.peer
         oid = ref.id
         pending = peer.pending
+        need = lambda: [link]   # noqa: E731 (in flight there while oid is pending)
         while oid in pending:
-            self._turn_link(link)
+            self._turn(POLL_SLICE, need)
         res = peer.results.get(oid)
         if res is None or res.pins is not None:
             return self.get_with_direct([ref], None)   # promoted meanwhile, or pinned refs
         return [values.from_record(peer.record(res), self.arena, ref)]
-
-    def _turn_link(self, link) -> None:
-        """``_turn`` for one link whose answer a thread waits for: read its socket
-        (up to POLL_SLICE), or wait for the thread that reads it."""
-        lock = self.arrived_lock
-        with deferred():
-            with lock:
-                if link.reading:
-                    self.waiting += 1
-                    try:
-                        self.arrived.wait(POLL_SLICE)
-                    finally:
-                        self.waiting -= 1
-                    return
-                link.reading = True
-            try:
-                ch = link.channel
-                if ch.outbuf:
-                    self._read_links([link], POLL_SLICE)
-                else:
-                    spinner = getattr(self.spinners, "spinner", None)
-                    if spinner is None:
-                        spinner = self.spinners.spinner = Spinner()
-                    if spinner.poll(link.poller, POLL_SLICE * 1000.0) \
-                            and self.peer_channels.get(ch.fd) is ch:
-                        self.peer._read(link)
-                    if self.peer.finished:
-                        self._report_direct(False)
-            finally:
-                with lock:
-                    link.reading = False
-                    if self.waiting:
-                        self.arrived.notify_all()
 
     def get_with_direct(self, refs: list, timeout: float | None) -> list:
         """get() of refs some of which are direct results."""

@@ -75,20 +75,28 @@ def write_pending(fd: int, buf: bytearray) -> bool:
     return True
 
 
-def read_available(fd: int, buf: bytearray, limit: int = READ_CHUNK) -> bool | None:
-    """Append the bytes ``fd`` (non-blocking) has now to ``buf``, at most ``limit``:
-    True if any came, False if none were waiting, None at EOF or on an error (the
-    peer is gone)."""
+def _read_into_chunk(fd: int, limit: int) -> int | None:
+    """Read what ``fd`` (non-blocking) has now, at most ``limit`` bytes, into this
+    thread's read buffer: how many bytes (0: none were waiting), None at EOF or
+    on an error (the peer is gone)."""
     chunk = read_chunk()
     try:
         n = os.readv(fd, [chunk if limit >= READ_CHUNK else chunk[:limit]])
     except BlockingIOError:
-        return False
+        return 0
     except OSError:
         return None
+    return n or None
+
+
+def read_available(fd: int, buf: bytearray, limit: int = READ_CHUNK) -> bool | None:
+    """Append the bytes ``fd`` (non-blocking) has now to ``buf``, at most ``limit``:
+    True if any came, False if none were waiting, None at EOF or on an error (the
+    peer is gone)."""
+    n = _read_into_chunk(fd, limit)
     if not n:
-        return None
-    buf += chunk[:n]
+        return None if n is None else False
+    buf += read_chunk()[:n]
     return True
 
 
@@ -101,15 +109,10 @@ def read_frames(fd: int, buf: bytearray, limit: int = READ_CHUNK) -> list | None
     if buf:
         got = read_available(fd, buf, limit)
         return None if got is None else split_frames(buf)
-    chunk = read_chunk()
-    try:
-        n = os.readv(fd, [chunk if limit >= READ_CHUNK else chunk[:limit]])
-    except BlockingIOError:
-        return []
-    except OSError:
-        return None
+    n = _read_into_chunk(fd, limit)
     if not n:
-        return None
+        return None if n is None else []
+    chunk = read_chunk()
     if n >= 4 and _LENGTH.unpack_from(chunk)[0] == n - 4:
         return [chunk[4:n]]
     buf += chunk[:n]
