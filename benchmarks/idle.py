@@ -11,6 +11,9 @@ each system, one job of 4 worker CPUs:
                     measured over 4 s after 2 s of quiet
     first task      ray.get(f.remote()) of a trivial task right after 1.5 s of
                     quiet (median of 6 pauses): what the pause costs the next call
+    after 50 ms     the same after 50 ms of quiet: long enough for a job on one
+                    host to sleep on its doorbells (comm.DEEP_AFTER_ONE_HOST),
+                    short of the 1 s after which a job on several hosts does
     next task       the same call again, right after the first (median of 6 x 10)
     busy overhead   while 2 CPU-bound tasks of 4 s run: CPU seconds per second
                     of every process of the job except what the two tasks' own
@@ -43,6 +46,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 SYSTEMS = ("hpc_ray", "hpc_ray_mpi", "ray")
 CPUS = 4
 PAUSE = 1.5
+SHORT_PAUSE = 0.05
 BUSY_TASKS = 2
 BUSY_SECONDS = 4.0
 
@@ -73,6 +77,12 @@ def child(system: str, rounds: int) -> None:
     ray.get([noop.remote() for _ in range(200)])
     print("IDLE", flush=True)
     sys.stdin.readline()
+    short = []
+    for _ in range(rounds * 4):
+        time.sleep(SHORT_PAUSE)
+        t = time.perf_counter()
+        ray.get(noop.remote())
+        short.append(time.perf_counter() - t)
     first, then = [], []
     for _ in range(rounds):
         time.sleep(PAUSE)
@@ -85,6 +95,8 @@ def child(system: str, rounds: int) -> None:
             then.append(time.perf_counter() - t)
     print(json.dumps({"first_ms": statistics.median(first) * 1e3,
                       "first_max_ms": max(first) * 1e3,
+                      "short_ms": statistics.median(short) * 1e3,
+                      "short_max_ms": max(short) * 1e3,
                       "next_ms": statistics.median(then) * 1e3}), flush=True)
     print("BUSY", flush=True)
     sys.stdin.readline()
@@ -92,6 +104,7 @@ def child(system: str, rounds: int) -> None:
     task_cpu = sum(ray.get([burn.remote(BUSY_SECONDS) for _ in range(BUSY_TASKS)]))
     print(json.dumps({"task_cpu": task_cpu, "busy_wall": time.perf_counter() - t}),
           flush=True)
+    sys.stdin.readline()   # the parent has read the processes' CPU: they may end
     ray.shutdown()
 
 
@@ -165,6 +178,8 @@ def measure(system: str, rounds: int, timeout: float) -> dict:
         busy = json.loads(_wait_for(lines, lambda line: line.startswith("{"),
                                     time.monotonic() + timeout, system))
         spent = _tree_cpu(proc.pid)[0] - before
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
         proc.wait(timeout=60)
         out.update(idle_cpu=min(windows), processes=nprocs,
                    busy_overhead=(spent - busy["task_cpu"]) / busy["busy_wall"])
@@ -196,13 +211,15 @@ def main() -> None:
             runs[s].append(measure(s, rounds, args.timeout))
             print(f"# {s}: {runs[s][-1]}", flush=True)
     rows = ["| system | processes | idle CPU (cpu-s/s) | first task after 1.5 s quiet (ms) "
-            f"| next task (ms) | overhead while {BUSY_TASKS} tasks of {BUSY_SECONDS:.0f} s run "
-            "(cpu-s/s) |", "|---|--:|--:|--:|--:|--:|"]
+            f"| after {SHORT_PAUSE * 1e3:.0f} ms quiet (ms) | next task (ms) "
+            f"| overhead while {BUSY_TASKS} tasks of {BUSY_SECONDS:.0f} s run "
+            "(cpu-s/s) |", "|---|--:|--:|--:|--:|--:|--:|"]
     for s in systems:
         med = {k: statistics.median(r[k] for r in runs[s])
-               for k in ("idle_cpu", "first_ms", "next_ms", "processes", "busy_overhead")}
+               for k in ("idle_cpu", "first_ms", "short_ms", "next_ms", "processes",
+                         "busy_overhead")}
         rows.append(f"| {s} | {med['processes']:.0f} | {med['idle_cpu']:.3f} | "
-                    f"{med['first_ms']:.2f} | {med['next_ms']:.2f} | "
+                    f"{med['first_ms']:.2f} | {med['short_ms']:.2f} | {med['next_ms']:.2f} | "
                     f"{med['busy_overhead']:.3f} |")
     table = "\n".join(rows)
     print(table)

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from mpi4py import MPI
 
 from hpc_ray.transport import comm
-from hpc_ray.transport.comm import RING_AFTER, Backoff, CommThreadBell, Doorbell, Sender
+from hpc_ray.transport.comm import (DEEP_AFTER_ONE_HOST, RING_AFTER, RUNG_POLLS, Backoff,
+                                    CommThreadBell, Doorbell, Sender)
 from hpc_ray.runtime.worker import DEEP_AFTER, DEEP_CAP, polling_backoff
 
 
@@ -58,6 +59,21 @@ def test_worker_ranks_have_the_deep_tier_however_crowded():
         backoff = polling_backoff(ranks_on_node=ranks, cores=2)
         assert backoff.deep_after == DEEP_AFTER and backoff.deep_cap == DEEP_CAP
         assert backoff.cap <= DEEP_CAP
+        # Every sender on the rank's host rings it: it sleeps deep much sooner.
+        backoff = polling_backoff(ranks_on_node=ranks, cores=2, one_host=True)
+        assert backoff.deep_after == DEEP_AFTER_ONE_HOST and backoff.deep_cap == DEEP_CAP
+
+
+def test_a_ring_polls_at_once_but_leaves_a_deep_sleeper_deep(monkeypatch):
+    clock = _with_clock(monkeypatch)
+    backoff = Backoff(cap=0.001, spin_limit=20, warm=0.01, deep_after=1.0, deep_cap=0.01)
+    backoff.reset()
+    clock.now += 2.0
+    while backoff.next_timeout() < 0.01:
+        pass
+    backoff.rung()                          # e.g. a caller's summary for the head
+    assert [backoff.next_timeout() for _ in range(RUNG_POLLS)] == [0.0] * RUNG_POLLS
+    assert backoff.next_timeout() == 0.01   # no warm phase, no climb from 20 us again
 
 
 @settings(max_examples=200, deadline=None)
@@ -96,6 +112,68 @@ def test_backoff_bounds_hold_after_every_event(events):
         comm.monotonic = real
 
 
+class _Rings:
+    """A Sender's bell that counts rings instead of sending them."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def sendto(self, data, address) -> None:
+        self.count += 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(gaps=st.lists(st.one_of(st.floats(0.0, 0.003), st.floats(0.0, 0.05)),
+                     min_size=1, max_size=60),
+       ranks_on_node=st.sampled_from([2, 3, 8, 32]), reply_soon=st.booleans())
+def test_on_one_host_no_message_waits_past_the_cap_for_a_deep_sleeper(gaps, ranks_on_node,
+                                                                      reply_soon):
+    """The ring rule against the back-off of a rank whose job is on one host:
+    messages from one sender at the given gaps; the rank polls MPI, takes what
+    came, sleeps ``next_timeout()`` unless rung. A message must never wait
+    longer than the rank's plain ``cap`` (what it waited before the rank slept
+    deep this soon): the sender rang, or the rank was polling anyway."""
+    assert RING_AFTER < DEEP_AFTER_ONE_HOST
+    clock = Clock()
+    real = comm.monotonic
+    comm.monotonic = clock
+    sender = Sender(MPI.COMM_SELF)
+    sender.bell = rings = _Rings()
+    sender.session_id = "model"
+    try:
+        backoff = polling_backoff(ranks_on_node, cores=2, one_host=True)
+        start = clock.now
+        sends, t = [], start
+        for gap in gaps:
+            t += gap
+            sends.append(t)
+        now, taken = start, 0
+        backoff.reset()
+        while taken < len(sends):
+            clock.now = now
+            if sends[taken] <= now:                    # the poll: take what came
+                while taken < len(sends) and sends[taken] <= now:
+                    taken += 1
+                backoff.reset()
+                continue
+            wake = now + backoff.next_timeout(reply_soon)
+            # Senders act during the sleep (not before: this poll saw nothing).
+            nxt = taken
+            while nxt < len(sends) and sends[nxt] <= wake:
+                clock.now = sends[nxt]
+                before = rings.count
+                sender.ring(1)
+                if rings.count > before:
+                    wake = sends[nxt]                  # the doorbell wakes the rank
+                    break
+                assert wake - sends[nxt] <= backoff.cap + 1e-12, (
+                    f"a message waits {wake - sends[nxt]:.4f} s unrung")
+                nxt += 1
+            now = wake
+    finally:
+        comm.monotonic = real
+
+
 def test_a_ring_wakes_the_doorbell_and_drain_empties_it():
     session = f"test-{os.getpid()}-{os.urandom(3).hex()}"
     bell = Doorbell(session, 5)
@@ -130,7 +208,7 @@ def test_a_sender_rings_only_after_a_pause(monkeypatch):
         clock.now += RING_AFTER / 2
         sender.ring(1)
         assert not rung(1)                  # it just had one: it is not asleep
-        clock.now += RING_AFTER
+        clock.now += RING_AFTER * 1.01
         sender.ring(1)
         assert rung(1)                      # after a pause: ring again
         sender.ring(0)

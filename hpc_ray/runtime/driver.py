@@ -46,8 +46,8 @@ from .. import _config
 from ..exceptions import GetTimeoutError, RayError
 from ..transport import direct
 from ..transport import messages as m
-from ..transport.comm import (Backoff, CommThreadBell, Fetcher, Sender, recv_control,
-                              tighten_timer_slack)
+from ..transport.comm import (DEEP_AFTER_ONE_HOST, Backoff, CommThreadBell, Fetcher, Sender,
+                              recv_control, tighten_timer_slack)
 from ..transport.messages import FETCH_PLAN
 from ..transport.serialization import RAW
 from . import context, interrupts, peer_calls, values
@@ -73,7 +73,8 @@ CHANNEL_CHECK = 0.001
 #: A submission this soon after a driver thread left get()/wait() does not wake
 #: the comm thread (see DriverContext.submit).
 SUBMIT_QUIET = 0.0002
-#: With no activity for this many seconds, the comm thread polls MPI only every
+#: With no activity for this many seconds (``comm.DEEP_AFTER_ONE_HOST`` when the
+#: whole job is on this host), the comm thread polls MPI only every
 #: QUIET_CAP (``HPC_RAY_HEAD_IDLE_POLL_MS``; else every 1 ms at most), and sleeps
 #: on rank 0's doorbell in between (``comm.CommThreadBell``): a worker rank on
 #: this host that sends after a pause rings it first (``comm.Sender``), and the
@@ -93,7 +94,7 @@ class HeadLoop(threading.Thread):
     """The comm thread of rank 0."""
 
     def __init__(self, comm: MPI.Comm, head: Head, arena, listener=None,
-                 session_id: str | None = None) -> None:
+                 session_id: str | None = None, one_host: bool = False) -> None:
         super().__init__(name="hpc_ray-head", daemon=True)
         self.comm = comm
         self.head = head
@@ -109,7 +110,9 @@ class HeadLoop(threading.Thread):
         self.stop_deadline = 0.0
         self.fetch_requests: list = []
         self.error: str | None = None
-        self.backoff = Backoff(deep_after=QUIET_AFTER, deep_cap=QUIET_CAP)
+        # Every sender rings the bell when the whole job is on this host.
+        quiet_after = DEEP_AFTER_ONE_HOST if one_host and self.bell.usable else QUIET_AFTER
+        self.backoff = Backoff(deep_after=quiet_after, deep_cap=QUIET_CAP)
         #: Held by whichever thread runs poll_once(): MPI calls never overlap.
         self.progress = threading.Lock()
         #: True while the driver thread polls in get()/wait(); the comm thread idles.
@@ -410,7 +413,7 @@ class HeadLoop(threading.Thread):
                 t = backoff.next_timeout(reply_soon, not head.tasks or self.bell.usable)
                 if t > backoff.cap and self.bell.usable:
                     if self.bell.sleep(t, event):
-                        backoff.reset()    # a message is on its way: poll MPI at once
+                        backoff.rung()    # a message is on its way: poll MPI at once
                     event.clear()
                 elif t:
                     event.wait(t)

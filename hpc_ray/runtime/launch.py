@@ -232,7 +232,9 @@ def setup_world(comm, cfg: dict | None):
     rank = comm.Get_rank()
     size = comm.Get_size()
     cfg = comm.bcast(cfg, root=0)
-    cfg = dict(cfg, visible_gpus=comm.allgather(visible_gpus()))
+    gathered = comm.allgather((visible_gpus(), socket.gethostname()))
+    cfg = dict(cfg, visible_gpus=[g for g, _ in gathered],
+               one_host=len({host for _, host in gathered}) == 1)
     rpn = cfg.get("ranks_per_node")
     if rpn:
         node_of = [r // rpn for r in range(size)]

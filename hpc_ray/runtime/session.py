@@ -98,7 +98,7 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
     # round trip; with the default 5 ms switch interval a woken driver thread can
     # wait that long for it (measured: 4 ms sync round trips instead of 0.3 ms).
     sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
-    loop = HeadLoop(comm, head, arena, listener, cfg.get("session_id"))
+    loop = HeadLoop(comm, head, arena, listener, cfg.get("session_id"), cfg["one_host"])
     loop.start()
     ctx = DriverContext(head, loop, arena, node, 0, {"size": comm.Get_size()},
                         cfg.get("session_id"))

@@ -16,9 +16,10 @@ The loop never runs user code. It blocks in ``select`` on the executors' pipes
 and its doorbell (``comm.Doorbell``) with a back-off timeout and polls MPI in
 between: at most 1 ms apart after recent activity (up to 10 ms on a node with
 more ranks than cores: ``polling_backoff``), 10 ms apart after a second of
-quiet (``DEEP_CAP``). A process on its host that sends it a message after a
-pause rings the doorbell first, so the message is read at once. A dead executor
-(EOF on its pipe) is reported to the head with the tasks it held and replaced.
+quiet (``DEEP_CAP``), or after 10 ms of quiet when the whole job is on one
+host. A process on its host that sends it a message after a pause rings the
+doorbell first, so the message is read at once. A dead executor (EOF on its
+pipe) is reported to the head with the tasks it held and replaced.
 
 A rank that has hosted an actor keeps one executor started ahead
 (``standby``) for its next actor, as Ray's worker pool does: creating an actor
@@ -49,8 +50,8 @@ from mpi4py import MPI
 
 from .. import _config
 from ..transport import messages as m
-from ..transport.comm import (Backoff, Doorbell, Fetcher, Sender, recv_control,
-                              tighten_timer_slack)
+from ..transport.comm import (DEEP_AFTER_ONE_HOST, Backoff, Doorbell, Fetcher, Sender,
+                              recv_control, tighten_timer_slack)
 from ..transport.serialization import loads
 from .executor_procs import ExecutorProc, ExecutorProcesses, lends_cpu, thread_lent
 
@@ -101,8 +102,9 @@ OVERSUBSCRIBED_SPINS = 2
 #: delay a message to a long-idle rank may see (messages from its executors wake
 #: it at once).
 OVERSUBSCRIBED_CAP = 0.01
-#: A rank with no activity for DEEP_AFTER seconds polls MPI only every DEEP_CAP
-#: seconds (``HPC_RAY_IDLE_POLL_MS``). An idle pass costs 50-150 us of CPU on
+#: A rank with no activity for DEEP_AFTER seconds (``comm.DEEP_AFTER_ONE_HOST``
+#: when the whole job is on its host) polls MPI only every DEEP_CAP seconds
+#: (``HPC_RAY_IDLE_POLL_MS``). An idle pass costs 50-150 us of CPU on
 #: this kind of VM, most of it the wake-up itself: at 1 ms, 5-15% of a core per
 #: idle rank. A sender on the same host rings its doorbell first
 #: (``comm.Doorbell``); a message from another host waits up to DEEP_CAP.
@@ -110,7 +112,7 @@ DEEP_AFTER = 1.0
 DEEP_CAP = _config.os_environ_get("IDLE_POLL_MS", 10.0, float) / 1000.0
 
 
-def polling_backoff(ranks_on_node: int, cores: int) -> Backoff:
+def polling_backoff(ranks_on_node: int, cores: int, one_host: bool = False) -> Backoff:
     """The back-off of a worker rank's loop.
 
     With a core to spare for each rank (rank 0 drives, mostly waiting) the loop
@@ -123,14 +125,17 @@ def polling_backoff(ranks_on_node: int, cores: int) -> Backoff:
     idle rank sleeps longer (up to ``OVERSUBSCRIBED_CAP``) the more ranks share
     each core, so the node's idle ranks together poll about as often as one
     rank per core would (15 idle ranks on 2 cores used 75% of a core at 1 ms).
-    Either way a rank idle for DEEP_AFTER sleeps up to DEEP_CAP.
+    Either way a rank idle for DEEP_AFTER sleeps up to DEEP_CAP; when every
+    rank of the job is on its host (``one_host``: all senders ring its
+    doorbell), after DEEP_AFTER_ONE_HOST.
     """
+    deep_after = DEEP_AFTER_ONE_HOST if one_host else DEEP_AFTER
     if ranks_on_node > cores + 1:
         default = Backoff()
         cap = min(OVERSUBSCRIBED_CAP, default.cap * ranks_on_node / max(cores, 1))
         return Backoff(cap=cap, spin_limit=OVERSUBSCRIBED_SPINS, warm=0.0,
-                       deep_after=DEEP_AFTER, deep_cap=DEEP_CAP)
-    return Backoff(deep_after=DEEP_AFTER, deep_cap=DEEP_CAP)
+                       deep_after=deep_after, deep_cap=DEEP_CAP)
+    return Backoff(deep_after=deep_after, deep_cap=DEEP_CAP)
 
 
 def batch_length(fns, share: int, fn_seconds: dict) -> int:
@@ -637,9 +642,10 @@ class WorkerLoop(ExecutorProcesses):
         tighten_timer_slack()
         comm = self.comm
         node_of = self.cfg.get("node_of") or []
-        backoff = polling_backoff(sum(1 for n in node_of if n == self.node), _cores())
         doorbell = Doorbell(self.cfg.get("session_id"), self.rank)
         bell_fd = doorbell.fileno()
+        backoff = polling_backoff(sum(1 for n in node_of if n == self.node), _cores(),
+                                  self.cfg["one_host"] and bell_fd >= 0)
         window_wait = WINDOW_WAIT_MIN
         last_check = time.monotonic()
         while not self.stop:
