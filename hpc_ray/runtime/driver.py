@@ -410,7 +410,9 @@ class HeadLoop(threading.Thread):
                 if reply_soon is None:
                     reply_soon = not head.cpus_all_running()
                 # (A dict's length, read without the lock: at worst one poll late.)
-                t = backoff.next_timeout(reply_soon, not head.tasks or self.bell.usable)
+                # Object bytes moving between stores (``Fetcher``) ring no doorbell.
+                t = backoff.next_timeout(reply_soon, (not head.tasks or self.bell.usable)
+                                         and not (self.fetcher.inflight or self.sender.pending))
                 if t > backoff.cap and self.bell.usable:
                     if self.bell.sleep(t, event):
                         backoff.rung()    # a message is on its way: poll MPI at once

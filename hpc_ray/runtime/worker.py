@@ -666,7 +666,10 @@ class WorkerLoop(ExecutorProcesses):
             self.sender.progress()
             if self.fetcher.progress():
                 active = True
-            timeout = 0.0 if active else backoff.next_timeout(not self.cpus_all_running())
+            # Object bytes moving between stores progress only while both ranks
+            # call into MPI, and their end rings no doorbell: no deep sleep then.
+            timeout = 0.0 if active else backoff.next_timeout(
+                not self.cpus_all_running(), not (self.fetcher.inflight or self.sender.pending))
             executors = self.all_executors()
             by_fd = {ex.fd: ex for ex in executors}
             pipes = {fd: ex for ex in executors for fd in ex.pipes}
