@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -131,6 +132,17 @@ def test_idle_reports_cpu_and_latency_of_an_idle_job():
     assert next_ms > 0, res.stdout
     # The runtime's own CPU while two tasks run (CPU-time ticks may put it a hair below 0).
     assert -0.05 < busy < 2.0, res.stdout
+
+
+def test_nn_caller_cpu_splits_the_cpu_of_calls_by_role():
+    cmd = [sys.executable, str(BENCH_DIR / "nn_caller_cpu.py"), "--calls", "100",
+           "--batches", "1"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert res.returncode == 0, res.stderr
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("calls/s "))
+    rate, ranks, head, executors = (float(x) for x in re.findall(r"[\d.]+", line))
+    # Every role's figure is printed; the executors (callers and actors) ran the calls.
+    assert rate > 0 and ranks >= 0 and head >= 0 and executors > 0, res.stdout
 
 
 def test_chained_calls_prints_a_step_time():
