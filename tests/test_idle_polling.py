@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from mpi4py import MPI
 
 from hpc_ray.transport import comm
-from hpc_ray.transport.comm import (DEEP_AFTER_ONE_HOST, RING_AFTER, RUNG_POLLS, Backoff,
-                                    CommThreadBell, Doorbell, Sender)
+from hpc_ray.transport.comm import (DEEP_AFTER_ONE_HOST, DEEP_CAP_ONE_HOST, RING_AFTER,
+                                    RUNG_POLLS, Backoff, CommThreadBell, Doorbell, Sender)
 from hpc_ray.runtime.worker import DEEP_AFTER, DEEP_CAP, polling_backoff
 
 
@@ -61,7 +61,8 @@ def test_worker_ranks_have_the_deep_tier_however_crowded():
         assert backoff.cap <= DEEP_CAP
         # Every sender on the rank's host rings it: it sleeps deep much sooner.
         backoff = polling_backoff(ranks_on_node=ranks, cores=2, one_host=True)
-        assert backoff.deep_after == DEEP_AFTER_ONE_HOST and backoff.deep_cap == DEEP_CAP
+        assert backoff.deep_after == DEEP_AFTER_ONE_HOST
+        assert backoff.deep_cap == DEEP_CAP_ONE_HOST > DEEP_CAP
 
 
 def test_a_ring_polls_at_once_but_leaves_a_deep_sleeper_deep(monkeypatch):

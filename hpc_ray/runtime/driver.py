@@ -46,8 +46,8 @@ from .. import _config
 from ..exceptions import GetTimeoutError, RayError
 from ..transport import direct
 from ..transport import messages as m
-from ..transport.comm import (DEEP_AFTER_ONE_HOST, Backoff, CommThreadBell, Fetcher, Sender,
-                              recv_control, tighten_timer_slack)
+from ..transport.comm import (DEEP_AFTER_ONE_HOST, DEEP_CAP_ONE_HOST, Backoff, CommThreadBell,
+                              Fetcher, Sender, recv_control, tighten_timer_slack)
 from ..transport.messages import FETCH_PLAN
 from ..transport.serialization import RAW
 from . import context, interrupts, peer_calls, values
@@ -73,8 +73,7 @@ CHANNEL_CHECK = 0.001
 #: A submission this soon after a driver thread left get()/wait() does not wake
 #: the comm thread (see DriverContext.submit).
 SUBMIT_QUIET = 0.0002
-#: With no activity for this many seconds (``comm.DEEP_AFTER_ONE_HOST`` when the
-#: whole job is on this host), the comm thread polls MPI only every
+#: With no activity for this many seconds, the comm thread polls MPI only every
 #: QUIET_CAP (``HPC_RAY_HEAD_IDLE_POLL_MS``; else every 1 ms at most), and sleeps
 #: on rank 0's doorbell in between (``comm.CommThreadBell``): a worker rank on
 #: this host that sends after a pause rings it first (``comm.Sender``), and the
@@ -82,9 +81,12 @@ SUBMIT_QUIET = 0.0002
 #: waits up to QUIET_CAP. Without a doorbell (off Linux) the comm thread goes
 #: quiet only while no task is in flight. Each idle poll costs 50-150 us of CPU
 #: on this kind of VM: at 1 ms, ~10% of a core taken from the tasks that run
-#: meanwhile.
+#: meanwhile. When the whole job is on this host, every sender rings: after
+#: ``comm.DEEP_AFTER_ONE_HOST``, every ``comm.DEEP_CAP_ONE_HOST`` (unless
+#: ``HPC_RAY_HEAD_IDLE_POLL_MS`` is set).
 QUIET_AFTER = 1.0
-QUIET_CAP = _config.os_environ_get("HEAD_IDLE_POLL_MS", 5.0, float) / 1000.0
+QUIET_CAP = 0.005
+HEAD_IDLE_POLL_MS = _config.os_environ_get("HEAD_IDLE_POLL_MS", None, float)
 #: Seconds shutdown() waits for every worker rank to confirm it has stopped
 #: (a rank first stops its executors, which takes up to 2 s).
 STOP_WAIT = 20.0
@@ -111,8 +113,11 @@ class HeadLoop(threading.Thread):
         self.fetch_requests: list = []
         self.error: str | None = None
         # Every sender rings the bell when the whole job is on this host.
-        quiet_after = DEEP_AFTER_ONE_HOST if one_host and self.bell.usable else QUIET_AFTER
-        self.backoff = Backoff(deep_after=quiet_after, deep_cap=QUIET_CAP)
+        rung = one_host and self.bell.usable
+        quiet_cap = (HEAD_IDLE_POLL_MS / 1000.0 if HEAD_IDLE_POLL_MS is not None
+                     else DEEP_CAP_ONE_HOST if rung else QUIET_CAP)
+        self.backoff = Backoff(deep_after=DEEP_AFTER_ONE_HOST if rung else QUIET_AFTER,
+                               deep_cap=quiet_cap)
         #: Held by whichever thread runs poll_once(): MPI calls never overlap.
         self.progress = threading.Lock()
         #: True while the driver thread polls in get()/wait(); the comm thread idles.

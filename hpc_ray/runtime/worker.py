@@ -16,8 +16,8 @@ The loop never runs user code. It blocks in ``select`` on the executors' pipes
 and its doorbell (``comm.Doorbell``) with a back-off timeout and polls MPI in
 between: at most 1 ms apart after recent activity (up to 10 ms on a node with
 more ranks than cores: ``polling_backoff``), 10 ms apart after a second of
-quiet (``DEEP_CAP``), or after 10 ms of quiet when the whole job is on one
-host. A process on its host that sends it a message after a pause rings the
+quiet (``DEEP_CAP``), or 50 ms apart after 10 ms of quiet when the whole job
+is on one host. A process on its host that sends it a message after a pause rings the
 doorbell first, so the message is read at once. A dead executor (EOF on its
 pipe) is reported to the head with the tasks it held and replaced.
 
@@ -50,8 +50,8 @@ from mpi4py import MPI
 
 from .. import _config
 from ..transport import messages as m
-from ..transport.comm import (DEEP_AFTER_ONE_HOST, Backoff, Doorbell, Fetcher, Sender,
-                              recv_control, tighten_timer_slack)
+from ..transport.comm import (DEEP_AFTER_ONE_HOST, DEEP_CAP_ONE_HOST, Backoff, Doorbell,
+                              Fetcher, Sender, recv_control, tighten_timer_slack)
 from ..transport.serialization import loads
 from .executor_procs import ExecutorProc, ExecutorProcesses, lends_cpu, thread_lent
 
@@ -102,14 +102,16 @@ OVERSUBSCRIBED_SPINS = 2
 #: delay a message to a long-idle rank may see (messages from its executors wake
 #: it at once).
 OVERSUBSCRIBED_CAP = 0.01
-#: A rank with no activity for DEEP_AFTER seconds (``comm.DEEP_AFTER_ONE_HOST``
-#: when the whole job is on its host) polls MPI only every DEEP_CAP seconds
-#: (``HPC_RAY_IDLE_POLL_MS``). An idle pass costs 50-150 us of CPU on
-#: this kind of VM, most of it the wake-up itself: at 1 ms, 5-15% of a core per
-#: idle rank. A sender on the same host rings its doorbell first
-#: (``comm.Doorbell``); a message from another host waits up to DEEP_CAP.
+#: A rank with no activity for DEEP_AFTER seconds polls MPI only every DEEP_CAP
+#: seconds; when the whole job is on its host, after ``comm.DEEP_AFTER_ONE_HOST``
+#: and every ``comm.DEEP_CAP_ONE_HOST`` (``HPC_RAY_IDLE_POLL_MS`` sets the cap
+#: for both). An idle pass costs 50-150 us of CPU on this kind of VM, most of it
+#: the wake-up itself: at 1 ms, 5-15% of a core per idle rank. A sender on the
+#: same host rings its doorbell first (``comm.Doorbell``); a message from
+#: another host waits up to DEEP_CAP.
 DEEP_AFTER = 1.0
-DEEP_CAP = _config.os_environ_get("IDLE_POLL_MS", 10.0, float) / 1000.0
+DEEP_CAP = 0.01
+IDLE_POLL_MS = _config.os_environ_get("IDLE_POLL_MS", None, float)
 
 
 def polling_backoff(ranks_on_node: int, cores: int, one_host: bool = False) -> Backoff:
@@ -127,15 +129,23 @@ def polling_backoff(ranks_on_node: int, cores: int, one_host: bool = False) -> B
     rank per core would (15 idle ranks on 2 cores used 75% of a core at 1 ms).
     Either way a rank idle for DEEP_AFTER sleeps up to DEEP_CAP; when every
     rank of the job is on its host (``one_host``: all senders ring its
-    doorbell), after DEEP_AFTER_ONE_HOST.
+    doorbell), after DEEP_AFTER_ONE_HOST, up to DEEP_CAP_ONE_HOST.
     """
     deep_after = DEEP_AFTER_ONE_HOST if one_host else DEEP_AFTER
+    deep_cap = deep_cap_for(one_host)
     if ranks_on_node > cores + 1:
         default = Backoff()
         cap = min(OVERSUBSCRIBED_CAP, default.cap * ranks_on_node / max(cores, 1))
         return Backoff(cap=cap, spin_limit=OVERSUBSCRIBED_SPINS, warm=0.0,
-                       deep_after=deep_after, deep_cap=DEEP_CAP)
-    return Backoff(deep_after=deep_after, deep_cap=DEEP_CAP)
+                       deep_after=deep_after, deep_cap=deep_cap)
+    return Backoff(deep_after=deep_after, deep_cap=deep_cap)
+
+
+def deep_cap_for(one_host: bool) -> float:
+    """A worker rank's deep cap: HPC_RAY_IDLE_POLL_MS where set."""
+    if IDLE_POLL_MS is not None:
+        return IDLE_POLL_MS / 1000.0
+    return DEEP_CAP_ONE_HOST if one_host else DEEP_CAP
 
 
 def batch_length(fns, share: int, fn_seconds: dict) -> int:

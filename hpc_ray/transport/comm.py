@@ -234,6 +234,12 @@ RING_AFTER = 0.002
 #: two ranks). With senders on other hosts, whose messages would wait up to the
 #: deep cap, loops keep their 1 s.
 DEEP_AFTER_ONE_HOST = 0.01
+#: The deep cap of such a loop, unless set (``HPC_RAY_IDLE_POLL_MS``,
+#: ``HPC_RAY_HEAD_IDLE_POLL_MS``): every message rings, so the cap is only what
+#: a missed ring would cost (a loop descheduled for 8 ms between its last poll
+#: and its sleep). An idle job of 4 ranks used 0.125 CPU-seconds a second with
+#: 10 ms (5 ms for the head), 0.030 with 50 ms (benchmarks/idle.py).
+DEEP_CAP_ONE_HOST = 0.05
 _NEVER = float("-inf")
 
 
