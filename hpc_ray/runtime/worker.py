@@ -17,9 +17,9 @@ and its doorbell (``comm.Doorbell``) with a back-off timeout and polls MPI in
 between: at most 1 ms apart after recent activity (up to 10 ms on a node with
 more ranks than cores: ``polling_backoff``), 10 ms apart after a second of
 quiet (``DEEP_CAP``), or 50 ms apart after 10 ms of quiet when the whole job
-is on one host. A process on its host that sends it a message after a pause rings the
-doorbell first, so the message is read at once. A dead executor (EOF on its
-pipe) is reported to the head with the tasks it held and replaced.
+is on one host. A process on its host that sends it a message after a pause
+rings the doorbell first, so the message is read at once. A dead executor (EOF
+on its pipe) is reported to the head with the tasks it held and replaced.
 
 A rank that has hosted an actor keeps one executor started ahead
 (``standby``) for its next actor, as Ray's worker pool does: creating an actor
