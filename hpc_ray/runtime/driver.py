@@ -46,8 +46,8 @@ from .. import _config
 from ..exceptions import GetTimeoutError, RayError
 from ..transport import direct
 from ..transport import messages as m
-from ..transport.comm import (DEEP_AFTER_ONE_HOST, DEEP_CAP_ONE_HOST, Backoff, CommThreadBell,
-                              Fetcher, Sender, recv_control, tighten_timer_slack)
+from ..transport.comm import (Backoff, CommThreadBell, Fetcher, Sender, deep_tier,
+                              recv_control, tighten_timer_slack)
 from ..transport.messages import FETCH_PLAN
 from ..transport.serialization import RAW
 from . import context, interrupts, peer_calls, values
@@ -112,12 +112,9 @@ class HeadLoop(threading.Thread):
         self.stop_deadline = 0.0
         self.fetch_requests: list = []
         self.error: str | None = None
-        # Every sender rings the bell when the whole job is on this host.
-        rung = one_host and self.bell.usable
-        quiet_cap = (HEAD_IDLE_POLL_MS / 1000.0 if HEAD_IDLE_POLL_MS is not None
-                     else DEEP_CAP_ONE_HOST if rung else QUIET_CAP)
-        self.backoff = Backoff(deep_after=DEEP_AFTER_ONE_HOST if rung else QUIET_AFTER,
-                               deep_cap=quiet_cap)
+        deep_after, deep_cap = deep_tier(one_host and self.bell.usable, QUIET_AFTER,
+                                         QUIET_CAP, HEAD_IDLE_POLL_MS)
+        self.backoff = Backoff(deep_after=deep_after, deep_cap=deep_cap)
         #: Held by whichever thread runs poll_once(): MPI calls never overlap.
         self.progress = threading.Lock()
         #: True while the driver thread polls in get()/wait(); the comm thread idles.
@@ -415,9 +412,8 @@ class HeadLoop(threading.Thread):
                 if reply_soon is None:
                     reply_soon = not head.cpus_all_running()
                 # (A dict's length, read without the lock: at worst one poll late.)
-                # Object bytes moving between stores (``Fetcher``) ring no doorbell.
                 t = backoff.next_timeout(reply_soon, (not head.tasks or self.bell.usable)
-                                         and not (self.fetcher.inflight or self.sender.pending))
+                                         and not self.fetcher.moving())
                 if t > backoff.cap and self.bell.usable:
                     if self.bell.sleep(t, event):
                         backoff.rung()    # a message is on its way: poll MPI at once

@@ -50,8 +50,8 @@ from mpi4py import MPI
 
 from .. import _config
 from ..transport import messages as m
-from ..transport.comm import (DEEP_AFTER_ONE_HOST, DEEP_CAP_ONE_HOST, Backoff, Doorbell,
-                              Fetcher, Sender, recv_control, tighten_timer_slack)
+from ..transport.comm import (Backoff, Doorbell, Fetcher, Sender, deep_tier, recv_control,
+                              tighten_timer_slack)
 from ..transport.serialization import loads
 from .executor_procs import ExecutorProc, ExecutorProcesses, lends_cpu, thread_lent
 
@@ -129,23 +129,16 @@ def polling_backoff(ranks_on_node: int, cores: int, one_host: bool = False) -> B
     rank per core would (15 idle ranks on 2 cores used 75% of a core at 1 ms).
     Either way a rank idle for DEEP_AFTER sleeps up to DEEP_CAP; when every
     rank of the job is on its host (``one_host``: all senders ring its
-    doorbell), after DEEP_AFTER_ONE_HOST, up to DEEP_CAP_ONE_HOST.
+    doorbell), after ``comm.DEEP_AFTER_ONE_HOST``, up to ``comm.DEEP_CAP_ONE_HOST``
+    (``comm.deep_tier``).
     """
-    deep_after = DEEP_AFTER_ONE_HOST if one_host else DEEP_AFTER
-    deep_cap = deep_cap_for(one_host)
+    deep_after, deep_cap = deep_tier(one_host, DEEP_AFTER, DEEP_CAP, IDLE_POLL_MS)
     if ranks_on_node > cores + 1:
         default = Backoff()
         cap = min(OVERSUBSCRIBED_CAP, default.cap * ranks_on_node / max(cores, 1))
         return Backoff(cap=cap, spin_limit=OVERSUBSCRIBED_SPINS, warm=0.0,
                        deep_after=deep_after, deep_cap=deep_cap)
     return Backoff(deep_after=deep_after, deep_cap=deep_cap)
-
-
-def deep_cap_for(one_host: bool) -> float:
-    """A worker rank's deep cap: HPC_RAY_IDLE_POLL_MS where set."""
-    if IDLE_POLL_MS is not None:
-        return IDLE_POLL_MS / 1000.0
-    return DEEP_CAP_ONE_HOST if one_host else DEEP_CAP
 
 
 def batch_length(fns, share: int, fn_seconds: dict) -> int:
@@ -676,10 +669,8 @@ class WorkerLoop(ExecutorProcesses):
             self.sender.progress()
             if self.fetcher.progress():
                 active = True
-            # Object bytes moving between stores progress only while both ranks
-            # call into MPI, and their end rings no doorbell: no deep sleep then.
-            timeout = 0.0 if active else backoff.next_timeout(
-                not self.cpus_all_running(), not (self.fetcher.inflight or self.sender.pending))
+            timeout = 0.0 if active else backoff.next_timeout(not self.cpus_all_running(),
+                                                              not self.fetcher.moving())
             executors = self.all_executors()
             by_fd = {ex.fd: ex for ex in executors}
             pipes = {fd: ex for ex in executors for fd in ex.pipes}

@@ -243,6 +243,18 @@ DEEP_CAP_ONE_HOST = 0.05
 _NEVER = float("-inf")
 
 
+def deep_tier(rung: bool, deep_after: float, deep_cap: float,
+              cap_ms: float | None) -> tuple[float, float]:
+    """A loop's (deep_after, deep_cap): the ``*_ONE_HOST`` pair where every sender
+    rings it (``rung``: the whole job on its host, and a doorbell to ring), the
+    given pair otherwise; a cap the user set (``cap_ms``) wins either way."""
+    if rung:
+        deep_after, deep_cap = DEEP_AFTER_ONE_HOST, DEEP_CAP_ONE_HOST
+    if cap_ms is not None:
+        deep_cap = cap_ms / 1000.0
+    return deep_after, deep_cap
+
+
 class Sender:
     """Nonblocking sends whose requests are kept until they complete."""
 
@@ -352,6 +364,12 @@ class Fetcher:
 
     def serve(self, dest: int, offset: int, size: int) -> None:
         self.sender.send_raw(dest, self.arena.writable(offset, size))
+
+    def moving(self) -> bool:
+        """Whether object bytes (or any send) are still on their way. They move
+        only while both ends call into MPI, and their end rings no doorbell: a
+        loop must not sleep deep meanwhile."""
+        return bool(self.inflight or self.sender.pending)
 
     def progress(self) -> bool:
         if not self.inflight:
