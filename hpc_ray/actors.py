@@ -201,12 +201,14 @@ class ActorMethod:
     collection of the process.
     """
 
-    __slots__ = ("_target", "_name", "_num_returns", "_check", "_max_retries")
+    __slots__ = ("_target", "_name", "_call_name", "_num_returns", "_check", "_max_retries")
 
     def __init__(self, target: tuple, name: str, num_returns: int,
                  check=None, max_retries: int = 0) -> None:
         self._target = target
         self._name = name
+        #: The calls' name in tasks() and the timeline: "Class.method".
+        self._call_name = f"{target[1]}.{name}"
         self._num_returns = num_returns
         self._check = check
         #: Retries of a call lost with the actor's process (0: the actor's
@@ -217,12 +219,11 @@ class ActorMethod:
         check = self._check
         if check is not None and (kwargs or not check.lo <= len(args) <= check.hi):
             check(args, kwargs)
-        actor_id, class_name, lifetime = self._target
-        name = self._name
+        actor_id, _, lifetime = self._target
         num_returns = self._num_returns
         ctx = context.current()
         keep: list = []    # large arguments' ref, held until the call is submitted
-        spec = build_spec(name, None, f"{class_name}.{name}", args, kwargs,
+        spec = build_spec(self._name, None, self._call_name, args, kwargs,
                           num_returns, None, self._max_retries, 0, actor_id, 0,
                           ctx.put_serialized, keep)
         ctx.submit_call(spec, lifetime)

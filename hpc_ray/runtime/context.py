@@ -15,7 +15,6 @@ as that thing's RELEASE, so a count never touches zero in between.
 from __future__ import annotations
 
 import collections
-import itertools
 import threading
 from typing import Any, Protocol, runtime_checkable
 
@@ -34,7 +33,8 @@ _id_lock = threading.Lock()
 #: count-down only delays a RELEASE, never sends one early.
 _refs_lock = threading.Lock()
 _dead: collections.deque = collections.deque()
-_counter = itertools.count(1)
+#: The next id's counter (below ``_prefix``), taken under ``_id_lock``.
+_next = 1
 _prefix = 0
 
 #: Bits of an id below the creating process's prefix.
@@ -43,17 +43,17 @@ COUNTER_BITS = 40
 
 def set_id_prefix(rank: int, serial: int) -> None:
     """Ids are ``(rank, executor serial, counter)``, so every process makes unique ids alone."""
-    global _prefix, _counter
+    global _prefix, _next
     _prefix = ((rank << 20) | serial) << COUNTER_BITS
-    _counter = itertools.count(1)
+    _next = 1
 
 
 def new_ids(n: int) -> int:
     """Reserve ``n`` consecutive ids; returns the first."""
+    global _next
     with _id_lock:
-        first = next(_counter)
-        for _ in range(n - 1):
-            next(_counter)
+        first = _next
+        _next = first + n
     return _prefix | first
 
 

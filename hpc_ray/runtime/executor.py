@@ -46,6 +46,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -53,7 +54,7 @@ from ..exceptions import (ActorDiedError, GetTimeoutError, RayError, TaskError,
                           WorkerCrashedError)
 from ..transport import direct
 from ..transport import messages as m
-from ..transport.serialization import ERROR, RAW, SHM, loads
+from ..transport.serialization import ERROR, RAW, SHM, is_raw, loads
 from ..transport.spin import Spinner
 from . import context, hooks, interrupts, peer_calls, taskspec, values
 from .store import Arena
@@ -70,6 +71,8 @@ DIRECT_WAIT_SLICE = 0.005
 
 
 _NOT_YET = object()
+#: Results that travel as themselves (``serialization.is_raw``'s scalars).
+_RAW_TYPES = frozenset((int, float, bool, type(None)))
 
 
 class ExecutorContext(context.ContextBase):
@@ -127,6 +130,9 @@ class ExecutorContext(context.ContextBase):
         self.freed_blocks: collections.deque = collections.deque()
         #: (actor class, method name) -> the class attribute a call goes to.
         self.methods: dict = {}
+        #: The current actor's plain methods, bound: name -> bound method.
+        self.bound_actor = None
+        self.bound: dict = {}
         #: actor id -> hpc_ray.actor's hooks, for Checkpointable actors only (an
         #: in-rank context hosts several actors).
         self.checkpoints: dict = {}
@@ -184,52 +190,47 @@ class ExecutorContext(context.ContextBase):
         context.collect()
         released = context.released
         peer = self.peer
-        if not (released or self.out or self.freed_blocks or self.profile_events
-                or peer is not None and peer.finished):
-            # Nothing for the rank (an actor answering direct calls, mostly).
-            server = self.peer_server
-            if server is not None and server.queued:
-                server.send_answers()
-            self.last_flush = time.monotonic()
-            return
-        with self.lock:
-            if released:
-                ids = []
-                peer = self.peer
-                while released:
-                    oid = released.popleft()
-                    if peer is not None and peer.owns(oid):
-                        peer.forget(oid)   # a direct result: the head never knew it
-                    else:
-                        ids.append(oid)
-                        self.ready_ids.discard(oid)
-                if ids:
-                    self.out.append((m.RELEASE, ids))
-            if self.freed_blocks:
-                blocks = []
-                while self.freed_blocks:
-                    blocks.append(self.freed_blocks.popleft())
-                self.out.append((m.FREE_BLOCKS, blocks))
-            if self.profile_events:
-                events, self.profile_events = self.profile_events, []
-                self.out.append((m.PROFILE, events))
-            if self.peer is not None and self.peer.finished:
-                # A task's process reports when the task ends; an actor's, by count
-                # and age only (not with every call it answers).
-                done = self.peer.report_due(self.current_task_id is None and
-                                            self.actor_id is None)
-                if done:
-                    self.out.append((m.DIRECT_DONE, done))
-            if self.out:
-                out, self.out = self.out, []
-                if self.direct_tids and self._direct_only(out):
-                    self._send_direct(out)
-                else:
-                    self._send(out)
+        if released or self.out or self.freed_blocks or self.profile_events \
+                or peer is not None and peer.finished:
+            self._flush_out(released, peer)
+        # (Else nothing for the rank: an actor answering direct calls, mostly.)
         server = self.peer_server
         if server is not None and server.queued:
             server.send_answers()
         self.last_flush = time.monotonic()
+
+    def _flush_out(self, released, peer) -> None:
+        with self.lock:
+            out = self.out
+            if released:
+                ids = []
+                while released:
+                    oid = released.popleft()
+                    if peer is None or not peer.forget(oid):   # (a direct result: the
+                        ids.append(oid)                        # head never knew it)
+                        self.ready_ids.discard(oid)
+                if ids:
+                    out.append((m.RELEASE, ids))
+            if self.freed_blocks:
+                blocks = []
+                while self.freed_blocks:
+                    blocks.append(self.freed_blocks.popleft())
+                out.append((m.FREE_BLOCKS, blocks))
+            if self.profile_events:
+                events, self.profile_events = self.profile_events, []
+                out.append((m.PROFILE, events))
+            if peer is not None and peer.finished:
+                # A task's process reports when the task ends; an actor's, by count
+                # and age only (not with every call it answers).
+                done = peer.report_due(self.current_task_id is None and self.actor_id is None)
+                if done:
+                    out.append((m.DIRECT_DONE, done))
+            if out:
+                self.out = []
+                if self.direct_tids and self._direct_only(out):
+                    self._send_direct(out)
+                else:
+                    self._send(out)
 
     def _send(self, msgs: list) -> None:
         if self.direct_tids:
@@ -321,6 +322,44 @@ class ExecutorContext(context.ContextBase):
                 if self.waiting:
                     self.arrived.notify_all()
         return msgs is not None
+
+    def _recv_answer(self, link, timeout: float) -> bool:
+        """``_recv`` for a task waiting for one direct call's answer: wait on that
+        call's socket and the rank's pipe only, and read the answer straight off
+        the socket. False on timeout, or when this cannot be done now (another
+        thread reads, or bytes wait to go out on the socket): ``_recv`` then
+        waits. Answers on the task's other links wait in their sockets meanwhile."""
+        channel = link.channel
+        lock = self.arrived_lock
+        with lock:
+            if self.reading or channel.outbuf or self.peer.links.get(link.actor_id) is not link:
+                return False
+            self.reading = True
+        poller = link.rank_poller
+        if poller is None:
+            poller = link.rank_poller = select.poll()
+            poller.register(channel.fd, select.POLLIN)
+            poller.register(self.conn_fd, select.POLLIN)
+        events = msgs = None
+        try:
+            events = self.spinner.poll(poller, timeout * 1000.0)
+            for fd, _ in events:
+                if fd == channel.fd:
+                    self.peer._read(link)   # files the answer in ``peer.results``
+                else:
+                    msgs = loads(self.conn.recv_bytes())
+        except (EOFError, OSError):
+            os._exit(0)  # the rank is gone: nothing left to serve
+        finally:
+            with lock:
+                self.reading = False
+                if events:
+                    if msgs:
+                        self._file(msgs)
+                    self.batches += 1
+                if self.waiting:
+                    self.arrived.notify_all()
+        return bool(events)
 
     def _recv_select(self, timeout: float | None) -> list | None:
         """The next batch from the rank or the driver's direct channel (direct calls
@@ -603,6 +642,11 @@ class ExecutorContext(context.ContextBase):
         pending = peer.pending
         if not self.inbox:
             self.flush()
+            link = pending[oid][0]
+            if self.peer_server is None and self.dconn is None:
+                recv = self._recv_answer   # a task's call: only its link and the rank
+                while oid in pending and not self.inbox and recv(link, QUICK_WAIT):
+                    pass
             while oid in pending and not self.inbox and self._recv(QUICK_WAIT):
                 pass
         if oid in pending:
@@ -796,7 +840,12 @@ class ExecutorContext(context.ContextBase):
         if outer[1] is None and self.peer is not None and self.actor_id is None:
             self.peer.new_task()
         self.current_task_name, self.current_task_id = name, tid
-        self._set_gpus(spec[m.T_RES])
+        held = spec[m.T_RES]
+        if spec[m.T_ACTOR] is None or held != self.held:
+            # (An actor's calls hold what the actor holds: its CUDA_VISIBLE_DEVICES
+            # was set when it was created, and a method that changes it keeps the
+            # change, as in Ray.)
+            self._set_gpus(held)
         contained = None
         if peer_call:
             holds = self.holds_sent
@@ -896,10 +945,12 @@ class ExecutorContext(context.ContextBase):
                        if isinstance(result, (tuple, list)) else type(result).__name__)
                 raise ValueError(f"{spec[m.T_NAME]} has num_returns={n} but returned {got}")
             vals = result
+        if n == 1 and is_raw(result):
+            return [(RAW, result)], []
         recs = []
         contained: list = []
         for v in vals:
-            if type(v) in (int, float, bool, type(None)):
+            if type(v) in _RAW_TYPES:
                 recs.append((RAW, v))
                 continue
             rec, c = values.to_record(v, self._alloc, self.arena,
@@ -974,13 +1025,22 @@ class ExecutorContext(context.ContextBase):
         """The class's method, as Ray calls it: an instance attribute of the same
         name does not hide it."""
         actor = self.actor
+        if self.bound_actor is actor:
+            bound = self.bound.get(name)
+            if bound is not None:
+                return bound
+        else:
+            self.bound_actor, self.bound = actor, {}
         key = (type(actor), name)
         raw = self.methods.get(key)
         if raw is None:
             raw = self.methods[key] = inspect.getattr_static(type(actor), name, False)
         if raw is False or not hasattr(raw, "__get__"):
             return getattr(actor, name)
-        return raw.__get__(actor, type(actor))
+        bound = raw.__get__(actor, type(actor))
+        if type(raw) is types.FunctionType:
+            self.bound[name] = bound   # (a plain method binds the same way every call)
+        return bound
 
     # --- main loop --------------------------------------------------------------
 

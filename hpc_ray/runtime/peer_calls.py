@@ -53,15 +53,19 @@ What keeps the usual semantics:
 """
 from __future__ import annotations
 
+import collections
 import os
 import select
 import threading
 import time
+from pickle import dumps
+from threading import get_ident
 
 from ..exceptions import ActorDiedError
 from ..transport import direct
 from ..transport import messages as m
 from ..transport import placement
+from ..transport.frames import write_frame
 from ..transport.serialization import INLINE, INLINE_MAX, RAW
 from . import context, values
 
@@ -186,7 +190,7 @@ class Link:
     """A caller's socket to one actor and the calls in flight on it."""
 
     __slots__ = ("actor_id", "channel", "inflight", "rank", "pid", "sent", "reading",
-                 "poller")
+                 "poller", "rank_poller")
 
     def __init__(self, actor_id: int, channel: direct.Channel) -> None:
         self.actor_id = actor_id
@@ -195,6 +199,9 @@ class Link:
         #: one sync call's answer does not build one per turn.
         self.poller = select.poll()
         self.poller.register(channel.fd, select.POLLIN)
+        #: An executor's poll object for this socket and its rank's pipe
+        #: (``ExecutorContext._recv_answer``), made on first use.
+        self.rank_poller = None
         #: Whether a thread of the driver is reading this socket now
         #: (``driver_calls.DriverDirectCalls``).
         self.reading = False
@@ -244,10 +251,11 @@ class PeerCaller:
         #: return id -> (link, task id, the handle's lifetime ref, call name,
         #: submit time): in flight.
         self.pending: dict[int, tuple] = {}
-        #: Summaries of answered calls not reported to the head yet, and since when.
-        self.finished: list = []
+        #: Summaries of answered calls not reported to the head yet, and since when
+        #: (threads reading other actors' sockets append while one reports: a
+        #: deque's append and popleft need no lock).
+        self.finished: collections.deque = collections.deque()
         self.finished_since = 0.0
-        self.finished_lock = threading.Lock()
         #: return id -> Result: arrived.
         self.results: dict[int, Result] = {}
         #: Return ids whose refs died while the call was in flight.
@@ -331,7 +339,10 @@ class PeerCaller:
         do: an actor waiting for one could wait for a call queued behind it)."""
         actor_id = spec[m.T_ACTOR]
         link = self.links.get(actor_id)
-        if self.head_calls.get(actor_id) or not direct_eligible(spec) \
+        head_calls = self.head_calls
+        # (The second line is ``direct_eligible``, inline: this runs for every call.)
+        if head_calls and head_calls.get(actor_id) \
+                or len(spec[m.T_RETURNS]) != 1 or spec[m.T_RETRIES] \
                 or not deps_ready or actor_id in self.head_only or actor_id in self.fenced \
                 or self.fence_all and actor_id not in self.fence_passed:
             # Through the head it could overtake the direct calls still in flight.
@@ -368,21 +379,23 @@ class PeerCaller:
         oid = spec[m.T_RETURNS][0]
         link.inflight[tid] = oid
         # The handle's lifetime ref and the arguments' objects live until the answer.
-        refs = spec[m.T_DEPS] or spec[m.T_CONTAINED]
-        keep = (lifetime, [context.ObjectRef(i) for i in refs_of(spec)]) if refs else lifetime
+        keep = (lifetime, [context.ObjectRef(i) for i in refs_of(spec)]) \
+            if spec[m.T_DEPS] or spec[m.T_CONTAINED] else lifetime
         self.pending[oid] = (link, tid, keep, spec[m.T_NAME], time.time())
         msgs = [(m.EXECUTE, spec)]
-        self.senders.add(threading.get_ident())
-        link.sent += 1
-        if not link.sent % placement.TELL_EVERY:
+        self.senders.add(get_ident())
+        sent = link.sent = link.sent + 1
+        if not sent % placement.TELL_EVERY:
             # Only threads that share a GIL with other calling threads tell: see
             # transport/placement.py. A lone caller's actor stays where it is.
             if len(self.senders) > 1 and placement.current_cpu is not None:
                 msgs.append((m.CALLER_CPU, placement.current_cpu()))
             self.senders.clear()
-        with self.lock:
-            alone = not link.channel.outbuf
-            if link.channel.send(msgs) or not alone:
+        channel = link.channel
+        with self.lock:   # (``channel.send``, inline)
+            alone = not channel.outbuf
+            if write_frame(channel.fd, channel.outbuf, dumps(msgs, protocol=5)) \
+                    or not alone:
                 return True
         del link.inflight[tid]
         del self.pending[oid]
@@ -454,10 +467,13 @@ class PeerCaller:
         sent = self.pending.get(oid)
         done = msg[0] == m.TASK_DONE
         if sent is not None:
-            self._report(tid, sent[3], "FINISHED" if done else "FAILED", link.rank, oid,
-                         sent[4], msg[-3], msg[-2], msg[-1])
+            finished = self.finished   # (``_report``, inline: once per sync call)
+            if not finished:
+                self.finished_since = time.monotonic()
+            finished.append((tid, sent[3], "FINISHED" if done else "FAILED", link.rank, 1,
+                             (oid,), sent[4], msg[-3], msg[-2], msg[-1]))
         contained = msg[3] if done else None
-        if oid in self.dropped:
+        if self.dropped and oid in self.dropped:
             self.dropped.discard(oid)
             self.pending.pop(oid, None)
             if contained:
@@ -516,21 +532,24 @@ class PeerCaller:
 
     def _report(self, tid, name, state, rank, oid, t_submit, t_start, t_end, pid) -> None:
         """Keep a summary for the head, in its history's form (head/tasks.py summary)."""
-        with self.finished_lock:
-            if not self.finished:
-                self.finished_since = time.monotonic()
-            self.finished.append((tid, name, state, rank, 1, (oid,), t_submit, t_start,
-                                  t_end, pid))
+        finished = self.finished
+        if not finished:
+            self.finished_since = time.monotonic()
+        finished.append((tid, name, state, rank, 1, (oid,), t_submit, t_start, t_end, pid))
 
     def report_due(self, idle: bool) -> list | None:
         """The summaries to send now: many, old, or the caller is between tasks."""
         finished = self.finished
         if finished and (idle or len(finished) >= REPORT_EVERY
                          or time.monotonic() - self.finished_since > REPORT_AGE):
-            # Threads reading other actors' sockets append meanwhile.
-            with self.finished_lock:
-                finished, self.finished = self.finished, []
-            return finished
+            # (Another thread may report at once: each takes what it pops.)
+            take, done = finished.popleft, []
+            try:
+                for _ in range(len(finished)):
+                    done.append(take())
+            except IndexError:
+                pass
+            return done
         return None
 
     def close(self, link: Link) -> None:
@@ -550,14 +569,18 @@ class PeerCaller:
                 link.channel.send([(m.UNPIN, res.tid)])
         res.pins = None
 
-    def forget(self, oid: int) -> None:
-        """The last ref to a direct result died in this process."""
+    def forget(self, oid: int) -> bool:
+        """The last ref to ``oid`` died in this process: True if it was a direct
+        result (``owns``), which this forgets."""
         res = self.results.pop(oid, None)
         if res is not None:
             if res.pins is not None:
                 self.unpin(res)
-        elif oid in self.pending:
+            return True
+        if oid in self.pending:
             self.dropped.add(oid)
+            return True
+        return False
 
 
 class PeerServer:

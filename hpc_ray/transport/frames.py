@@ -53,10 +53,11 @@ def write_frame(fd: int, buf: bytearray, data: bytes) -> bool:
 
 def read_chunk() -> memoryview:
     """This thread's read buffer (``READ_CHUNK`` bytes, kept)."""
-    chunk = getattr(_local, "chunk", None)
-    if chunk is None:
+    try:
+        return _local.chunk
+    except AttributeError:
         chunk = _local.chunk = memoryview(bytearray(READ_CHUNK))
-    return chunk
+        return chunk
 
 
 def write_pending(fd: int, buf: bytearray) -> bool:
@@ -75,11 +76,10 @@ def write_pending(fd: int, buf: bytearray) -> bool:
     return True
 
 
-def _read_into_chunk(fd: int, limit: int) -> int | None:
-    """Read what ``fd`` (non-blocking) has now, at most ``limit`` bytes, into this
-    thread's read buffer: how many bytes (0: none were waiting), None at EOF or
-    on an error (the peer is gone)."""
-    chunk = read_chunk()
+def _read_into_chunk(fd: int, limit: int, chunk: memoryview) -> int | None:
+    """Read what ``fd`` (non-blocking) has now, at most ``limit`` bytes, into
+    ``chunk`` (this thread's read buffer): how many bytes (0: none were waiting),
+    None at EOF or on an error (the peer is gone)."""
     try:
         n = os.readv(fd, [chunk if limit >= READ_CHUNK else chunk[:limit]])
     except BlockingIOError:
@@ -93,10 +93,11 @@ def read_available(fd: int, buf: bytearray, limit: int = READ_CHUNK) -> bool | N
     """Append the bytes ``fd`` (non-blocking) has now to ``buf``, at most ``limit``:
     True if any came, False if none were waiting, None at EOF or on an error (the
     peer is gone)."""
-    n = _read_into_chunk(fd, limit)
+    chunk = read_chunk()
+    n = _read_into_chunk(fd, limit, chunk)
     if not n:
         return None if n is None else False
-    buf += read_chunk()[:n]
+    buf += chunk[:n]
     return True
 
 
@@ -109,10 +110,10 @@ def read_frames(fd: int, buf: bytearray, limit: int = READ_CHUNK) -> list | None
     if buf:
         got = read_available(fd, buf, limit)
         return None if got is None else split_frames(buf)
-    n = _read_into_chunk(fd, limit)
+    chunk = read_chunk()
+    n = _read_into_chunk(fd, limit, chunk)
     if not n:
         return None if n is None else []
-    chunk = read_chunk()
     if n >= 4 and _LENGTH.unpack_from(chunk)[0] == n - 4:
         return [chunk[4:n]]
     buf += chunk[:n]
