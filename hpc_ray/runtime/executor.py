@@ -89,6 +89,7 @@ class ExecutorContext(context.ContextBase):
         #: and the ids of the calls that came over it and are not answered yet.
         self.direct_addr = direct_addr
         self.dconn: Connection | None = None
+        self.dconn_fd = -1
         self.direct_tids: set = set()
         #: Batches sent to the rank so far (see ``execute``).
         self.rank_sends = 0
@@ -275,6 +276,7 @@ class ExecutorContext(context.ContextBase):
         if sock is None:
             return
         self.dconn = Connection(sock.detach())
+        self.dconn_fd = self.dconn.fileno()
         self.dconn.send_bytes(pickle.dumps(
             [(m.DIRECT_HELLO, self.actor_id, self.pid, self.rank)], protocol=5))
 
@@ -317,7 +319,8 @@ class ExecutorContext(context.ContextBase):
             with lock:
                 self.reading = False
                 if msgs is not None:
-                    self._file(msgs)
+                    if msgs:
+                        self._file(msgs)
                     self.batches += 1
                 if self.waiting:
                     self.arrived.notify_all()
@@ -367,7 +370,7 @@ class ExecutorContext(context.ContextBase):
         calls for this actor (in the batch), results for this caller (filed by
         ``peer_calls``). None on timeout."""
         conn_fd = self.conn_fd
-        dfd = -1 if self.dconn is None else self.dconn.fileno()
+        dfd = self.dconn_fd
         server = self.peer_server
         # Calls enough queued: callers' sockets wait (they hold the flood back).
         full = server is not None and len(self.inbox) > peer_calls.INBOX_HIGH
@@ -1052,7 +1055,11 @@ class ExecutorContext(context.ContextBase):
                 self.flush()
                 self._recv(None)
             while self.inbox:
-                self.handle(self.inbox.pop(0))
+                msg = self.inbox.pop(0)
+                if msg[0] == m.EXECUTE:
+                    self.execute(msg[1])
+                else:
+                    self.handle(msg)
 
 
 class _DepFailed(Exception):

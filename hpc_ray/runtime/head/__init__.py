@@ -123,10 +123,11 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         """Calls that went straight from their caller to an actor (``peer_calls``):
         the head saw nothing else of them; ``tasks()`` and the timeline show them."""
         history = self.history
-        for s in summaries:
-            history.task_finished(s)
-            if s[8]:
-                history.event((s[1], s[3], s[7], s[8], s[9], s[0]))
+        history.tasks_finished(summaries)
+        # (A call lost with its actor's process has no end time: no event.)
+        events = [(s[1], s[3], s[7], s[8], s[9], s[0]) for s in summaries if s[8]]
+        if events:
+            history.events_added(events)
 
     # --- workers ------------------------------------------------------------------
 

@@ -35,6 +35,16 @@ class BoundedLog:
         self.items.append(item)
         self.sizes.append(size)
         self.bytes += size
+        self._trim()
+
+    def extend(self, items: list, sizes: list) -> None:
+        """``append`` of many at once (a batch of direct calls' summaries)."""
+        self.items.extend(items)
+        self.sizes.extend(sizes)
+        self.bytes += sum(sizes)
+        self._trim()
+
+    def _trim(self) -> None:
         while self.bytes > self.budget and self.items:
             self.items.popleft()
             self.bytes -= self.sizes.popleft()
@@ -101,8 +111,16 @@ class History:
     def task_finished(self, summary: tuple) -> None:
         self.tasks.append(summary, TASK_RECORD_BYTES + len(summary[1]))
 
+    def tasks_finished(self, summaries: list) -> None:
+        """``task_finished`` of each of ``summaries``."""
+        self.tasks.extend(summaries, [TASK_RECORD_BYTES + len(s[1]) for s in summaries])
+
     def event(self, ev) -> None:
         self.events.append(ev, EVENT_BYTES)
+
+    def events_added(self, events: list) -> None:
+        """``event`` of each of ``events``."""
+        self.events.extend(events, [EVENT_BYTES] * len(events))
 
     def actor_dead(self, actor_id: int, class_name: str, reason: str) -> None:
         self.dead_actors[actor_id] = (class_name, reason)
