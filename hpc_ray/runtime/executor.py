@@ -329,14 +329,19 @@ class ExecutorContext(context.ContextBase):
     def _recv_answer(self, link, timeout: float) -> bool:
         """``_recv`` for a task waiting for one direct call's answer: wait on that
         call's socket and the rank's pipe only, and read the answer straight off
-        the socket. False on timeout, or when this cannot be done now (another
-        thread reads, or bytes wait to go out on the socket): ``_recv`` then
-        waits. Answers on the task's other links wait in their sockets meanwhile."""
+        the socket. False on timeout, or when this cannot be done now: another
+        thread reads, or waits for what a read files (``_recv`` reads every
+        socket for it), or bytes wait to go out on some socket (``_recv``
+        writes them as it waits). Answers on the task's other links wait in
+        their sockets meanwhile."""
         channel = link.channel
         lock = self.arrived_lock
         with lock:
-            if self.reading or channel.outbuf or self.peer.links.get(link.actor_id) is not link:
+            if self.reading or self.waiting or self.peer.links.get(link.actor_id) is not link:
                 return False
+            for ch in self.peer_channels.values():
+                if ch.outbuf:
+                    return False
             self.reading = True
         poller = link.rank_poller
         if poller is None:

@@ -336,6 +336,30 @@ with section("threads of the driver and of a task, batches of calls"):
     check(got == [200] * 200, f"a task's threads: {len(got)} of 200 batches answered")
     del pair
 
+@ray.remote
+def sync_calls_from_threads(actors, n):
+    """Threads of one task, each making sync calls to its own actor: a thread
+    waiting for its answer reads only its own actor's socket while no other
+    thread waits (ExecutorContext._recv_answer), every socket otherwise."""
+    import threading
+    counts = {}
+
+    def loop(i, a):
+        counts[i] = [ray.get(a.add.remote(1)) for _ in range(n)]
+
+    threads = [threading.Thread(target=loop, args=(i, a)) for i, a in enumerate(actors)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    return counts
+
+
+with section("sync calls from a task's threads"):
+    pair = [Box.remote(), Box.remote()]
+    counts = ray.get(sync_calls_from_threads.remote(pair, 300), timeout=60)
+    check(counts == {0: list(range(1, 301)), 1: list(range(1, 301))},
+          f"answers: {[(i, c[:3], len(c)) for i, c in counts.items()]}")
+    del pair
+
 with section("driver threads whose calls share actors"):
     # Each thread reads the sockets of the actors it waits on; one that waits
     # on an actor another thread is reading waits for that thread's turn.
