@@ -671,15 +671,28 @@ class WorkerLoop(ExecutorProcesses):
                 active = True
             timeout = 0.0 if active else backoff.next_timeout(not self.cpus_all_running(),
                                                               not self.fetcher.moving())
-            executors = self.all_executors()
-            by_fd = {ex.fd: ex for ex in executors}
-            pipes = {fd: ex for ex in executors for fd in ex.pipes}
-            writers = [ex.fd for ex in executors if ex.outbuf]
+            # What select watches, built again every pass (the executors come
+            # and go from several places), in one loop: this runs for every
+            # poll of MPI, and comprehensions cost a function object each.
+            by_fd: dict = {}
+            pipes: dict = {}
+            writers = []
+            for group in (self.executors, self.extras, self.actors.values(), self.standby):
+                for ex in group:
+                    by_fd[ex.fd] = ex
+                    if ex.pipes:
+                        for fd in ex.pipes:
+                            pipes[fd] = ex
+                    if ex.outbuf:
+                        writers.append(ex.fd)
             readers = list(pipes)
             if bell_fd >= 0:
                 readers.append(bell_fd)
             if self.sender.unmatched_count() < HEAD_WINDOW:
-                readers += [fd for fd, ex in by_fd.items() if ex.serial not in self.throttled]
+                throttled = self.throttled
+                for fd, ex in by_fd.items():
+                    if not throttled or ex.serial not in throttled:
+                        readers.append(fd)
                 window_wait = WINDOW_WAIT_MIN
             elif not active:
                 # The head is behind: look again soon, later the longer it stays
