@@ -8,7 +8,10 @@ Direct calls bypass the ranks and the head: their share is polling and
 bookkeeping that the calls themselves do not need.
 
     python benchmarks/nn_caller_cpu.py
-    PYTHONPATH=<other checkout> python benchmarks/nn_caller_cpu.py   # A/B
+    cd /tmp && PYTHONPATH=<checkout> python <checkout>/benchmarks/nn_caller_cpu.py  # A/B
+
+(Run an A/B from outside both checkouts: ranks and executors start with
+``python -m`` in the driver's directory, and a checkout there comes first.)
 """
 from __future__ import annotations
 

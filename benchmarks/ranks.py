@@ -32,6 +32,7 @@ import platform
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -129,8 +130,10 @@ def run_one(system: str, n: int, tasks: int, timeout: float, base: str | None = 
     cmd = command("hpc_ray" if system == "hpc_ray_base" else system, n, tasks)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
+    # From outside the checkout: executors start with ``python -m`` in the driver's
+    # directory, where this checkout would come before hpc_ray_base's PYTHONPATH.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=str(ROOT), start_new_session=True, env=env)
+                            cwd=tempfile.gettempdir(), start_new_session=True, env=env)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

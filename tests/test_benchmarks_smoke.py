@@ -145,6 +145,17 @@ def test_nn_caller_cpu_splits_the_cpu_of_calls_by_role():
     assert rate > 0 and ranks >= 0 and head >= 0 and executors > 0, res.stdout
 
 
+def test_call_steps_counts_the_bytecodes_of_a_sync_call_by_side():
+    cmd = [sys.executable, str(BENCH_DIR / "call_steps.py"), "--traced", "20"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert res.returncode == 0, res.stderr
+    rows = {ln.split("|")[1].strip(): float(ln.split("|")[2])
+            for ln in res.stdout.splitlines() if ln.startswith("bytecodes per call |")}
+    assert sorted(rows) == ["actor", "driver caller", "task caller"], res.stdout
+    # Each side runs the runtime's Python for every call: hundreds of steps.
+    assert all(100 < n < 100_000 for n in rows.values()), res.stdout
+
+
 def test_chained_calls_prints_a_step_time():
     cmd = [sys.executable, str(BENCH_DIR / "chained_calls.py"), "--systems", "hpc_ray",
            "--iterations", "20", "--reps", "1"]
