@@ -55,6 +55,9 @@ class GPUActor:
     def seen(self):
         return self.at_start, ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
 
+    def set_visible(self, value):
+        os.environ["CUDA_VISIBLE_DEVICES"] = value
+
 
 if variant == "fractions":
     ray.init(**init_kwargs(num_gpus=1))
@@ -64,6 +67,9 @@ if variant == "fractions":
               ray.get(gpus_seen.remote(), timeout=60))
         a = GPUActor.remote()
         check(ray.get(a.seen.remote(), timeout=60) == ([], [], ""))
+        # Set once when the actor was created: a method's change stays, as in Ray.
+        ray.get(a.set_visible.remote("7"), timeout=60)
+        check(ray.get(a.seen.remote(), timeout=60) == ([], [], "7"))
         ray.kill(a)
     with section("a task that sets CUDA_VISIBLE_DEVICES does not set it for the next"):
         setters = set(ray.get([sets_visible_devices.remote() for _ in range(4)], timeout=60))
