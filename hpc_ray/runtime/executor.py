@@ -650,9 +650,9 @@ class ExecutorContext(context.ContextBase):
         pending = peer.pending
         if not self.inbox:
             self.flush()
-            link = pending[oid][0]
-            if self.peer_server is None and self.dconn is None:
-                recv = self._recv_answer   # a task's call: only its link and the rank
+            sent = pending.get(oid)   # (another thread may have read the answer)
+            if sent is not None and self.peer_server is None and self.dconn is None:
+                link, recv = sent[0], self._recv_answer   # a task's call: its link, the rank
                 while oid in pending and not self.inbox and recv(link, QUICK_WAIT):
                     pass
             while oid in pending and not self.inbox and self._recv(QUICK_WAIT):
