@@ -16,11 +16,11 @@ compare exactly:
 Three sides, one actor (``ray.get(a.m.remote())`` in a loop, ``m`` returns a
 small bytes value): the caller when it is a task (its executor), the actor's
 executor, and the caller when it is the driver. Bytecodes are counted with
-``sys.settrace`` opcode events over ``--traced`` calls (a loop's own steps included; the actor's serve loop and
-the call that starts its tracing are not traced: they were entered before it
-began); instructions over
-``--calls`` untraced calls of a task caller, user and kernel, with
-``HPC_RAY_SPIN_US=0`` (a spin's polls would count as the call's work).
+``sys.settrace`` opcode events over ``--traced`` calls (a loop's own steps
+included; the actor's serve loop and the call that starts its tracing are not
+traced: they were entered before it began); instructions over ``--calls``
+untraced calls of a task caller, user and kernel. Both with ``HPC_RAY_SPIN_US=0``:
+a busy-poll's steps would count, as many as the wait is long.
 """
 from __future__ import annotations
 
@@ -113,8 +113,9 @@ def main() -> None:
     ap.add_argument("--perf", action="store_true", help="also count instructions (perf)")
     ap.add_argument("--calls", type=int, default=5000, help="calls perf counts over")
     args = ap.parse_args()
-    if args.perf:
-        os.environ["HPC_RAY_SPIN_US"] = "0"   # before init(): the executors inherit it
+    # No busy-poll: its polls would count as the call's steps, as many as the wait is
+    # long (set before init(): the executors inherit it).
+    os.environ["HPC_RAY_SPIN_US"] = "0"
     ray.init()
     actor = Echo.remote()
     ray.get(actor.m.remote())

@@ -550,16 +550,20 @@ class ExecutorContext(context.ContextBase):
         if peer.dead and spec[m.T_ACTOR] in peer.dead:
             peer.settle(spec[m.T_ACTOR])
         deps = spec[m.T_DEPS]
-        ready = self.ready_ids
-        deps_ready = not deps or all(d[1] in ready or peer.owns(d[1]) for d in deps)
+        if deps:
+            ready = self.ready_ids
+            deps_ready = all(d[1] in ready or peer.owns(d[1]) for d in deps)
+        else:
+            deps_ready = True
         with self.peer_route_lock:
             how, link = peer.route(spec, deps_ready)
             if how == peer_calls.DIRECT:
-                if deps:
-                    peer.inline_args(spec, self._await_answer)
-                refs = peer.escaping(spec)
-                if refs:   # the actor fetches the arguments' objects from the head
-                    self._promote(refs)
+                if deps or spec[m.T_CONTAINED]:   # (no refs among the arguments: neither)
+                    if deps:
+                        peer.inline_args(spec, self._await_answer)
+                    refs = peer.escaping(spec)
+                    if refs:   # the actor fetches the arguments' objects from the head
+                        self._promote(refs)
                 if not peer.send(link, spec, lifetime):
                     how = peer_calls.HEAD   # the actor's process was gone: see send
                     peer.settle(spec[m.T_ACTOR])
