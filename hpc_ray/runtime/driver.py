@@ -485,11 +485,9 @@ def drain_refs(head: Head) -> None:
         rel.append(released.popleft())
     peer = _peer[0]
     if rel and peer is not None and (peer.pending or peer.results):
-        # Results of direct calls: the head never knew them.
-        mine = {oid for oid in rel if peer.owns(oid)}
+        # Results of direct calls (``forget`` says which): the head never knew them.
+        mine = {oid for oid in rel if peer.forget(oid)}
         if mine:
-            for oid in mine:
-                peer.forget(oid)
             rel = [oid for oid in rel if oid not in mine]
     if _held:
         ids = []

@@ -71,8 +71,6 @@ DIRECT_WAIT_SLICE = 0.005
 
 
 _NOT_YET = object()
-#: Results that travel as themselves (``serialization.is_raw``'s scalars).
-_RAW_TYPES = frozenset((int, float, bool, type(None)))
 
 
 class ExecutorContext(context.ContextBase):
@@ -316,15 +314,20 @@ class ExecutorContext(context.ContextBase):
         except (EOFError, OSError):
             os._exit(0)  # the rank (or the driver) is gone: nothing left to serve
         finally:
-            with lock:
-                self.reading = False
-                if msgs is not None:
-                    if msgs:
-                        self._file(msgs)
-                    self.batches += 1
-                if self.waiting:
-                    self.arrived.notify_all()
+            self._end_reading(msgs)
         return msgs is not None
+
+    def _end_reading(self, msgs: list | None) -> None:
+        """The end of a thread's turn reading: file what it read (None: nothing
+        came) and wake the threads waiting for a turn or a reply."""
+        with self.arrived_lock:
+            self.reading = False
+            if msgs is not None:
+                if msgs:
+                    self._file(msgs)
+                self.batches += 1
+            if self.waiting:
+                self.arrived.notify_all()
 
     def _recv_answer(self, link, timeout: float) -> bool:
         """``_recv`` for a task waiting for one direct call's answer: wait on that
@@ -335,8 +338,7 @@ class ExecutorContext(context.ContextBase):
         writes them as it waits). Answers on the task's other links wait in
         their sockets meanwhile."""
         channel = link.channel
-        lock = self.arrived_lock
-        with lock:
+        with self.arrived_lock:
             if self.reading or self.waiting or self.peer.links.get(link.actor_id) is not link:
                 return False
             for ch in self.peer_channels.values():
@@ -348,10 +350,11 @@ class ExecutorContext(context.ContextBase):
             poller = link.rank_poller = select.poll()
             poller.register(channel.fd, select.POLLIN)
             poller.register(self.conn_fd, select.POLLIN)
-        events = msgs = None
+        msgs = None
         try:
-            events = self.spinner.poll(poller, timeout * 1000.0)
-            for fd, _ in events:
+            for fd, _ in self.spinner.poll(poller, timeout * 1000.0):
+                if msgs is None:
+                    msgs = []
                 if fd == channel.fd:
                     self.peer._read(link)   # files the answer in ``peer.results``
                 else:
@@ -359,15 +362,8 @@ class ExecutorContext(context.ContextBase):
         except (EOFError, OSError):
             os._exit(0)  # the rank is gone: nothing left to serve
         finally:
-            with lock:
-                self.reading = False
-                if events:
-                    if msgs:
-                        self._file(msgs)
-                    self.batches += 1
-                if self.waiting:
-                    self.arrived.notify_all()
-        return bool(events)
+            self._end_reading(msgs)
+        return msgs is not None
 
     def _recv_select(self, timeout: float | None) -> list | None:
         """The next batch from the rank or the driver's direct channel (direct calls
@@ -822,19 +818,23 @@ class ExecutorContext(context.ContextBase):
         # storing an argument): pin the object with a ref of this process's own.
         return values.from_record(rec, self.arena, context.ObjectRef(oid, _owned=False))
 
-    def _set_gpus(self, held) -> None:
+    def _set_gpus(self, held, task: bool = True) -> None:
         """Record what the task or actor holds: (GPU ids, resources) from the head.
 
         As in Ray, CUDA_VISIBLE_DEVICES lists exactly those ids: "" for a task
-        that holds no GPU, the one shared id for a fraction of a GPU.
+        that holds no GPU, the one shared id for a fraction of a GPU. It is set
+        for every task; for an actor's calls (``task`` False), which all hold
+        what the actor holds, only when that changed: a method that changes it
+        keeps the change, as in Ray.
         """
         if held != self.held:
-            # (An actor's calls all hold what the actor holds: built once, not per call.)
             gpu_ids, resources = held if held else ((), None)
             self.gpu_ids = list(gpu_ids)
             self.resources = dict(resources or {})
             self.visible_gpus = ",".join(str(g) for g in gpu_ids)
             self.held = held
+        elif not task:
+            return
         if os.environ.get("CUDA_VISIBLE_DEVICES") != self.visible_gpus:
             os.environ["CUDA_VISIBLE_DEVICES"] = self.visible_gpus   # (the user's code may set it)
 
@@ -852,12 +852,7 @@ class ExecutorContext(context.ContextBase):
         if outer[1] is None and self.peer is not None and self.actor_id is None:
             self.peer.new_task()
         self.current_task_name, self.current_task_id = name, tid
-        held = spec[m.T_RES]
-        if spec[m.T_ACTOR] is None or held != self.held:
-            # (An actor's calls hold what the actor holds: its CUDA_VISIBLE_DEVICES
-            # was set when it was created, and a method that changes it keeps the
-            # change, as in Ray.)
-            self._set_gpus(held)
+        self._set_gpus(spec[m.T_RES], spec[m.T_ACTOR] is None)
         contained = None
         if peer_call:
             holds = self.holds_sent
@@ -962,9 +957,6 @@ class ExecutorContext(context.ContextBase):
         recs = []
         contained: list = []
         for v in vals:
-            if type(v) in _RAW_TYPES:
-                recs.append((RAW, v))
-                continue
             rec, c = values.to_record(v, self._alloc, self.arena,
                                       f"return value of {spec[m.T_NAME]}", inline)
             recs.append(rec)

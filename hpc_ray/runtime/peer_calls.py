@@ -58,14 +58,12 @@ import os
 import select
 import threading
 import time
-from pickle import dumps
 from threading import get_ident
 
 from ..exceptions import ActorDiedError
 from ..transport import direct
 from ..transport import messages as m
 from ..transport import placement
-from ..transport.frames import write_frame
 from ..transport.serialization import INLINE, INLINE_MAX, RAW
 from . import context, values
 
@@ -339,10 +337,7 @@ class PeerCaller:
         do: an actor waiting for one could wait for a call queued behind it)."""
         actor_id = spec[m.T_ACTOR]
         link = self.links.get(actor_id)
-        head_calls = self.head_calls
-        # (The second line is ``direct_eligible``, inline: this runs for every call.)
-        if head_calls and head_calls.get(actor_id) \
-                or len(spec[m.T_RETURNS]) != 1 or spec[m.T_RETRIES] \
+        if self.head_calls.get(actor_id) or not direct_eligible(spec) \
                 or not deps_ready or actor_id in self.head_only or actor_id in self.fenced \
                 or self.fence_all and actor_id not in self.fence_passed:
             # Through the head it could overtake the direct calls still in flight.
@@ -391,11 +386,9 @@ class PeerCaller:
             if len(self.senders) > 1 and placement.current_cpu is not None:
                 msgs.append((m.CALLER_CPU, placement.current_cpu()))
             self.senders.clear()
-        channel = link.channel
-        with self.lock:   # (``channel.send``, inline)
-            alone = not channel.outbuf
-            if write_frame(channel.fd, channel.outbuf, dumps(msgs, protocol=5)) \
-                    or not alone:
+        with self.lock:
+            alone = not link.channel.outbuf
+            if link.channel.send(msgs) or not alone:
                 return True
         del link.inflight[tid]
         del self.pending[oid]
@@ -467,11 +460,8 @@ class PeerCaller:
         sent = self.pending.get(oid)
         done = msg[0] == m.TASK_DONE
         if sent is not None:
-            finished = self.finished   # (``_report``, inline: once per sync call)
-            if not finished:
-                self.finished_since = time.monotonic()
-            finished.append((tid, sent[3], "FINISHED" if done else "FAILED", link.rank, 1,
-                             (oid,), sent[4], msg[-3], msg[-2], msg[-1]))
+            self._report(tid, sent[3], "FINISHED" if done else "FAILED", link.rank, oid,
+                         sent[4], msg[-3], msg[-2], msg[-1])
         contained = msg[3] if done else None
         if self.dropped and oid in self.dropped:
             self.dropped.discard(oid)

@@ -677,14 +677,12 @@ class WorkerLoop(ExecutorProcesses):
             by_fd: dict = {}
             pipes: dict = {}
             writers = []
-            for group in (self.executors, self.extras, self.actors.values(), self.standby):
-                for ex in group:
-                    by_fd[ex.fd] = ex
-                    if ex.pipes:
-                        for fd in ex.pipes:
-                            pipes[fd] = ex
-                    if ex.outbuf:
-                        writers.append(ex.fd)
+            for ex in self.all_executors():
+                by_fd[ex.fd] = ex
+                for fd in ex.pipes:
+                    pipes[fd] = ex
+                if ex.outbuf:
+                    writers.append(ex.fd)
             readers = list(pipes)
             if bell_fd >= 0:
                 readers.append(bell_fd)
