@@ -33,6 +33,7 @@ from __future__ import annotations
 import collections
 import gc
 import logging
+import os
 import select
 import sys
 import threading
@@ -57,8 +58,9 @@ from .interrupts import deferred
 
 logger = logging.getLogger(__name__)
 
-#: Rounds of I/O the driver thread runs itself, back to back, while it waits
-#: before it sleeps and leaves the polling to the comm thread.
+#: Rounds of I/O the driver thread runs itself, back to back (yielding its core
+#: after each empty one), while it waits before it sleeps and leaves the polling
+#: to the comm thread.
 DRIVER_SPINS = 200
 #: Longest the driver thread blocks on the direct channels at a time while it
 #: waits for a direct call's result, before it polls MPI again: what that wait
@@ -634,6 +636,11 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
                         finally:
                             loop.progress.release()
                         spins = 0 if active else spins + 1
+                        if not active:
+                            # An empty round gives the core to a process ready to run
+                            # on it (often the rank or executor the result waits
+                            # on), as the executors' busy-poll does (transport/spin.py).
+                            os.sched_yield()
                     else:
                         spins += 1  # the comm thread is finishing a round; it then idles
                     continue
