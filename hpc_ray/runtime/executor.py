@@ -892,8 +892,10 @@ class ExecutorContext(context.ContextBase):
             # What the call sent through the rank (a hold, a put, a printed line)
             # must reach the head before its result: the result follows that path.
             self.direct_tids.discard(tid)
+        # (At the end of what is queued, the loop that called this flushes before
+        # it waits: every wait for the next message does.)
         if len(self.out) + (server.queued if peer_call else 0) >= FLUSH_EVERY or \
-                not self.inbox or time.monotonic() - self.last_flush > FLUSH_INTERVAL:
+                time.monotonic() - self.last_flush > FLUSH_INTERVAL:
             self.flush()
         if self.exiting:
             self.flush()
