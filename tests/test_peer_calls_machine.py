@@ -189,6 +189,39 @@ class PeerMachine(RuleBasedStateMachine):
             self.dropped.add(oid)
             self.caller.forget(oid)
 
+    @precondition(lambda self: self.caller.pending)
+    @rule(data=st.data(), died=st.booleans())
+    def drop_ref_while_its_answer_is_filed(self, data, died):
+        """Another thread's last ref to a call's result dies while this thread
+        files the call's answer (``died``: the actor's death), between the
+        filer's look at the dropped refs and the filing (the GIL may switch
+        threads there)."""
+        oid = data.draw(st.sampled_from(sorted(self.caller.pending)))
+        caller, dropped = self.caller, self.dropped
+
+        class DropBeforeFiling(dict):
+            def __setitem__(self, key, value):
+                if key == oid and oid not in dropped:
+                    dropped.add(oid)
+                    assert caller.forget(oid)
+                super().__setitem__(key, value)
+
+        caller.results = DropBeforeFiling(caller.results)
+        try:
+            if died:
+                self.actor_dies_and_restarts()
+            else:
+                self._actor_read()
+                while self.inbox:
+                    self._actor_step()
+                self.server.send_answers()
+            self._caller_read()
+        finally:
+            caller.results = dict(caller.results)
+        if oid not in dropped:      # its answer did not come yet: the ref dies now
+            dropped.add(oid)
+            assert caller.forget(oid)
+
     @rule(everyone=st.booleans())
     def fence(self, everyone):
         # A collective group (or a function run on all workers) the head sends the
@@ -262,6 +295,10 @@ class PeerMachine(RuleBasedStateMachine):
             assert not self.caller.head_calls.get(ACTOR)
 
     @invariant()
+    def a_dropped_ref_leaves_no_result_behind(self):
+        assert not (self.dropped & self.caller.results.keys())
+
+    @invariant()
     def no_direct_call_is_lost(self):
         caller = self.caller
         for oid, (_, _, path) in self.made.items():
@@ -305,6 +342,37 @@ def test_a_restarted_actor_fails_the_calls_in_flight_and_takes_new_ones():
         assert results[third].record == (RAW, third)
     finally:
         machine.teardown()
+
+
+def test_a_ref_that_dies_while_its_answer_is_filed_leaves_nothing():
+    """Its ref dies in another thread after the reading thread looked for it
+    among the dropped refs and before it filed the answer: the answer is let go
+    of, as a ref dropped earlier is (the result stayed in ``results``, and the
+    id in ``dropped``, until the process ended)."""
+    for died in (False, True):
+        machine = PeerMachine()
+        try:
+            machine.call(True)
+            machine.call(True)
+            first = min(machine.made)
+            data = _Drawn(first)
+            machine.drop_ref_while_its_answer_is_filed(data, died)
+            machine.a_dropped_ref_leaves_no_result_behind()
+            machine.a_call_is_in_flight_or_answered_not_both()
+            assert first not in machine.caller.results and not machine.caller.dropped
+            assert max(machine.made) in machine.caller.results     # the other call's
+        finally:
+            machine.teardown()
+
+
+class _Drawn:
+    """``st.data()``'s stand-in in a test that calls a rule itself: draws ``value``."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def draw(self, strategy):
+        return self.value
 
 
 def test_a_fence_may_run_before_a_direct_call_made_earlier():

@@ -476,6 +476,8 @@ class PeerCaller:
         # the other at every moment.
         self.results[oid] = Result(record, contained, pins, link, tid)
         self.pending.pop(oid, None)
+        if self.dropped and oid in self.dropped:
+            self._let_go(oid)   # its ref died since the test above: see forget
 
     def _lost(self, link: Link) -> None:
         """The actor's process is gone: its calls in flight fail."""
@@ -492,6 +494,8 @@ class PeerCaller:
                 self.results[oid] = Result(None, None, None, None, tid,
                                            (link.actor_id, link.pid, sent and sent[3]))
             self.pending.pop(oid, None)
+            if self.dropped and oid in self.dropped:
+                self._let_go(oid)   # its ref died since the test above: see forget
         link.inflight.clear()
 
     def settle(self, actor_id: int, pid: int | None = None) -> None:
@@ -561,16 +565,32 @@ class PeerCaller:
 
     def forget(self, oid: int) -> bool:
         """The last ref to ``oid`` died in this process: True if it was a direct
-        result (``owns``), which this forgets."""
+        result (``owns``), which this forgets.
+
+        The thread reading the answers needs no lock of this one's: an answer
+        is filed in ``results`` before it leaves ``pending``, so a call in
+        flight is looked for there first, and noted ``dropped`` before it is
+        looked for again. Whichever of the two threads sees both the filing
+        and the note lets go of the result (``_let_go``); when both do, the
+        second finds nothing left."""
+        if oid in self.pending:
+            self.dropped.add(oid)
+            if oid not in self.pending:   # answered meanwhile
+                self._let_go(oid)
+            return True
         res = self.results.pop(oid, None)
         if res is not None:
             if res.pins is not None:
                 self.unpin(res)
             return True
-        if oid in self.pending:
-            self.dropped.add(oid)
-            return True
         return False
+
+    def _let_go(self, oid: int) -> None:
+        """A dropped result that was filed: forget it, and the actor's pins."""
+        self.dropped.discard(oid)
+        res = self.results.pop(oid, None)
+        if res is not None and res.pins is not None:
+            self.unpin(res)
 
 
 class PeerServer:
