@@ -488,14 +488,11 @@ class PeerCaller:
             sent = self.pending.get(oid)
             if sent is not None:
                 self._report(tid, sent[3], "FAILED", link.rank, oid, sent[4], None, None, 0)
-            if oid in self.dropped:
-                self.dropped.discard(oid)
-            else:
-                self.results[oid] = Result(None, None, None, None, tid,
-                                           (link.actor_id, link.pid, sent and sent[3]))
+            self.results[oid] = Result(None, None, None, None, tid,
+                                       (link.actor_id, link.pid, sent and sent[3]))
             self.pending.pop(oid, None)
             if self.dropped and oid in self.dropped:
-                self._let_go(oid)   # its ref died since the test above: see forget
+                self._let_go(oid)   # its ref died, before or while this was filed: see forget
         link.inflight.clear()
 
     def settle(self, actor_id: int, pid: int | None = None) -> None:
