@@ -52,3 +52,5 @@ def test_the_heads_comm_thread_sleeps_on_its_doorbell_while_a_long_task_runs(run
     env = {"HPC_RAY_HEAD_IDLE_POLL_MS": "600000", "HPC_RAY_IDLE_POLL_MS": "600000"}
     values = run("head_doorbell.py", n, mode=mode, timeout=60, env=env).assert_ok("head_doorbell")
     assert values["slept_on_bell"] is True, values
+    assert values["flagged"] is True, values     # one host: sleep flags, every message rings
+    assert values["wait_score"] < 0.3, values    # long waits: the driver stopped spinning

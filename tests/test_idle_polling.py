@@ -273,3 +273,187 @@ def test_rank_0s_sleeping_comm_thread_wakes_when_a_driver_thread_wakes_it():
         assert bell.sleep(60.0, event) is False
     finally:
         bell.close()
+
+
+# --- sleep flags (one-host jobs): a sender rings exactly the loops that sleep ---
+
+def _flags_in_child(pid: int, fd: int, ranks: int, rank: int) -> int:
+    """Raise ``rank``'s flag from another process; its exit status says done."""
+    import subprocess
+    import sys
+    code = ("import sys; from hpc_ray.transport.comm import SleepFlags; "
+            "f = SleepFlags.open(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])); "
+            "f.up(int(sys.argv[4]))")
+    return subprocess.run([sys.executable, "-c", code, str(pid), str(fd), str(ranks),
+                           str(rank)], timeout=60).returncode
+
+
+def test_sleep_flags_are_shared_with_other_processes():
+    flags, fd = comm.SleepFlags.create(8)
+    try:
+        assert not any(flags.asleep(r) for r in range(8))
+        assert _flags_in_child(os.getpid(), fd, 8, 5) == 0
+        assert [flags.asleep(r) for r in range(8)] == [False] * 5 + [True] + [False] * 2
+        flags.down(5)
+        assert not flags.asleep(5)
+    finally:
+        os.close(fd)
+        flags.close()
+
+
+def test_a_sender_with_flags_rings_only_a_loop_whose_flag_is_up():
+    session = f"test-{os.getpid()}-{os.urandom(3).hex()}"
+    flags, fd = comm.SleepFlags.create(2)
+    os.close(fd)
+    bell = Doorbell(session, 1)
+    sender = Sender(MPI.COMM_SELF, session, flags)
+
+    def rung():
+        got = select.select([bell.fileno()], [], [], 0.2)[0] == [bell.fileno()]
+        bell.drain()
+        return got
+
+    try:
+        sender.ring(1)
+        assert not rung()                   # awake (polling): no ring, even the first time
+        flags.up(1)
+        sender.ring(1)
+        assert rung()                       # asleep: rung, however recent the last send
+        sender.ring(1)
+        assert rung()
+        flags.down(1)
+        sender.ring(1)
+        assert not rung()
+    finally:
+        bell.close()
+        sender.close_bell()
+        flags.close()
+
+
+def test_a_flagged_backoff_sleeps_deep_once_its_spins_and_warm_phase_are_done(monkeypatch):
+    clock = _with_clock(monkeypatch)
+    backoff = polling_backoff(3, cores=2, one_host=True, flagged=True)
+    assert backoff.warm == comm.FLAGGED_WARM
+    backoff.reset()
+    spins = [backoff.next_timeout() for _ in range(backoff.spin_limit)]
+    assert spins == [0.0] * backoff.spin_limit and not backoff.flagged_sleep
+    assert backoff.next_timeout() == backoff.short and not backoff.flagged_sleep   # warm
+    # No reply due (every CPU runs a task): no warm phase.
+    assert backoff.next_timeout(reply_soon=False) == DEEP_CAP_ONE_HOST
+    assert backoff.flagged_sleep
+    clock.now += comm.FLAGGED_WARM * 1.01
+    assert backoff.next_timeout() == DEEP_CAP_ONE_HOST and backoff.flagged_sleep
+    # Bytes on their way need the loop's polls: no flagged sleep then.
+    assert backoff.next_timeout(deep=False) <= backoff.cap and not backoff.flagged_sleep
+    # A crowded node spins less and has no warm phase.
+    crowded = polling_backoff(8, cores=2, one_host=True, flagged=True)
+    crowded.reset()
+    assert [crowded.next_timeout() for _ in range(crowded.spin_limit + 1)][-1] == \
+        DEEP_CAP_ONE_HOST
+
+
+def test_rank_0s_comm_thread_raises_its_flag_only_while_it_sleeps():
+    session = f"test-{os.getpid()}-{os.urandom(3).hex()}"
+    flags, fd = comm.SleepFlags.create(2)
+    os.close(fd)
+    bell = CommThreadBell(session, flags)
+    sender = Sender(MPI.COMM_SELF, session, flags)
+    try:
+        # A message already waits when it raises its flag: it does not sleep.
+        assert bell.sleep(60.0, threading.Event(), lambda: True) is False
+        assert not flags.asleep(0)
+        got: list = []
+        sleeper = threading.Thread(
+            target=lambda: got.append(bell.sleep(60.0, threading.Event(), lambda: False)))
+        sleeper.start()
+        while not flags.asleep(0) and sleeper.is_alive():
+            threading.Event().wait(0.001)
+        sender.ring(0)                      # a worker rank's message: the flag is up
+        sleeper.join(10)
+        assert not sleeper.is_alive() and got == [True] and not flags.asleep(0)
+    finally:
+        bell.close()
+        sender.close_bell()
+        flags.close()
+
+
+class _FlagProtocol:
+    """One sender and one receiving loop, step by step, with the real flags and
+    ``Sender.ring``; the MPI queue and the doorbell are counters.
+
+    Sender, per message: send (the message is in the queue), then ``ring``.
+    Receiver: poll (take every message), raise its flag, look once more
+    (``Iprobe``), then sleep unless something came; a ring wakes it, and it
+    lowers its flag and polls again."""
+
+    def __init__(self, messages: int) -> None:
+        self.flags, fd = comm.SleepFlags.create(2)
+        os.close(fd)
+        self.sender = Sender(MPI.COMM_SELF, None, self.flags)
+        self.sender.bell = self.rings = _Rings()
+        self.sender.session_id = "model"
+        self.to_send = messages
+        self.sent_unrung = False     # between a send and its ring
+        self.queue = 0
+        self.received = 0
+        self.state = "poll"          # poll -> flag_up -> look -> asleep -> poll
+
+    def step_sender(self) -> None:
+        if self.sent_unrung:
+            self.sender.ring(1)
+            self.sent_unrung = False
+        elif self.to_send:
+            self.to_send -= 1
+            self.queue += 1
+            self.sent_unrung = True
+
+    def step_receiver(self) -> None:
+        if self.state == "poll":
+            self.received += self.queue
+            self.queue = 0
+            self.state = "flag_up"
+        elif self.state == "flag_up":
+            self.flags.up(1)
+            self.state = "look"
+        elif self.state == "look":
+            if self.queue:
+                self.flags.down(1)
+                self.state = "poll"
+            else:
+                self.state = "asleep"
+        elif self.state == "asleep" and self.rings.count:
+            self.rings.count = 0          # drain: woken
+            self.flags.down(1)
+            self.state = "poll"
+
+    def check(self) -> None:
+        # No message waits on a sleeper that nobody will ring.
+        if self.state == "asleep" and self.queue:
+            assert self.rings.count or self.sent_unrung, "a message waits on a sleeper, unrung"
+        assert self.flags.asleep(1) == (self.state in ("look", "asleep"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(messages=st.integers(1, 6), schedule=st.lists(st.booleans(), max_size=120))
+def test_no_message_waits_on_a_sleeper_nobody_rings(messages, schedule):
+    """Every interleaving of one sender's steps with the receiving loop's: after
+    each step, a sleeping loop with a message waiting has a ring on its way or
+    coming; and once the sender is done and the loop has run on, every message
+    was received."""
+    model = _FlagProtocol(messages)
+    try:
+        for sender_moves in schedule:
+            if sender_moves:
+                model.step_sender()
+            else:
+                model.step_receiver()
+            model.check()
+        while model.to_send or model.sent_unrung:
+            model.step_sender()
+            model.check()
+        for _ in range(8):
+            model.step_receiver()
+            model.check()
+        assert model.received == messages
+    finally:
+        model.flags.close()

@@ -8,6 +8,7 @@
 Every rank then runs the same set-up, collectively on the job's communicator:
 
     rank 0 ──bcast(config)──▶ all      store size, sys.path, resources, driver pid
+    one host: rank 0's memfd sleep flags ──bcast(pid, fd)──▶ all open them
     all: node of each rank (shared-memory split, or HPC_RAY_RANKS_PER_NODE)
     node leader: memfd store ──bcast(pid, fd) on the node──▶ node ranks open it
     all ──gather(resources, GPUs, pid, host)──▶ rank 0 builds the head
@@ -235,6 +236,7 @@ def setup_world(comm, cfg: dict | None):
     gathered = comm.allgather((visible_gpus(), socket.gethostname()))
     cfg = dict(cfg, visible_gpus=[g for g, _ in gathered],
                one_host=len({host for _, host in gathered}) == 1)
+    flags = _sleep_flags(comm) if cfg["one_host"] else None
     rpn = cfg.get("ranks_per_node")
     if rpn:
         node_of = [r // rpn for r in range(size)]
@@ -262,7 +264,36 @@ def setup_world(comm, cfg: dict | None):
     comm.Barrier()
     unlink_mapped_shm()
     cfg["node_of"] = node_of
-    return cfg, node_of, node, arena
+    return cfg, node_of, node, arena, flags
+
+
+def _sleep_flags(comm):
+    """The job's ``comm.SleepFlags`` (collective; every rank on one host), or
+    None on every rank if any rank could not map them."""
+    from ..transport.comm import SleepFlags
+    size = comm.Get_size()
+    flags = None
+    if comm.Get_rank() == 0:
+        try:
+            flags, fd = SleepFlags.create(size)
+            where = (os.getpid(), fd)
+        except (OSError, AttributeError):   # no memfd here
+            where = None
+        comm.bcast(where, root=0)
+    else:
+        where = comm.bcast(None, root=0)
+        if where is not None:
+            try:
+                flags = SleepFlags.open(where[0], where[1], size)
+            except OSError:                 # /proc closed to us
+                flags = None
+    everyone = all(comm.allgather(flags is not None))
+    if comm.Get_rank() == 0 and where is not None:
+        os.close(where[1])   # every rank has opened it (the allgather)
+    if not everyone and flags is not None:
+        flags.close()
+        flags = None
+    return flags
 
 
 def unlink_mapped_shm() -> None:
@@ -336,12 +367,12 @@ def run_worker(comm) -> bool:
     # Slurm's USR1 warning is for the driver; on a worker its default action kills.
     ignore_preempt_signals()
     interrupts.dump_stacks_on_sigusr2()
-    cfg, node_of, node, arena = setup_world(comm, None)
+    cfg, node_of, node, arena, flags = setup_world(comm, None)
     rank = comm.Get_rank()
     resources, gpu_ids = worker_resources(cfg, rank, comm.Get_size())
     cfg["resources"] = resources
     comm.gather((resources, gpu_ids, os.getpid(), socket.gethostname()), root=0)
-    loop = WorkerLoop(comm, rank, node, arena, cfg)
+    loop = WorkerLoop(comm, rank, node, arena, cfg, flags)
     try:
         loop.run()
         return loop.driver_gone

@@ -83,7 +83,7 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
         "actor_standby": _config.os_environ_get("ACTOR_STANDBY", 1, int),
         "log_to_driver": context.log_to_driver,
     }
-    cfg, node_of, node, arena = launch.setup_world(comm, cfg)
+    cfg, node_of, node, arena, flags = launch.setup_world(comm, cfg)
     infos = comm.gather(None, root=0)
     hosts = [socket.gethostname()] + [info[3] for info in infos[1:]]
     head = Head(comm.Get_size(), node_of, cfg["store_size"], hosts)
@@ -98,7 +98,8 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
     # round trip; with the default 5 ms switch interval a woken driver thread can
     # wait that long for it (measured: 4 ms sync round trips instead of 0.3 ms).
     sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
-    loop = HeadLoop(comm, head, arena, listener, cfg.get("session_id"), cfg["one_host"])
+    loop = HeadLoop(comm, head, arena, listener, cfg.get("session_id"), cfg["one_host"],
+                    flags)
     loop.start()
     ctx = DriverContext(head, loop, arena, node, 0, {"size": comm.Get_size()},
                         cfg.get("session_id"))

@@ -16,10 +16,13 @@ The loop never runs user code. It blocks in ``select`` on the executors' pipes
 and its doorbell (``comm.Doorbell``) with a back-off timeout and polls MPI in
 between: at most 1 ms apart after recent activity (up to 10 ms on a node with
 more ranks than cores: ``polling_backoff``), 10 ms apart after a second of
-quiet (``DEEP_CAP``), or 50 ms apart after 10 ms of quiet when the whole job
-is on one host. A process on its host that sends it a message after a pause
-rings the doorbell first, so the message is read at once. A dead executor (EOF
-on its pipe) is reported to the head with the tasks it held and replaced.
+quiet (``DEEP_CAP``). When the whole job is on one host, it raises its flag
+(``comm.SleepFlags``) and sleeps up to 50 ms as soon as it has spun a little
+(after a short warm phase where a reply is due), and every sender rings the
+doorbell of a rank whose flag is up, so the message is read at once. (On
+several hosts, a process on the rank's host that sends after a pause rings.)
+A dead executor (EOF on its pipe) is reported to the head with the tasks it
+held and replaced.
 
 A rank that has hosted an actor keeps one executor started ahead
 (``standby``) for its next actor, as Ray's worker pool does: creating an actor
@@ -50,9 +53,10 @@ from mpi4py import MPI
 
 from .. import _config
 from ..transport import messages as m
-from ..transport.comm import (Backoff, Doorbell, Fetcher, Sender, deep_tier, recv_control,
+from ..transport.comm import (FLAGGED_WARM, Backoff, Doorbell, Fetcher, Sender, deep_tier, recv_control,
                               tighten_timer_slack)
 from ..transport.serialization import loads
+from ..transport.tags import Tag
 from .executor_procs import ExecutorProc, ExecutorProcesses, lends_cpu, thread_lent
 
 logger = logging.getLogger(__name__)
@@ -114,7 +118,8 @@ DEEP_CAP = 0.01
 IDLE_POLL_MS = _config.os_environ_get("IDLE_POLL_MS", None, float)
 
 
-def polling_backoff(ranks_on_node: int, cores: int, one_host: bool = False) -> Backoff:
+def polling_backoff(ranks_on_node: int, cores: int, one_host: bool = False,
+                    flagged: bool = False) -> Backoff:
     """The back-off of a worker rank's loop.
 
     With a core to spare for each rank (rank 0 drives, mostly waiting) the loop
@@ -130,15 +135,18 @@ def polling_backoff(ranks_on_node: int, cores: int, one_host: bool = False) -> B
     Either way a rank idle for DEEP_AFTER sleeps up to DEEP_CAP; when every
     rank of the job is on its host (``one_host``: all senders ring its
     doorbell), after ``comm.DEEP_AFTER_ONE_HOST``, up to ``comm.DEEP_CAP_ONE_HOST``
-    (``comm.deep_tier``).
+    (``comm.deep_tier``). With the job's sleep flags (``flagged``: every sender
+    rings it whenever it sleeps, ``comm.SleepFlags``) it sleeps that long as
+    soon as its spins are done, with no warm phase and no climb.
     """
     deep_after, deep_cap = deep_tier(one_host, DEEP_AFTER, DEEP_CAP, IDLE_POLL_MS)
     if ranks_on_node > cores + 1:
         default = Backoff()
         cap = min(OVERSUBSCRIBED_CAP, default.cap * ranks_on_node / max(cores, 1))
         return Backoff(cap=cap, spin_limit=OVERSUBSCRIBED_SPINS, warm=0.0,
-                       deep_after=deep_after, deep_cap=deep_cap)
-    return Backoff(deep_after=deep_after, deep_cap=deep_cap)
+                       deep_after=deep_after, deep_cap=deep_cap, flagged=flagged)
+    return Backoff(deep_after=deep_after, deep_cap=deep_cap, flagged=flagged,
+                   warm=FLAGGED_WARM if flagged else Backoff().warm)
 
 
 def batch_length(fns, share: int, fn_seconds: dict) -> int:
@@ -209,8 +217,11 @@ _ALLOC = 2
 
 
 class WorkerLoop(ExecutorProcesses):
-    def __init__(self, comm: MPI.Comm, rank: int, node: int, arena, cfg: dict) -> None:
+    def __init__(self, comm: MPI.Comm, rank: int, node: int, arena, cfg: dict,
+                 flags=None) -> None:
         self.comm = comm
+        #: The job's ``comm.SleepFlags`` (one-host jobs), else None.
+        self.flags = flags
         self.rank = rank
         self.node = node
         self.arena = arena
@@ -220,7 +231,7 @@ class WorkerLoop(ExecutorProcesses):
         #: Seconds an extra executor may stay idle before it is stopped.
         idle = cfg.get("extra_idle")
         self.extra_idle = EXTRA_IDLE_DEFAULT if idle is None else idle
-        self.sender = Sender(comm, cfg.get("session_id"))
+        self.sender = Sender(comm, cfg.get("session_id"), flags)
         self.fetcher = Fetcher(comm, self.sender, arena)
         self.out: list = []
         self.queue: collections.deque = collections.deque()
@@ -647,8 +658,9 @@ class WorkerLoop(ExecutorProcesses):
         node_of = self.cfg.get("node_of") or []
         doorbell = Doorbell(self.cfg.get("session_id"), self.rank)
         bell_fd = doorbell.fileno()
+        flags = self.flags if bell_fd >= 0 else None
         backoff = polling_backoff(sum(1 for n in node_of if n == self.node), _cores(),
-                                  self.cfg["one_host"] and bell_fd >= 0)
+                                  self.cfg["one_host"] and bell_fd >= 0, flags is not None)
         window_wait = WINDOW_WAIT_MIN
         last_check = time.monotonic()
         while not self.stop:
@@ -669,8 +681,13 @@ class WorkerLoop(ExecutorProcesses):
             self.sender.progress()
             if self.fetcher.progress():
                 active = True
-            timeout = 0.0 if active else backoff.next_timeout(not self.cpus_all_running(),
-                                                              not self.fetcher.moving())
+            flagged = False
+            if not active:
+                timeout = backoff.next_timeout(not self.cpus_all_running(),
+                                               not self.fetcher.moving())
+                flagged = backoff.flagged_sleep
+            else:
+                timeout = 0.0
             # What select watches, built again every pass (the executors come
             # and go from several places), in one loop: this runs for every
             # poll of MPI, and comprehensions cost a function object each.
@@ -697,10 +714,19 @@ class WorkerLoop(ExecutorProcesses):
                 # behind (many ranks polling every 0.1 ms took the cores it needs).
                 timeout = window_wait
                 window_wait = min(WINDOW_WAIT_MAX, window_wait * 2)
+                flagged = False
+            if flagged:
+                # Flag up, then one more look: a message sent before a sender
+                # could see the flag is found now (comm.SleepFlags).
+                flags.up(self.rank)
+                if comm.Iprobe(MPI.ANY_SOURCE, Tag.CONTROL):
+                    timeout = 0.0
             try:
                 ready, writable, _ = select.select(readers, writers, [], timeout)
             except (OSError, ValueError):
                 ready, writable = list(pipes) + list(by_fd), []
+            if flagged:
+                flags.down(self.rank)
             for fd in writable:
                 by_fd[fd].write_some()
             for fd in ready:

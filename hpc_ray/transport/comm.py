@@ -13,6 +13,8 @@ threads call: it reads a flag and sends a datagram.
 from __future__ import annotations
 
 import logging
+import mmap
+import os
 import select
 import socket
 import time
@@ -59,13 +61,20 @@ class Backoff:
     sleep goes on doubling up to ``deep_cap``: a rank idle that long is woken by
     a doorbell (``Doorbell``) where its sender is on its host, and otherwise
     waits at most ``deep_cap`` for the next message.
+
+    A loop whose every sender rings it whenever it sleeps (``flagged``: the
+    whole job on one host, with ``SleepFlags``) has no warm phase and no climb:
+    once its spins are done it sleeps up to ``deep_cap`` at once
+    (``flagged_sleep`` says so, and the loop raises its flag for that sleep),
+    unless ``deep`` is False (bytes on their way that need its polls).
     """
 
     __slots__ = ("tval", "cap", "spins", "spin_limit", "short", "warm", "last_active",
-                 "deep_after", "deep_cap")
+                 "deep_after", "deep_cap", "flagged", "flagged_sleep")
 
     def __init__(self, cap: float = 0.001, spin_limit: int = 20, short: float = 2e-5,
-                 warm: float = 0.01, deep_after: float = 0.0, deep_cap: float = 0.0) -> None:
+                 warm: float = 0.01, deep_after: float = 0.0, deep_cap: float = 0.0,
+                 flagged: bool = False) -> None:
         self.tval = 0.0
         self.cap = cap
         self.spins = 0
@@ -74,6 +83,9 @@ class Backoff:
         self.warm = warm
         self.deep_after = deep_after
         self.deep_cap = max(cap, deep_cap)
+        self.flagged = flagged
+        #: Whether the last ``next_timeout`` was a sleep every sender rings.
+        self.flagged_sleep = False
         self.last_active = monotonic()
 
     def reset(self) -> None:
@@ -93,12 +105,16 @@ class Backoff:
         ``reply_soon=False`` skips the warm phase: the caller knows that no
         message it could act on sooner is due. ``deep=False`` stays at ``cap``
         however long the quiet: a message is due some time (a task's result)."""
+        self.flagged_sleep = False
         if self.spins < self.spin_limit:
             self.spins += 1
             return 0.0
         quiet = monotonic() - self.last_active
         if reply_soon and quiet < self.warm:
             return self.short
+        if self.flagged and deep:
+            self.flagged_sleep = True
+            return self.deep_cap
         cap = self.deep_cap if deep and self.deep_after and quiet > self.deep_after else self.cap
         self.tval = min(cap, max(self.short, self.tval * 2))
         return self.tval
@@ -149,6 +165,64 @@ class Doorbell:
             self.sock = None
 
 
+class SleepFlags:
+    """Which loops of a one-host job sleep on their doorbells: a byte per rank
+    in memory every rank of the job maps (a ``memfd``, opened like the store,
+    so nothing has a name to leave behind).
+
+    A loop about to sleep raises its flag, looks at MPI once more, and sleeps
+    only if nothing came; it lowers the flag when it wakes. A sender sends, then
+    rings the receiver's doorbell if its flag is up (``Sender.ring``). Either
+    the sender sees the flag, or the flag went up after the sender read it, so
+    after the message was sent and before the receiver's last look, which finds
+    it: no message waits for a sleeper that nobody rang. So a loop needs no warm
+    phase of short sleeps after activity (each a wake-up: 20 us sleeps for 10 ms
+    after every task took 35-55 us of CPU per call from two caller tasks' direct
+    calls on 2 cores), and no ring is sent to a loop that is awake.
+
+    (Python stores and loads are plain ones: nothing orders the flag's store
+    before the last look. Between them the loop runs a few thousand instructions
+    of Python, far longer than a store buffer holds a store; a ring missed even
+    so costs that message at most the loop's ``deep_cap``.)
+    """
+
+    #: One flag per 64-byte line: each loop writes its own twice a sleep.
+    STRIDE = 64
+
+    def __init__(self, fd: int, ranks: int) -> None:
+        self.ranks = ranks
+        self.map = mmap.mmap(fd, self._size(ranks))
+        os.close(fd)   # the mapping keeps the memory; nothing else needs the fd
+
+    @classmethod
+    def _size(cls, ranks: int) -> int:
+        return max(mmap.PAGESIZE, ranks * cls.STRIDE)
+
+    @classmethod
+    def create(cls, ranks: int) -> tuple["SleepFlags", int]:
+        """New flags, all down, and a descriptor other processes can open
+        through /proc (kept open until ``release_fd``)."""
+        fd = os.memfd_create("hpc_ray_sleep_flags", 0)
+        os.ftruncate(fd, cls._size(ranks))
+        return cls(os.dup(fd), ranks), fd
+
+    @classmethod
+    def open(cls, pid: int, fd: int, ranks: int) -> "SleepFlags":
+        return cls(os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR), ranks)
+
+    def up(self, rank: int) -> None:
+        self.map[rank * self.STRIDE] = 1
+
+    def down(self, rank: int) -> None:
+        self.map[rank * self.STRIDE] = 0
+
+    def asleep(self, rank: int) -> bool:
+        return self.map[rank * self.STRIDE] != 0
+
+    def close(self) -> None:
+        self.map.close()
+
+
 class CommThreadBell:
     """Rank 0's doorbell, which its comm thread sleeps on once quiet.
 
@@ -160,8 +234,10 @@ class CommThreadBell:
     rings it too (``ring_if_sleeping``), after setting the Event.
     """
 
-    def __init__(self, session_id: str | None) -> None:
+    def __init__(self, session_id: str | None, flags: SleepFlags | None = None) -> None:
         self.bell = Doorbell(session_id or "", 0)
+        #: Rank 0's flag among the job's ``SleepFlags`` (one-host jobs).
+        self.flags = flags if self.bell.sock is not None else None
         self.sleeping = False
         #: Rings may have come for messages already received (set by the loop
         #: on activity): the next sleep drops them first.
@@ -177,9 +253,12 @@ class CommThreadBell:
     def usable(self) -> bool:
         return self.bell.sock is not None
 
-    def sleep(self, timeout: float, event) -> bool:
+    def sleep(self, timeout: float, event, waiting=None) -> bool:
         """Block up to ``timeout`` for a ring; True if one came (a message is on
         its way). No wait if ``event`` is set: the caller's next round is due.
+        With ``flags``, rank 0's flag is up while it sleeps, and ``waiting()``
+        (whether a message waits in MPI) is asked after raising it: True, and
+        it does not sleep.
 
         The first sleep after activity only drops the rings that came meanwhile
         (they would wake it for nothing) and returns False, so the caller polls
@@ -189,11 +268,14 @@ class CommThreadBell:
             self.stale = False
             self.bell.drain()
             return False
+        flags = self.flags
         self.sleeping = True
+        if flags is not None:
+            flags.up(0)
         try:
             # A driver thread sets the event, then rings if it sees ``sleeping``:
             # one that set it before this test is seen here, one after it rings.
-            if event.is_set():
+            if event.is_set() or (flags is not None and waiting is not None and waiting()):
                 return False
             try:
                 ready = select.select([self.bell.fileno()], [], [], timeout)[0]
@@ -201,6 +283,8 @@ class CommThreadBell:
                 return False
         finally:
             self.sleeping = False
+            if flags is not None:
+                flags.down(0)
         if ready:
             self.bell.drain()
         return bool(ready)
@@ -219,15 +303,15 @@ class CommThreadBell:
             self.tx = None
 
 
-#: A send to a rank that this process sent nothing to for this long rings the
-#: rank's doorbell first. Below every ``Backoff.deep_after`` that relies on the
+#: Without ``SleepFlags`` (they could not be mapped), a send to a rank that
+#: this process sent nothing to for this long rings the rank's doorbell first. Below every ``Backoff.deep_after`` that relies on the
 #: rings (DEEP_AFTER_ONE_HOST): a receiver looks at MPI just before it decides
 #: to sleep long, and it decides so only after ``deep_after`` without a message,
 #: so one that had a message from this process within RING_AFTER is not
 #: sleeping long, and one that is has it rung.
 RING_AFTER = 0.002
-#: The ``deep_after`` of a loop whose senders all ring it (every rank of the job
-#: on its host): after this much quiet it sleeps on its doorbell up to its deep
+#: The ``deep_after`` of a loop whose senders all ring it after a pause (every
+#: rank of the job on its host, without ``SleepFlags``): after this much quiet it sleeps on its doorbell up to its deep
 #: cap, instead of polling MPI every ~1 ms. Those polls cost 50-150 us of CPU
 #: each on a VM, taken from the tasks that run meanwhile (two caller tasks
 #: making direct actor calls on 2 cores: 35-55 us per call between the head and
@@ -240,6 +324,13 @@ DEEP_AFTER_ONE_HOST = 0.01
 #: and its sleep). An idle job of 4 ranks used 0.125 CPU-seconds a second with
 #: 10 ms (5 ms for the head), 0.030 with 50 ms (benchmarks/idle.py).
 DEEP_CAP_ONE_HOST = 0.05
+#: The warm phase of a loop with ``SleepFlags`` (``Backoff.warm``): after activity
+#: where a reply is due, it polls every 20 us this long before it sleeps rung.
+#: Waking a loop asleep on its doorbell costs more than a 20 us poll on a VM
+#: (an idle vCPU halts): with no warm phase, sync tasks under mpiexec ran at
+#: 1,300-3,100 a second against 3,400-5,000 with the 10 ms one, and at 1 ms at
+#: 3,700-5,600 (benchmarks/results/flags-ab-2026-11-26.md).
+FLAGGED_WARM = 0.001
 _NEVER = float("-inf")
 
 
@@ -258,8 +349,11 @@ def deep_tier(rung: bool, deep_after: float, deep_cap: float,
 class Sender:
     """Nonblocking sends whose requests are kept until they complete."""
 
-    def __init__(self, comm: MPI.Comm, session_id: str | None = None) -> None:
+    def __init__(self, comm: MPI.Comm, session_id: str | None = None,
+                 flags: SleepFlags | None = None) -> None:
         self.comm = comm
+        #: The job's ``SleepFlags`` (one-host jobs): ring exactly the sleepers.
+        self.flags = flags
         self.pending: list = []
         self.unmatched: list = []   # synchronous sends (``send_sync``) not yet received
         #: Rings the doorbells of the session's worker ranks on this host (``Doorbell``).
@@ -271,10 +365,19 @@ class Sender:
         self.last_sent: dict[int, float] = {}
 
     def ring(self, dest: int) -> None:
-        """Ring ``dest``'s doorbell if this process sent it nothing for RING_AFTER.
+        """Ring ``dest``'s doorbell, after the message is sent: if its flag is up
+        (``SleepFlags``), else if this process sent it nothing for RING_AFTER.
         A rank on another host has none here: the send fails, and that rank
         reads the message at its next poll."""
         if self.bell is None:
+            return
+        flags = self.flags
+        if flags is not None:
+            if flags.asleep(dest):
+                try:
+                    self.bell.sendto(b"\1", "\0" + doorbell_address(self.session_id, dest))
+                except OSError:
+                    pass
             return
         now = monotonic()
         if now - self.last_sent.get(dest, _NEVER) >= RING_AFTER:

@@ -12,6 +12,12 @@ itself), so only the comm thread can move the work on:
 
 The sleeps have not grown past a few seconds by then, so a missing ring would
 delay these steps rather than stop them; test_idle_polling.py tests each ring.
+On one host the loops sleep with their flags up (``comm.SleepFlags``), so
+every message rings them.
+
+Last, the driver thread stops spinning through waits that outlast its spin
+(``driver.DRIVER_SPINS``): the moving average of its spins that paid drops
+below ``spin.KEEP``.
 """
 import faulthandler, os
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
@@ -23,6 +29,7 @@ from _harness import NUM_WORKERS, TMPDIR, check, init_kwargs, ok, report
 
 import hpc_ray as ray
 from hpc_ray.runtime import context
+from hpc_ray.transport import spin
 
 ray.init(**init_kwargs())
 loop = context.current().loop
@@ -79,5 +86,12 @@ stop.set()
 watcher.join()
 report("slept_on_bell", slept)
 check(slept, "the comm thread never slept on its doorbell during long tasks")
+report("flagged", loop.bell.flags is not None)
+
+ctx = context.current()
+for _ in range(14):
+    check(ray.get(nap.remote(0.1, 7)) == 7)     # each wait outlasts the driver's spin
+report("wait_score", ctx.wait_score)
+check(ctx.wait_score < spin.KEEP, f"the driver kept spinning: score {ctx.wait_score:.2f}")
 ray.shutdown()
 ok("head_doorbell")
