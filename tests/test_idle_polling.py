@@ -330,6 +330,14 @@ def test_a_sender_with_flags_rings_only_a_loop_whose_flag_is_up():
         flags.close()
 
 
+def test_a_loops_last_look_sees_a_message_whose_send_has_returned(run):
+    # Real MPI, two ranks: what the flag protocol assumes of the library (a
+    # single MPICH Iprobe missed every such message).
+    values = run("probe_after_isend.py", 2, mode="mpiexec", timeout=60).assert_ok(
+        "probe_after_isend")
+    assert values["missed"] == 0, values
+
+
 def test_a_flagged_backoff_sleeps_deep_once_its_spins_and_warm_phase_are_done(monkeypatch):
     clock = _with_clock(monkeypatch)
     backoff = polling_backoff(3, cores=2, one_host=True, flagged=True)

@@ -48,11 +48,10 @@ from ..exceptions import GetTimeoutError, RayError
 from ..transport import direct
 from ..transport import messages as m
 from ..transport import spin
-from ..transport.comm import (FLAGGED_WARM, Backoff, CommThreadBell, Fetcher, Sender, deep_tier,
-                              recv_control, tighten_timer_slack)
+from ..transport.comm import (FLAGGED_WARM, Backoff, CommThreadBell, Fetcher, Sender,
+                              control_waiting, deep_tier, recv_control, tighten_timer_slack)
 from ..transport.messages import FETCH_PLAN
 from ..transport.serialization import RAW
-from ..transport.tags import Tag
 from . import context, interrupts, peer_calls, values
 from .driver_calls import DriverDirectCalls
 from .head import Head
@@ -428,7 +427,7 @@ class HeadLoop(threading.Thread):
                 t = backoff.next_timeout(reply_soon, (not head.tasks or self.bell.usable)
                                          and not self.fetcher.moving())
                 if t > backoff.cap and self.bell.usable:
-                    if self.bell.sleep(t, event, self._message_waiting):
+                    if self.bell.sleep(t, event, self._work_waiting):
                         backoff.rung()    # a message is on its way: poll MPI at once
                     event.clear()
                 elif t:
@@ -439,13 +438,20 @@ class HeadLoop(threading.Thread):
                     # notify_all() would otherwise wait a whole switch interval.
                     time.sleep(0)
 
-    def _message_waiting(self) -> bool:
-        """Whether a control message waits in MPI (True when a driver thread
-        holds MPI: it is polling, so the comm thread should not sleep long)."""
+    def _work_waiting(self) -> bool:
+        """Whether a round has work now: something submitted or due to be sent,
+        or a control message waiting in MPI (True when a driver thread holds
+        MPI: it is polling, so the comm thread should not sleep long). Asked
+        by a comm thread about to sleep, after it said so (``bell.sleeping``,
+        its flag): a driver thread that submits without waking it (``submit``)
+        did so before this look, or sees it sleeping and wakes it."""
+        head = self.head
+        if _submitted or head.outbox or head.direct_out or self.fetch_requests:
+            return True
         if not self.progress.acquire(False):
             return True
         try:
-            return self.comm.Iprobe(MPI.ANY_SOURCE, Tag.CONTROL)
+            return control_waiting(self.comm)
         finally:
             self.progress.release()
 
@@ -586,10 +592,13 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
             # A driver thread that has just left get()/wait() is likely back in one
             # within microseconds (a loop of get(a.m.remote())), and runs the round
             # that sends this itself: waking the comm thread as well would only
-            # make the two threads trade the GIL. Otherwise the comm thread's next
-            # round (at most Backoff.cap later) sends it.
-            if time.monotonic() - self.loop.waited_at > SUBMIT_QUIET:
-                self.loop.wake()
+            # make the two threads trade the GIL. Otherwise, or if the comm
+            # thread sleeps (a wait that does not spin leaves the rounds to it:
+            # DRIVER_SPINS), it is woken; one awake sends it at its next round,
+            # and one about to sleep sees it first (``HeadLoop._work_waiting``).
+            loop = self.loop
+            if loop.bell.sleeping or time.monotonic() - loop.waited_at > SUBMIT_QUIET:
+                loop.wake()
 
     def control(self, name: str, *args) -> Any:
         from . import control

@@ -53,10 +53,9 @@ from mpi4py import MPI
 
 from .. import _config
 from ..transport import messages as m
-from ..transport.comm import (FLAGGED_WARM, Backoff, Doorbell, Fetcher, Sender, deep_tier, recv_control,
-                              tighten_timer_slack)
+from ..transport.comm import (FLAGGED_WARM, Backoff, Doorbell, Fetcher, Sender,
+                              control_waiting, deep_tier, recv_control, tighten_timer_slack)
 from ..transport.serialization import loads
-from ..transport.tags import Tag
 from .executor_procs import ExecutorProc, ExecutorProcesses, lends_cpu, thread_lent
 
 logger = logging.getLogger(__name__)
@@ -137,7 +136,8 @@ def polling_backoff(ranks_on_node: int, cores: int, one_host: bool = False,
     doorbell), after ``comm.DEEP_AFTER_ONE_HOST``, up to ``comm.DEEP_CAP_ONE_HOST``
     (``comm.deep_tier``). With the job's sleep flags (``flagged``: every sender
     rings it whenever it sleeps, ``comm.SleepFlags``) it sleeps that long as
-    soon as its spins are done, with no warm phase and no climb.
+    soon as its spins and a warm phase of ``comm.FLAGGED_WARM`` (none on a
+    crowded node) are done, with no climb.
     """
     deep_after, deep_cap = deep_tier(one_host, DEEP_AFTER, DEEP_CAP, IDLE_POLL_MS)
     if ranks_on_node > cores + 1:
@@ -719,7 +719,7 @@ class WorkerLoop(ExecutorProcesses):
                 # Flag up, then one more look: a message sent before a sender
                 # could see the flag is found now (comm.SleepFlags).
                 flags.up(self.rank)
-                if comm.Iprobe(MPI.ANY_SOURCE, Tag.CONTROL):
+                if control_waiting(comm):
                     timeout = 0.0
             try:
                 ready, writable, _ = select.select(readers, writers, [], timeout)

@@ -63,10 +63,11 @@ class Backoff:
     waits at most ``deep_cap`` for the next message.
 
     A loop whose every sender rings it whenever it sleeps (``flagged``: the
-    whole job on one host, with ``SleepFlags``) has no warm phase and no climb:
-    once its spins are done it sleeps up to ``deep_cap`` at once
-    (``flagged_sleep`` says so, and the loop raises its flag for that sleep),
-    unless ``deep`` is False (bytes on their way that need its polls).
+    whole job on one host, with ``SleepFlags``) has no climb: once its spins
+    (and its warm phase, where a reply is due) are done it sleeps up to
+    ``deep_cap`` at once (``flagged_sleep`` says so, and the loop raises its
+    flag for that sleep), unless ``deep`` is False (bytes on their way that
+    need its polls).
     """
 
     __slots__ = ("tval", "cap", "spins", "spin_limit", "short", "warm", "last_active",
@@ -170,15 +171,17 @@ class SleepFlags:
     in memory every rank of the job maps (a ``memfd``, opened like the store,
     so nothing has a name to leave behind).
 
-    A loop about to sleep raises its flag, looks at MPI once more, and sleeps
-    only if nothing came; it lowers the flag when it wakes. A sender sends, then
+    A loop about to sleep raises its flag, looks at MPI once more
+    (``control_waiting``), and sleeps only if nothing came; it lowers the flag
+    when it wakes. A sender sends, then
     rings the receiver's doorbell if its flag is up (``Sender.ring``). Either
     the sender sees the flag, or the flag went up after the sender read it, so
     after the message was sent and before the receiver's last look, which finds
-    it: no message waits for a sleeper that nobody rang. So a loop needs no warm
-    phase of short sleeps after activity (each a wake-up: 20 us sleeps for 10 ms
-    after every task took 35-55 us of CPU per call from two caller tasks' direct
-    calls on 2 cores), and no ring is sent to a loop that is awake.
+    it: no message waits for a sleeper that nobody rang. So a loop needs no long
+    warm phase of short sleeps after activity (each a wake-up: 20 us sleeps for
+    10 ms after every task took 35-55 us of CPU per call from two caller tasks'
+    direct calls on 2 cores); it keeps 1 ms of them where a reply is due
+    (``FLAGGED_WARM``). And no ring is sent to a loop that is awake.
 
     (Python stores and loads are plain ones: nothing orders the flag's store
     before the last look. Between them the loop runs a few thousand instructions
@@ -190,7 +193,6 @@ class SleepFlags:
     STRIDE = 64
 
     def __init__(self, fd: int, ranks: int) -> None:
-        self.ranks = ranks
         self.map = mmap.mmap(fd, self._size(ranks))
         os.close(fd)   # the mapping keeps the memory; nothing else needs the fd
 
@@ -201,7 +203,7 @@ class SleepFlags:
     @classmethod
     def create(cls, ranks: int) -> tuple["SleepFlags", int]:
         """New flags, all down, and a descriptor other processes can open
-        through /proc (kept open until ``release_fd``)."""
+        through /proc (the caller closes it once they all have)."""
         fd = os.memfd_create("hpc_ray_sleep_flags", 0)
         os.ftruncate(fd, cls._size(ranks))
         return cls(os.dup(fd), ranks), fd
@@ -256,9 +258,9 @@ class CommThreadBell:
     def sleep(self, timeout: float, event, waiting=None) -> bool:
         """Block up to ``timeout`` for a ring; True if one came (a message is on
         its way). No wait if ``event`` is set: the caller's next round is due.
-        With ``flags``, rank 0's flag is up while it sleeps, and ``waiting()``
-        (whether a message waits in MPI) is asked after raising it: True, and
-        it does not sleep.
+        ``waiting()`` (whether the caller has work: a message in MPI, something
+        to send) is asked after ``sleeping`` (and, with ``flags``, rank 0's
+        flag) is up: True, and it does not sleep.
 
         The first sleep after activity only drops the rings that came meanwhile
         (they would wake it for nothing) and returns False, so the caller polls
@@ -275,7 +277,7 @@ class CommThreadBell:
         try:
             # A driver thread sets the event, then rings if it sees ``sleeping``:
             # one that set it before this test is seen here, one after it rings.
-            if event.is_set() or (flags is not None and waiting is not None and waiting()):
+            if event.is_set() or (waiting is not None and waiting()):
                 return False
             try:
                 ready = select.select([self.bell.fileno()], [], [], timeout)[0]
@@ -304,18 +306,19 @@ class CommThreadBell:
 
 
 #: Without ``SleepFlags`` (they could not be mapped), a send to a rank that
-#: this process sent nothing to for this long rings the rank's doorbell first. Below every ``Backoff.deep_after`` that relies on the
-#: rings (DEEP_AFTER_ONE_HOST): a receiver looks at MPI just before it decides
-#: to sleep long, and it decides so only after ``deep_after`` without a message,
+#: this process sent nothing to for this long rings the rank's doorbell first.
+#: Below every ``Backoff.deep_after`` that relies on the rings
+#: (DEEP_AFTER_ONE_HOST): a receiver looks at MPI just before it decides to
+#: sleep long, and it decides so only after ``deep_after`` without a message,
 #: so one that had a message from this process within RING_AFTER is not
 #: sleeping long, and one that is has it rung.
 RING_AFTER = 0.002
 #: The ``deep_after`` of a loop whose senders all ring it after a pause (every
-#: rank of the job on its host, without ``SleepFlags``): after this much quiet it sleeps on its doorbell up to its deep
-#: cap, instead of polling MPI every ~1 ms. Those polls cost 50-150 us of CPU
-#: each on a VM, taken from the tasks that run meanwhile (two caller tasks
-#: making direct actor calls on 2 cores: 35-55 us per call between the head and
-#: two ranks). With senders on other hosts, whose messages would wait up to the
+#: rank of the job on its host, without ``SleepFlags``): after this much quiet
+#: it sleeps on its doorbell up to its deep cap, instead of polling MPI every
+#: ~1 ms. Those polls cost 50-150 us of CPU each on a VM, taken from the tasks
+#: that run meanwhile (two caller tasks making direct actor calls on 2 cores:
+#: 35-55 us per call between the head and two ranks). With senders on other hosts, whose messages would wait up to the
 #: deep cap, loops keep their 1 s.
 DEEP_AFTER_ONE_HOST = 0.01
 #: The deep cap of such a loop, unless set (``HPC_RAY_IDLE_POLL_MS``,
@@ -428,6 +431,17 @@ class Sender:
         while (self.pending or self.unmatched_count()) and monotonic() < deadline:
             self.progress()
             time.sleep(1e-4)
+
+
+def control_waiting(comm: MPI.Comm) -> bool:
+    """Whether a control message waits, as a loop's last look before it sleeps.
+
+    Two probes: MPICH's ``Iprobe`` matches what its earlier progress received,
+    then makes progress, so a message sent just before the first probe is seen
+    only by the second (a sender's ``isend`` returned, a flag in shared memory
+    said so, and the next ``Iprobe`` missed the message 20,000 times out of
+    20,000; the one after never did)."""
+    return comm.Iprobe(MPI.ANY_SOURCE, Tag.CONTROL) or comm.Iprobe(MPI.ANY_SOURCE, Tag.CONTROL)
 
 
 def recv_control(comm: MPI.Comm, limit: int = 64) -> list[tuple[int, list]]:
