@@ -173,11 +173,11 @@ class SleepFlags:
 
     A loop about to sleep raises its flag, looks at MPI once more
     (``control_waiting``), and sleeps only if nothing came; it lowers the flag
-    when it wakes. A sender sends, then
-    rings the receiver's doorbell if its flag is up (``Sender.ring``). Either
-    the sender sees the flag, or the flag went up after the sender read it, so
-    after the message was sent and before the receiver's last look, which finds
-    it: no message waits for a sleeper that nobody rang. So a loop needs no long
+    when it wakes. A sender sends, then rings the receiver's doorbell if its
+    flag is up (``Sender.ring``). Either the sender sees the flag, or the flag
+    went up after the sender read it, so after the message was sent and before
+    the receiver's last look, which finds it: no message waits for a sleeper
+    that nobody rang. So a loop needs no long
     warm phase of short sleeps after activity (each a wake-up: 20 us sleeps for
     10 ms after every task took 35-55 us of CPU per call from two caller tasks'
     direct calls on 2 cores); it keeps 1 ms of them where a reply is due
