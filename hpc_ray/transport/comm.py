@@ -63,11 +63,15 @@ class Backoff:
     waits at most ``deep_cap`` for the next message.
 
     A loop whose every sender rings it whenever it sleeps (``flagged``: the
-    whole job on one host, with ``SleepFlags``) has no climb: once its spins
-    (and its warm phase, where a reply is due) are done it sleeps up to
-    ``deep_cap`` at once (``flagged_sleep`` says so, and the loop raises its
-    flag for that sleep), unless ``deep`` is False (bytes on their way that
-    need its polls).
+    whole job on one host, with ``SleepFlags``) climbs fast: once its spins
+    (and its warm phase, where a reply is due) are done it sleeps from
+    ``FLAGGED_FIRST`` up, doubling to ``deep_cap`` (``flagged_sleep`` says so,
+    and the loop raises its flag for those sleeps), unless ``deep`` is False
+    (bytes on their way that need its polls). It climbs rather than sleeping
+    ``deep_cap`` at once because a message sent just before its flag went up
+    may reach MPI's queues only after its last look (over a netmod, between
+    spawned ranks and rank 0): the climb finds it within about twice that
+    delay; a ring starts the climb again for the same reason.
     """
 
     __slots__ = ("tval", "cap", "spins", "spin_limit", "short", "warm", "last_active",
@@ -100,6 +104,8 @@ class Backoff:
         quick follow-up (a caller's summary for the head) leaves the loop where
         it was in its back-off, deep sleep included."""
         self.spins = min(self.spins, self.spin_limit - RUNG_POLLS)
+        if self.flagged:
+            self.tval = 0.0   # the message may not be in MPI yet: climb again
 
     def next_timeout(self, reply_soon: bool = True, deep: bool = True) -> float:
         """How long the caller should block now (0 while still spinning).
@@ -115,7 +121,8 @@ class Backoff:
             return self.short
         if self.flagged and deep:
             self.flagged_sleep = True
-            return self.deep_cap
+            self.tval = min(self.deep_cap, max(FLAGGED_FIRST, self.tval * 2))
+            return self.tval
         cap = self.deep_cap if deep and self.deep_after and quiet > self.deep_after else self.cap
         self.tval = min(cap, max(self.short, self.tval * 2))
         return self.tval
@@ -183,10 +190,14 @@ class SleepFlags:
     direct calls on 2 cores); it keeps 1 ms of them where a reply is due
     (``FLAGGED_WARM``). And no ring is sent to a loop that is awake.
 
-    (Python stores and loads are plain ones: nothing orders the flag's store
-    before the last look. Between them the loop runs a few thousand instructions
-    of Python, far longer than a store buffer holds a store; a ring missed even
-    so costs that message at most the loop's ``deep_cap``.)
+    That holds for messages MPI shows once sent. A message can also take a
+    while to show (between spawned ranks and rank 0 it crosses a netmod): one
+    sent just before the flag went up may be missed by the last look with no
+    ring. So a flagged loop's sleeps climb from 1 ms (``Backoff``), and such a
+    message waits about as long again as it took to show, not a whole sleep.
+    (Python stores and loads are plain ones too: nothing orders the flag's
+    store before the last look, though thousands of instructions run between
+    them; the climb bounds that case the same way.)
     """
 
     #: One flag per 64-byte line: each loop writes its own twice a sleep.
@@ -334,6 +345,9 @@ DEEP_CAP_ONE_HOST = 0.05
 #: 1,300-3,100 a second against 3,400-5,000 with the 10 ms one, and at 1 ms at
 #: 3,700-5,600 (benchmarks/results/flags-ab-2026-11-26.md).
 FLAGGED_WARM = 0.001
+#: A flagged loop's first sleep; the next ones double up to its deep cap
+#: (``Backoff``). Each costs one wake-up (about 6 per quiet spell up to 50 ms).
+FLAGGED_FIRST = 0.001
 _NEVER = float("-inf")
 
 
