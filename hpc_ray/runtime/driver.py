@@ -90,9 +90,9 @@ SUBMIT_QUIET = 0.0002
 #: quiet only while no task is in flight. Each idle poll costs 50-150 us of CPU
 #: on this kind of VM: at 1 ms, ~10% of a core taken from the tasks that run
 #: meanwhile. When the whole job is on this host, every sender rings it while
-#: it sleeps (``comm.SleepFlags``): it sleeps up to ``comm.DEEP_CAP_ONE_HOST``
-#: (unless ``HPC_RAY_HEAD_IDLE_POLL_MS`` is set) once its spins and a short
-#: warm phase are done.
+#: it sleeps (``comm.SleepFlags``): once its spins and a short warm phase are
+#: done it sleeps from 1 ms, doubling up to ``comm.DEEP_CAP_ONE_HOST`` (unless
+#: ``HPC_RAY_HEAD_IDLE_POLL_MS`` is set).
 QUIET_AFTER = 1.0
 QUIET_CAP = 0.005
 HEAD_IDLE_POLL_MS = _config.os_environ_get("HEAD_IDLE_POLL_MS", None, float)

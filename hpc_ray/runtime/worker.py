@@ -17,10 +17,11 @@ and its doorbell (``comm.Doorbell``) with a back-off timeout and polls MPI in
 between: at most 1 ms apart after recent activity (up to 10 ms on a node with
 more ranks than cores: ``polling_backoff``), 10 ms apart after a second of
 quiet (``DEEP_CAP``). When the whole job is on one host, it raises its flag
-(``comm.SleepFlags``) and sleeps up to 50 ms as soon as it has spun a little
-(after a short warm phase where a reply is due), and every sender rings the
-doorbell of a rank whose flag is up, so the message is read at once. (On
-several hosts, a process on the rank's host that sends after a pause rings.)
+(``comm.SleepFlags``) and sleeps as soon as it has spun a little (after a
+short warm phase where a reply is due), from 1 ms doubling up to 50 ms, and
+every sender rings the doorbell of a rank whose flag is up, so the message is
+read at once. (On several hosts, a process on the rank's host that sends after
+a pause rings.)
 A dead executor (EOF on its pipe) is reported to the head with the tasks it
 held and replaced.
 
@@ -135,9 +136,9 @@ def polling_backoff(ranks_on_node: int, cores: int, one_host: bool = False,
     rank of the job is on its host (``one_host``: all senders ring its
     doorbell), after ``comm.DEEP_AFTER_ONE_HOST``, up to ``comm.DEEP_CAP_ONE_HOST``
     (``comm.deep_tier``). With the job's sleep flags (``flagged``: every sender
-    rings it whenever it sleeps, ``comm.SleepFlags``) it sleeps that long as
-    soon as its spins and a warm phase of ``comm.FLAGGED_WARM`` (none on a
-    crowded node) are done, with no climb.
+    rings it whenever it sleeps, ``comm.SleepFlags``) it sleeps as soon as its
+    spins and a warm phase of ``comm.FLAGGED_WARM`` (none on a crowded node)
+    are done, from ``comm.FLAGGED_FIRST`` doubling up to that cap.
     """
     deep_after, deep_cap = deep_tier(one_host, DEEP_AFTER, DEEP_CAP, IDLE_POLL_MS)
     if ranks_on_node > cores + 1:

@@ -339,7 +339,7 @@ DEEP_AFTER_ONE_HOST = 0.01
 #: 10 ms (5 ms for the head), 0.030 with 50 ms (benchmarks/idle.py).
 DEEP_CAP_ONE_HOST = 0.05
 #: The warm phase of a loop with ``SleepFlags`` (``Backoff.warm``): after activity
-#: where a reply is due, it polls every 20 us this long before it sleeps rung.
+#: where a reply is due, it polls every 20 us this long before its flagged sleeps.
 #: Waking a loop asleep on its doorbell costs more than a 20 us poll on a VM
 #: (an idle vCPU halts): with no warm phase, sync tasks under mpiexec ran at
 #: 1,300-3,100 a second against 3,400-5,000 with the 10 ms one, and at 1 ms at
