@@ -48,8 +48,8 @@ from ..exceptions import GetTimeoutError, RayError
 from ..transport import direct
 from ..transport import messages as m
 from ..transport import spin
-from ..transport.comm import (FLAGGED_WARM, Backoff, CommThreadBell, Fetcher, Sender,
-                              control_waiting, deep_tier, recv_control, tighten_timer_slack)
+from ..transport.comm import (Backoff, CommThreadBell, Fetcher, Sender, control_waiting,
+                              deep_tier, recv_control, tighten_timer_slack)
 from ..transport.messages import FETCH_PLAN
 from ..transport.serialization import RAW
 from . import context, interrupts, peer_calls, values
@@ -124,9 +124,8 @@ class HeadLoop(threading.Thread):
         self.error: str | None = None
         deep_after, deep_cap = deep_tier(one_host and self.bell.usable, QUIET_AFTER,
                                          QUIET_CAP, HEAD_IDLE_POLL_MS)
-        flagged = self.bell.flags is not None
-        self.backoff = Backoff(deep_after=deep_after, deep_cap=deep_cap, flagged=flagged,
-                               warm=FLAGGED_WARM if flagged else Backoff().warm)
+        self.backoff = Backoff(deep_after=deep_after, deep_cap=deep_cap,
+                               flagged=self.bell.flags is not None)
         #: Held by whichever thread runs poll_once(): MPI calls never overlap.
         self.progress = threading.Lock()
         #: True while the driver thread polls in get()/wait(); the comm thread idles.
@@ -560,10 +559,8 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
         self.world = world
         self.current_task_name = None
         self.gpu_ids: list[int] = []
-        #: Waits so far, and the moving average of those that ended while the
-        #: driver thread spun (see DRIVER_SPINS).
-        self.waits = 0
-        self.wait_score = 1.0
+        #: Whether the driver thread's waits pay for their spin (DRIVER_SPINS).
+        self.wait_spinner = spin.Spinner()
         interrupts.install()
         interrupts.dump_stacks_on_sigusr2()
 
@@ -640,8 +637,7 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
             loop.waited_at = time.monotonic()
 
     def _wait_loop(self, check, deadline, head, loop):
-        self.waits += 1
-        spinning = self.wait_score > spin.KEEP or self.waits % spin.PROBE_EVERY == 0
+        spinning = self.wait_spinner.due()
         spins = 0 if spinning else DRIVER_SPINS
         while True:
             # One turn is one critical section: a Ctrl-C lands between turns.
@@ -651,8 +647,7 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
                     result = check()
                     if result is not None:
                         if spinning:
-                            hit = spins < DRIVER_SPINS
-                            self.wait_score = self.wait_score * 0.9 + (0.1 if hit else 0.0)
+                            self.wait_spinner.scored(spins < DRIVER_SPINS)
                         return result
                     self._check_broken()
                     direct_calls = head.direct_calls_running() if head.direct_pids else 0

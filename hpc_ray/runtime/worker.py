@@ -54,8 +54,8 @@ from mpi4py import MPI
 
 from .. import _config
 from ..transport import messages as m
-from ..transport.comm import (FLAGGED_WARM, Backoff, Doorbell, Fetcher, Sender,
-                              control_waiting, deep_tier, recv_control, tighten_timer_slack)
+from ..transport.comm import (Backoff, Doorbell, Fetcher, Sender, control_waiting, deep_tier,
+                              recv_control, tighten_timer_slack)
 from ..transport.serialization import loads
 from .executor_procs import ExecutorProc, ExecutorProcesses, lends_cpu, thread_lent
 
@@ -146,8 +146,7 @@ def polling_backoff(ranks_on_node: int, cores: int, one_host: bool = False,
         cap = min(OVERSUBSCRIBED_CAP, default.cap * ranks_on_node / max(cores, 1))
         return Backoff(cap=cap, spin_limit=OVERSUBSCRIBED_SPINS, warm=0.0,
                        deep_after=deep_after, deep_cap=deep_cap, flagged=flagged)
-    return Backoff(deep_after=deep_after, deep_cap=deep_cap, flagged=flagged,
-                   warm=FLAGGED_WARM if flagged else Backoff().warm)
+    return Backoff(deep_after=deep_after, deep_cap=deep_cap, flagged=flagged)
 
 
 def batch_length(fns, share: int, fn_seconds: dict) -> int:
@@ -682,13 +681,9 @@ class WorkerLoop(ExecutorProcesses):
             self.sender.progress()
             if self.fetcher.progress():
                 active = True
-            flagged = False
-            if not active:
-                timeout = backoff.next_timeout(not self.cpus_all_running(),
-                                               not self.fetcher.moving())
-                flagged = backoff.flagged_sleep
-            else:
-                timeout = 0.0
+            timeout = 0.0 if active else backoff.next_timeout(not self.cpus_all_running(),
+                                                              not self.fetcher.moving())
+            flagged = not active and backoff.flagged_sleep
             # What select watches, built again every pass (the executors come
             # and go from several places), in one loop: this runs for every
             # poll of MPI, and comprehensions cost a function object each.

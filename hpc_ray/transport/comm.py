@@ -78,14 +78,15 @@ class Backoff:
                  "deep_after", "deep_cap", "flagged", "flagged_sleep")
 
     def __init__(self, cap: float = 0.001, spin_limit: int = 20, short: float = 2e-5,
-                 warm: float = 0.01, deep_after: float = 0.0, deep_cap: float = 0.0,
+                 warm: float | None = None, deep_after: float = 0.0, deep_cap: float = 0.0,
                  flagged: bool = False) -> None:
         self.tval = 0.0
         self.cap = cap
         self.spins = 0
         self.spin_limit = spin_limit
         self.short = short
-        self.warm = warm
+        #: (Default: 10 ms, or ``FLAGGED_WARM`` where every sender rings.)
+        self.warm = warm if warm is not None else FLAGGED_WARM if flagged else 0.01
         self.deep_after = deep_after
         self.deep_cap = max(cap, deep_cap)
         self.flagged = flagged
@@ -184,11 +185,11 @@ class SleepFlags:
     flag is up (``Sender.ring``). Either the sender sees the flag, or the flag
     went up after the sender read it, so after the message was sent and before
     the receiver's last look, which finds it: no message waits for a sleeper
-    that nobody rang. So a loop needs no long
-    warm phase of short sleeps after activity (each a wake-up: 20 us sleeps for
-    10 ms after every task took 35-55 us of CPU per call from two caller tasks'
-    direct calls on 2 cores); it keeps 1 ms of them where a reply is due
-    (``FLAGGED_WARM``). And no ring is sent to a loop that is awake.
+    that nobody rang. So a loop needs no long warm phase of short sleeps after
+    activity (each a wake-up: 20 us sleeps for 10 ms after every task took
+    35-55 us of CPU per call from two caller tasks' direct calls on 2 cores); it
+    keeps 1 ms of them where a reply is due (``FLAGGED_WARM``). And no ring is
+    sent to a loop that is awake.
 
     That holds for messages MPI shows once sent. A message can also take a
     while to show (between spawned ranks and rank 0 it crosses a netmod): one
@@ -329,8 +330,8 @@ RING_AFTER = 0.002
 #: it sleeps on its doorbell up to its deep cap, instead of polling MPI every
 #: ~1 ms. Those polls cost 50-150 us of CPU each on a VM, taken from the tasks
 #: that run meanwhile (two caller tasks making direct actor calls on 2 cores:
-#: 35-55 us per call between the head and two ranks). With senders on other hosts, whose messages would wait up to the
-#: deep cap, loops keep their 1 s.
+#: 35-55 us per call between the head and two ranks). With senders on other
+#: hosts, whose messages would wait up to the deep cap, loops keep their 1 s.
 DEEP_AFTER_ONE_HOST = 0.01
 #: The deep cap of such a loop, unless set (``HPC_RAY_IDLE_POLL_MS``,
 #: ``HPC_RAY_HEAD_IDLE_POLL_MS``): every message rings, so the cap is only what
@@ -390,19 +391,16 @@ class Sender:
             return
         flags = self.flags
         if flags is not None:
-            if flags.asleep(dest):
-                try:
-                    self.bell.sendto(b"\1", "\0" + doorbell_address(self.session_id, dest))
-                except OSError:
-                    pass
-            return
-        now = monotonic()
-        if now - self.last_sent.get(dest, _NEVER) >= RING_AFTER:
+            due = flags.asleep(dest)
+        else:
+            now = monotonic()
+            due = now - self.last_sent.get(dest, _NEVER) >= RING_AFTER
+            self.last_sent[dest] = now
+        if due:
             try:
                 self.bell.sendto(b"\1", "\0" + doorbell_address(self.session_id, dest))
             except OSError:
                 pass
-        self.last_sent[dest] = now
 
     def close_bell(self) -> None:
         if self.bell is not None:

@@ -46,19 +46,26 @@ class Spinner:
         self.score = 1.0
         self.waits = 0
 
+    def due(self) -> bool:
+        """Whether this wait should spin: recent spins paid, or it is a probe."""
+        self.waits += 1
+        return self.score > KEEP or self.waits % PROBE_EVERY == 0
+
+    def scored(self, hit: bool) -> None:
+        """A spin ended: ``hit`` if it found what it waited for."""
+        self.score = self.score * 0.9 + 0.1 if hit else self.score * 0.9
+
     def poll(self, poller, timeout_ms: float | None) -> list:
         """``poller.poll(timeout_ms)``, after up to BUDGET of non-blocking polls."""
-        if BUDGET and timeout_ms != 0:
-            self.waits += 1
-            if self.score > KEEP or self.waits % PROBE_EVERY == 0:
-                end = time.perf_counter() + BUDGET
-                while True:
-                    events = poller.poll(0)
-                    if events:
-                        self.score = self.score * 0.9 + 0.1
-                        return events
-                    if time.perf_counter() > end:
-                        break
-                    os.sched_yield()
-                self.score *= 0.9
+        if BUDGET and timeout_ms != 0 and self.due():
+            end = time.perf_counter() + BUDGET
+            while True:
+                events = poller.poll(0)
+                if events:
+                    self.scored(True)
+                    return events
+                if time.perf_counter() > end:
+                    break
+                os.sched_yield()
+            self.scored(False)
         return poller.poll(timeout_ms)
