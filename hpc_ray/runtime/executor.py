@@ -151,6 +151,10 @@ class ExecutorContext(context.ContextBase):
         self.reading = False
         #: Batches read so far (a waiter's "did anything arrive?").
         self.batches = 0
+        #: Written by a waiter to wake the reader's poll (``_recv``).
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
         #: The thread that runs serve(): the only one that executes tasks.
         self.main_thread = threading.get_ident()
         # Direct calls between executors (``peer_calls``): the sockets the wait
@@ -294,6 +298,15 @@ class ExecutorContext(context.ContextBase):
                 seen = self.batches
                 deadline = None if timeout is None else time.monotonic() + timeout
                 self.waiting += 1
+                key = self.poller_key
+                if key is None or key[2] != tuple(self.peer_readers):
+                    # The reader's poll may not watch a socket this thread waits on
+                    # (a link it opened since: a thread of a task that returned,
+                    # calling an actor while the main thread waits for work).
+                    try:
+                        os.write(self.wake_w, b"\1")
+                    except BlockingIOError:
+                        pass   # (woken already)
                 try:
                     while self.reading and self.batches == seen:
                         left = None if deadline is None else deadline - time.monotonic()
@@ -307,9 +320,9 @@ class ExecutorContext(context.ContextBase):
             self.reading = True
         msgs = None
         try:
-            if self.dconn is not None or self.peer_readers:
+            if self.dconn is not None or self.peer_readers or timeout is None:
                 msgs = self._recv_select(timeout)
-            elif timeout is None or self.conn.poll(timeout):
+            elif self.conn.poll(timeout):
                 msgs = loads(self.conn.recv_bytes())
         except (EOFError, OSError):
             os._exit(0)  # the rank (or the driver) is gone: nothing left to serve
@@ -384,6 +397,7 @@ class ExecutorContext(context.ContextBase):
             poller = self.poller = select.poll()
             self.poller_key = key
             poller.register(conn_fd, select.POLLIN)
+            poller.register(self.wake_r, select.POLLIN)
             if dfd != -1:
                 poller.register(dfd, select.POLLIN)
             peer_calls.watch(poller, self.peer_readers, channels,
@@ -396,6 +410,8 @@ class ExecutorContext(context.ContextBase):
         for fd, ev in events:
             if fd == conn_fd:
                 msgs = loads(self.conn.recv_bytes())
+            elif fd == self.wake_r:
+                os.read(self.wake_r, 64)   # a waiter's: the poll is built again
             elif fd == dfd:
                 driver_calls = loads(self.dconn.recv_bytes())
                 for msg in driver_calls:

@@ -40,6 +40,19 @@ def use_later(counter, seconds):
     return ray.get(counter.inc.remote())
 
 
+@ray.remote
+def call_from_thread(counter, seconds, path):
+    """Return at once; a thread of this process calls the actor later."""
+    import threading
+
+    def later(c=counter):
+        time.sleep(seconds)
+        with open(path, "w") as f:
+            f.write(str(ray.get(c.inc.remote(), timeout=T)))
+    threading.Thread(target=later, daemon=True).start()
+    return "started"
+
+
 def alive(pid):
     try:
         os.kill(pid, 0)
@@ -96,6 +109,26 @@ with section("a handle in a running task keeps the actor alive"):
     del c
     gc.collect()
     check(ray.get(r, timeout=T) == 1, "the task's copy of the handle did not keep it")
+
+with section("a handle a task's thread keeps after the task returned keeps the actor"):
+    # The thread's call is answered while the main thread waits for work (it
+    # waited for the next task only, and the call timed out).
+    import tempfile
+    fd, path = tempfile.mkstemp(prefix="hpc_ray-test-")
+    os.close(fd)
+    try:
+        c = Counter.remote()
+        pid = ray.get(c.pid.remote(), timeout=T)
+        check(ray.get(call_from_thread.remote(c, 1.0, path), timeout=T) == "started")
+        del c
+        gc.collect()
+        time.sleep(0.5)
+        check(alive(pid), "the actor ended while a task's thread still held a handle")
+        got = poll_for(lambda: open(path).read(), 15)
+        check(got == "1", f"the thread's call answered {got!r}")
+        report("thread_handle_call", got)
+    finally:
+        os.unlink(path)
 
 with section("named actors live until killed"):
     Counter.options(name="keeper").remote()
