@@ -103,5 +103,6 @@ def test_actors_end_with_their_last_handle(run, mode):
     values = run("actor_lifetime.py", 3, mode=mode, timeout=120).assert_ok("actor_lifetime")
     assert values["second_gpu_actor"] == [0]
     assert values["unreferenced_actor_exited"] is True
+    assert values["used_handle_released"] is True
     assert values["thread_handle_call"] == "1"
 

@@ -179,6 +179,12 @@ class ExecutorContext(context.ContextBase):
         #: HOLD messages sent so far (a direct call's answer waits for the head to
         #: confirm those the call made: see ``peer_calls``).
         self.holds_sent = 0
+        #: Refs nested in the running task's arguments (a plain task's, not an
+        #: actor's): the head holds them for the task until its result comes.
+        self.task_pins: frozenset = frozenset()
+        #: Holds of such refs not sent yet (``hold_refs``): they go ahead of the
+        #: next batch for the rank, which the task's result always is.
+        self.deferred_holds: list = []
         #: Objects this process knows exist (put here, seen by get or wait), while
         #: it holds refs to them: direct calls may take them as arguments.
         self.ready_ids: set = set()
@@ -205,10 +211,15 @@ class ExecutorContext(context.ContextBase):
     def _flush_out(self, released, peer) -> None:
         with self.lock:
             out = self.out
+            deferred = self.deferred_holds
             if released:
                 ids = []
                 while released:
                     oid = released.popleft()
+                    if deferred and oid in deferred:
+                        deferred.remove(oid)   # held and let go of: the head never knew
+                        self.ready_ids.discard(oid)
+                        continue
                     if peer is None or not peer.forget(oid):   # (a direct result: the
                         ids.append(oid)                        # head never knew it)
                         self.ready_ids.discard(oid)
@@ -229,6 +240,9 @@ class ExecutorContext(context.ContextBase):
                 if done:
                     out.append((m.DIRECT_DONE, done))
             if out:
+                if deferred:
+                    out.insert(0, (m.HOLD, deferred))
+                    self.deferred_holds = []
                 self.out = []
                 if self.direct_tids and self._direct_only(out):
                     self._send_direct(out)
@@ -542,7 +556,18 @@ class ExecutorContext(context.ContextBase):
 
     def hold_refs(self, ids) -> None:
         self.holds_sent += 1
-        self.emit((m.HOLD, list(ids)))
+        with self.lock:
+            pins = self.task_pins
+            if pins and all(i in pins for i in ids):
+                # The head holds these until the task's result, which this hold
+                # will go ahead of: a message of its own would only wake the rank
+                # and the head (a task given an actor handle: one per task). A ref
+                # let go of before then costs neither a hold nor a release
+                # (``_flush_out``). (Under the lock: the task's end resets the pins
+                # under it, before its result is queued.)
+                self.deferred_holds.extend(ids)
+            else:
+                self.out.append((m.HOLD, list(ids)))
 
     def submit(self, spec: list) -> None:
         peer = self.peer
@@ -868,6 +893,11 @@ class ExecutorContext(context.ContextBase):
         if outer[1] is None and self.peer is not None and self.actor_id is None:
             self.peer.new_task()
         self.current_task_name, self.current_task_id = name, tid
+        # (A plain task's: an actor call's refs are the caller's to keep.)
+        pinning = spec[m.T_ACTOR] is None and spec[m.T_CONTAINED]
+        if pinning:
+            outer_pins = self.task_pins
+            self.task_pins = frozenset(spec[m.T_CONTAINED])
         self._set_gpus(spec[m.T_RES], spec[m.T_ACTOR] is None)
         contained = None
         if peer_call:
@@ -893,6 +923,9 @@ class ExecutorContext(context.ContextBase):
             msg = (m.TASK_DONE, tid, recs, contained or None, t0, time.time(), self.pid)
         finally:
             self.current_task_name, self.current_task_id = outer
+            if pinning:
+                with self.lock:
+                    self.task_pins = outer_pins
             hooks.after_task()
         if not peer_call:
             self.emit(msg)

@@ -110,9 +110,23 @@ with section("a handle in a running task keeps the actor alive"):
     gc.collect()
     check(ray.get(r, timeout=T) == 1, "the task's copy of the handle did not keep it")
 
+with section("a handle a task used and dropped does not keep the actor"):
+    # The task's hold of the handle's ref and its release cancel out in the
+    # executor (neither reaches the head); one left over would keep the actor.
+    c = Counter.remote()
+    pid = ray.get(c.pid.remote(), timeout=T)
+    check(ray.get(use_later.remote(c, 0.0), timeout=T) == 1)
+    del c
+    gc.collect()
+    gone = poll_for(lambda: not alive(pid), 15)
+    check(gone, f"actor process {pid} still alive after the task and the driver let go")
+    report("used_handle_released", bool(gone))
+
 with section("a handle a task's thread keeps after the task returned keeps the actor"):
     # The thread's call is answered while the main thread waits for work (it
-    # waited for the next task only, and the call timed out).
+    # waited for the next task only, and the call timed out). The task's hold of
+    # the handle goes to the head with its result, not before: the handle it
+    # leaves behind must count once the task's own hold of its arguments ends.
     import tempfile
     fd, path = tempfile.mkstemp(prefix="hpc_ray-test-")
     os.close(fd)
