@@ -171,8 +171,9 @@ class ExecutorContext(context.ContextBase):
                                            self.peer_lock, self.control)
                      if self.peer_session else None)
         self.peer_server: peer_calls.PeerServer | None = None
-        #: Busy-polls a little before blocking while that pays (``transport/spin.py``).
-        self.spinner = Spinner()
+        #: Busy-polls a little before blocking while that pays and (a task's
+        #: process) no crowd of ready threads takes the cores (``transport/spin.py``).
+        self.spinner = Spinner(look=True)
         #: ``_recv_select``'s poll object, and what it was built to watch.
         self.poller = None
         self.poller_key = None
@@ -1020,6 +1021,9 @@ class ExecutorContext(context.ContextBase):
 
     def create_actor_here(self, spec: list) -> None:
         self.actor_id = spec[m.T_ACTOR]
+        # An actor's waits for its next call spin as before, crowd or not: driver
+        # threads calling actors ran slower with the actors blocking meanwhile.
+        self.spinner.look = False
         self._set_gpus(spec[m.T_RES])
         try:
             cls = self._function(spec)

@@ -25,6 +25,20 @@ else is ready to run, the yield returns at once and the spin is as before. Two
 caller tasks making sync calls to their own actors on 2 cores (four processes)
 ran 15-25% more calls a second with the yield, 1:1 calls and tasks the same
 (benchmarks/README.md, "Stop 27").
+
+A spin that finds its answer still costs a core where none is spare: where
+more threads are ready to run than the process has cores, it takes the time of
+another pair's peer, or (on a VM whose vCPUs are a core's two hyperthreads)
+slows the sibling vCPU. Those spins "pay" by their hits all the same, so a task's
+process (``look``) also looks, on one wait in ``LOOK_EVERY``, at how many
+threads the machine has ready to run (``/proc/loadavg``), and while there are
+more than its cores (``crowded``) spins ``CROWDED_BUDGET`` at most: an answer
+that comes that soon (the next batch of a burst of tasks) is still caught, a
+later one is not worth another's core, and those misses stop the spinning as
+any do. A 1:1 loop (two threads ready at most) keeps its whole spin. Actors'
+and the driver's spinners do not look: two driver threads calling two actors
+ran 20-30% slower with the actors blocking for each next call. Measured in
+benchmarks/README.md, "Stop 29".
 """
 from __future__ import annotations
 
@@ -37,28 +51,75 @@ BUDGET = float(os.environ.get("HPC_RAY_SPIN_US", "300")) * 1e-6
 KEEP = 0.3
 #: When not spinning, spin on one wait in this many to see whether it pays again.
 PROBE_EVERY = 32
+#: A spinner looks at how many threads are ready to run on one wait in this many.
+LOOK_EVERY = 16
+#: Longest busy-poll while more threads are ready to run than cores, seconds.
+CROWDED_BUDGET = min(BUDGET, 50e-6)
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _loadavg_fd() -> int:
+    try:
+        return os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return -1
+
+
+_LOADAVG = _loadavg_fd()
+
+
+def ready_threads() -> int | None:
+    """How many threads the machine has running or ready to run now (the fourth
+    field of ``/proc/loadavg``, this one included), or None where it cannot tell."""
+    if _LOADAVG < 0:
+        return None
+    try:
+        return int(os.pread(_LOADAVG, 128, 0).split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def crowded(cores: int) -> bool:
+    """Whether more threads are ready to run than ``cores``."""
+    ready = ready_threads()
+    return ready is not None and ready > cores
 
 
 class Spinner:
-    __slots__ = ("score", "waits")
+    __slots__ = ("score", "waits", "look", "cores", "crowded")
 
-    def __init__(self) -> None:
+    def __init__(self, look: bool = False) -> None:
         self.score = 1.0
         self.waits = 0
+        #: Whether to look for a crowd of ready threads (``crowded``) at all.
+        self.look = look
+        self.cores = _cores()
+        #: Whether the machine had more threads ready than ``cores`` at the last look.
+        self.crowded = False
 
     def due(self) -> bool:
-        """Whether this wait should spin: recent spins paid, or it is a probe."""
-        self.waits += 1
-        return self.score > KEEP or self.waits % PROBE_EVERY == 0
+        """Whether this wait should spin: recent spins paid, or it is a probe.
+        (A spinner that looks also notes here whether the machine is crowded.)"""
+        waits = self.waits = self.waits + 1
+        if self.look and not waits % LOOK_EVERY:
+            self.crowded = crowded(self.cores)
+        return self.score > KEEP or not waits % PROBE_EVERY
 
     def scored(self, hit: bool) -> None:
         """A spin ended: ``hit`` if it found what it waited for."""
         self.score = self.score * 0.9 + 0.1 if hit else self.score * 0.9
 
     def poll(self, poller, timeout_ms: float | None) -> list:
-        """``poller.poll(timeout_ms)``, after up to BUDGET of non-blocking polls."""
+        """``poller.poll(timeout_ms)``, after up to BUDGET (CROWDED_BUDGET where
+        crowded) of non-blocking polls."""
         if BUDGET and timeout_ms != 0 and self.due():
-            end = time.perf_counter() + BUDGET
+            end = time.perf_counter() + (CROWDED_BUDGET if self.crowded else BUDGET)
             while True:
                 events = poller.poll(0)
                 if events:
