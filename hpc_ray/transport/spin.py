@@ -31,14 +31,15 @@ more threads are ready to run than the process has cores, it takes the time of
 another pair's peer, or (on a VM whose vCPUs are a core's two hyperthreads)
 slows the sibling vCPU. Those spins "pay" by their hits all the same, so a task's
 process (``look``) also looks, on one wait in ``LOOK_EVERY``, at how many
-threads the machine has ready to run (``/proc/loadavg``), and while there are
-more than its cores (``crowded``) spins ``CROWDED_BUDGET`` at most: an answer
-that comes that soon (the next batch of a burst of tasks) is still caught, a
-later one is not worth another's core, and those misses stop the spinning as
-any do. A 1:1 loop (two threads ready at most) keeps its whole spin. Actors'
-and the driver's spinners do not look: two driver threads calling two actors
-ran 20-30% slower with the actors blocking for each next call. Measured in
-benchmarks/README.md, "Stop 29".
+threads the machine has ready to run (``/proc/loadavg``), and does not spin
+while there are more than its cores (``crowded``). A 1:1 loop (two threads
+ready at most) keeps its spin. Actors' and the driver's spinners do not look:
+two driver threads calling two actors ran 20-30% slower with the actors
+blocking for each next call. Measured in benchmarks/README.md, "Stop 29": two
+caller tasks with two actors on 2 cores ran 10-30% more calls a second, sync
+tasks 25-45% more (an idle executor spinning for its next task took the core of
+the driver and the rank that send it), a burst of async tasks 5-10% fewer (the
+next batch, which came within the spin, now wakes the executor).
 """
 from __future__ import annotations
 
@@ -53,8 +54,6 @@ KEEP = 0.3
 PROBE_EVERY = 32
 #: A spinner looks at how many threads are ready to run on one wait in this many.
 LOOK_EVERY = 16
-#: Longest busy-poll while more threads are ready to run than cores, seconds.
-CROWDED_BUDGET = min(BUDGET, 50e-6)
 
 
 def _cores() -> int:
@@ -104,11 +103,14 @@ class Spinner:
         self.crowded = False
 
     def due(self) -> bool:
-        """Whether this wait should spin: recent spins paid, or it is a probe.
-        (A spinner that looks also notes here whether the machine is crowded.)"""
+        """Whether this wait should spin: recent spins paid, or it is a probe;
+        and, for a spinner that looks, no crowd."""
         waits = self.waits = self.waits + 1
-        if self.look and not waits % LOOK_EVERY:
-            self.crowded = crowded(self.cores)
+        if self.look:
+            if not waits % LOOK_EVERY:
+                self.crowded = crowded(self.cores)
+            if self.crowded:
+                return False
         return self.score > KEEP or not waits % PROBE_EVERY
 
     def scored(self, hit: bool) -> None:
@@ -116,10 +118,9 @@ class Spinner:
         self.score = self.score * 0.9 + 0.1 if hit else self.score * 0.9
 
     def poll(self, poller, timeout_ms: float | None) -> list:
-        """``poller.poll(timeout_ms)``, after up to BUDGET (CROWDED_BUDGET where
-        crowded) of non-blocking polls."""
+        """``poller.poll(timeout_ms)``, after up to BUDGET of non-blocking polls."""
         if BUDGET and timeout_ms != 0 and self.due():
-            end = time.perf_counter() + (CROWDED_BUDGET if self.crowded else BUDGET)
+            end = time.perf_counter() + BUDGET
             while True:
                 events = poller.poll(0)
                 if events:
