@@ -28,18 +28,17 @@ ran 15-25% more calls a second with the yield, 1:1 calls and tasks the same
 
 A spin that finds its answer still costs a core where none is spare: where
 more threads are ready to run than the process has cores, it takes the time of
-another pair's peer, or (on a VM whose vCPUs are a core's two hyperthreads)
-slows the sibling vCPU. Those spins "pay" by their hits all the same, so a task's
-process (``look``) also looks, on one wait in ``LOOK_EVERY``, at how many
-threads the machine has ready to run (``/proc/loadavg``), and does not spin
-while there are more than its cores (``crowded``). A 1:1 loop (two threads
-ready at most) keeps its spin. Actors' and the driver's spinners do not look:
-two driver threads calling two actors ran 20-30% slower with the actors
-blocking for each next call. Measured in benchmarks/README.md, "Stop 29": two
-caller tasks with two actors on 2 cores ran 10-30% more calls a second, sync
-tasks 25-45% more (an idle executor spinning for its next task took the core of
-the driver and the rank that send it), a burst of async tasks 5-10% fewer (the
-next batch, which came within the spin, now wakes the executor).
+a thread that had work, such as another caller's actor. Those spins "pay" by
+their hits all the same, so a task's process (``look``) also looks, on one wait
+in ``LOOK_EVERY``, at how many threads the machine has ready to run
+(``/proc/loadavg``), and does not spin while there are more than its cores
+(``crowded``). A 1:1 loop (two threads ready at most) keeps its spin. Measured
+in benchmarks/README.md, "Stop 29", on 2 cores: two caller tasks with two
+actors ran 21-35% more calls a second, sync tasks 43-68% more (an idle
+executor spinning for its next task took the core of the driver and the rank
+that send it), bursts of async tasks within noise. Actors' and the driver's
+spinners do not look: two driver threads calling two actors ran at half the
+rate with every spinner looking, and 17-30% slower with the actors' looking.
 """
 from __future__ import annotations
 
