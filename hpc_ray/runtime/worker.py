@@ -56,6 +56,7 @@ from .. import _config
 from ..transport import messages as m
 from ..transport.comm import (Backoff, Doorbell, Fetcher, Sender, control_waiting, deep_tier,
                               recv_control, tighten_timer_slack)
+from ..transport.placement import usable_cores
 from ..transport.serialization import loads
 from .executor_procs import ExecutorProc, ExecutorProcesses, lends_cpu, thread_lent
 
@@ -202,13 +203,6 @@ class FunctionTimes:
         if len(seconds) >= MAX_TIMED_FUNCTIONS:
             seconds.clear()
         seconds[fn] = total / n
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 #: Requests whose replies the rank must look at before passing them on.
@@ -659,7 +653,7 @@ class WorkerLoop(ExecutorProcesses):
         doorbell = Doorbell(self.cfg.get("session_id"), self.rank)
         bell_fd = doorbell.fileno()
         flags = self.flags if bell_fd >= 0 else None
-        backoff = polling_backoff(sum(1 for n in node_of if n == self.node), _cores(),
+        backoff = polling_backoff(sum(1 for n in node_of if n == self.node), usable_cores(),
                                   self.cfg["one_host"] and bell_fd >= 0, flags is not None)
         window_wait = WINDOW_WAIT_MIN
         last_check = time.monotonic()

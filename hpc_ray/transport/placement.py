@@ -53,6 +53,14 @@ def _sched_getcpu():
 current_cpu = _sched_getcpu()
 
 
+def usable_cores() -> int:
+    """How many CPUs this process may run on (its affinity mask where there is one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def nudge() -> bool:
     """Move the calling thread off the CPU it runs on, keeping its CPU mask.
     False where it has no other CPU."""

@@ -45,6 +45,8 @@ from __future__ import annotations
 import os
 import time
 
+from .placement import usable_cores
+
 #: Longest busy-poll before blocking, seconds (``HPC_RAY_SPIN_US``; 0 turns it off).
 BUDGET = float(os.environ.get("HPC_RAY_SPIN_US", "300")) * 1e-6
 #: Spin while the moving average of hits is above this.
@@ -53,13 +55,6 @@ KEEP = 0.3
 PROBE_EVERY = 32
 #: A spinner looks at how many threads are ready to run on one wait in this many.
 LOOK_EVERY = 16
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _loadavg_fd() -> int:
@@ -97,7 +92,7 @@ class Spinner:
         self.waits = 0
         #: Whether to look for a crowd of ready threads (``crowded``) at all.
         self.look = look
-        self.cores = _cores()
+        self.cores = usable_cores()
         #: Whether the machine had more threads ready than ``cores`` at the last look.
         self.crowded = False
 

@@ -61,6 +61,11 @@ def alive(pid):
         return False
 
 
+def exited(pid):
+    """Whether the process ``pid`` ends within 15 s."""
+    return poll_for(lambda: not alive(pid), 15)
+
+
 with section("a dropped GPU actor gives its GPU to the next one"):
     first = GPUActor.remote()
     check(ray.get(first.gpus.remote(), timeout=T) == [0])
@@ -81,7 +86,7 @@ with section("the actor ends once no handle is left"):
     pid = ray.get(c.pid.remote(), timeout=T)
     del c
     gc.collect()
-    gone = poll_for(lambda: not alive(pid), 15)
+    gone = exited(pid)
     check(gone, f"actor process {pid} still alive without handles")
     report("unreferenced_actor_exited", bool(gone))
 
@@ -93,7 +98,7 @@ with section("a handle keeps its methods without a cycle: dropped, it ends its a
         check(c.inc is c.inc, "the handle did not keep its method")
         check([ray.get(c.inc.remote(), timeout=T) for _ in range(3)] == [1, 2, 3])
         del c
-        gone = poll_for(lambda: not alive(pid), 15)
+        gone = exited(pid)
         check(gone, f"actor process {pid} still alive: its handle is in a cycle")
     finally:
         gc.enable()
@@ -118,7 +123,7 @@ with section("a handle a task used and dropped does not keep the actor"):
     check(ray.get(use_later.remote(c, 0.0), timeout=T) == 1)
     del c
     gc.collect()
-    gone = poll_for(lambda: not alive(pid), 15)
+    gone = exited(pid)
     check(gone, f"actor process {pid} still alive after the task and the driver let go")
     report("used_handle_released", bool(gone))
 
