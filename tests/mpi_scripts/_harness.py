@@ -116,6 +116,30 @@ def poll_for(pred, timeout: float, period: float = 0.02):
         period = min(period * 1.5, 0.2)
 
 
+def executor_pids(parent_pid: int) -> set[int]:
+    """Pids of the live hpc_ray executors among a rank's children.
+
+    A child that has exited but is not yet reaped (a zombie) or that is gone
+    between the listing and the look at its command line is not counted:
+    checks that wait for an executor to end poll this while it dies.
+    """
+    import psutil
+
+    pids = set()
+    try:
+        children = psutil.Process(parent_pid).children()
+    except psutil.NoSuchProcess:
+        return pids
+    for child in children:
+        try:
+            if (child.status() != psutil.STATUS_ZOMBIE
+                    and "hpc_ray.runtime.executor" in " ".join(child.cmdline())):
+                pids.add(child.pid)
+        except psutil.Error:   # ZombieProcess, NoSuchProcess, AccessDenied
+            continue
+    return pids
+
+
 def tmp_path(name: str) -> str:
     return os.path.join(TMPDIR, name)
 

@@ -11,8 +11,7 @@ faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "
 
 import signal
 
-import psutil
-from _harness import check, init_kwargs, ok, poll_for, report, section
+from _harness import check, executor_pids, init_kwargs, ok, poll_for, report, section
 
 import hpc_ray as ray
 
@@ -36,20 +35,15 @@ class Actor:
         return os.getpid()
 
 
-def executors(rank):
-    return {p.pid for p in psutil.Process(rank).children()
-            if "hpc_ray.runtime.executor" in " ".join(p.cmdline())}
-
-
 rank = ray.get(rank_pid.remote(), timeout=60)
 cpu_executor = ray.get(pid.remote(), timeout=60)
-check(executors(rank) == {cpu_executor}, executors(rank))
+check(executor_pids(rank) == {cpu_executor}, executor_pids(rank))
 
 with section("the next actor runs in the executor started ahead"):
     first = Actor.remote()
     first_pid = ray.get(first.pid.remote(), timeout=60)
     known = {cpu_executor, first_pid}
-    spare = poll_for(lambda: executors(rank) - known, 10 if standby_on else 2)
+    spare = poll_for(lambda: executor_pids(rank) - known, 10 if standby_on else 2)
     if not standby_on:
         check(not spare, f"a spare executor with HPC_RAY_ACTOR_STANDBY=0: {spare}")
     elif check(len(spare) == 1, spare):
@@ -59,13 +53,13 @@ with section("the next actor runs in the executor started ahead"):
         known.add(spare_pid)
         report("next_actor_in_spare", True)
         # A new spare follows once that one is up.
-        check(len(poll_for(lambda: executors(rank) - known, 10)) == 1, executors(rank))
+        check(len(poll_for(lambda: executor_pids(rank) - known, 10)) == 1, executor_pids(rank))
 
 with section("a spare that dies is replaced without a crash report"):
     if standby_on:
-        [spare_pid] = executors(rank) - known
+        [spare_pid] = executor_pids(rank) - known
         os.kill(spare_pid, signal.SIGKILL)
-        check(poll_for(lambda: spare_pid not in executors(rank), 10), "the spare lives on")
+        check(poll_for(lambda: spare_pid not in executor_pids(rank), 10), "the spare lives on")
         third = Actor.remote()
         third_pid = ray.get(third.pid.remote(), timeout=60)
         check(third_pid not in known | {spare_pid}, third_pid)

@@ -9,8 +9,7 @@ faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "
 
 import time
 
-import psutil
-from _harness import NUM_WORKERS, TMPDIR, check, init_kwargs, ok, poll_for, report, section, tmp_path
+from _harness import NUM_WORKERS, TMPDIR, check, executor_pids, init_kwargs, ok, poll_for, report, section, tmp_path
 
 import hpc_ray as ray
 from hpc_ray.exceptions import ActorDiedError
@@ -123,19 +122,11 @@ with section("a num_cpus=1 actor waiting in get keeps its CPU"):
     report("actor_keeps_cpu", "ok")
 
 
-def executors_of(pid):
-    try:
-        return [p for p in psutil.Process(pid).children()
-                if "hpc_ray.runtime.executor" in " ".join(p.cmdline())]
-    except psutil.Error:
-        return []
-
-
 with section("extra executors stop once idle"):
     # HPC_RAY_EXTRA_EXECUTOR_IDLE=1: a rank is back to one executor per CPU.
     check(rank_pids and all(rank_pids), rank_pids)
-    settled = poll_for(lambda: all(len(executors_of(p)) == 1 for p in rank_pids), 30)
-    check(settled, {p: len(executors_of(p)) for p in rank_pids})
+    settled = poll_for(lambda: all(len(executor_pids(p)) == 1 for p in rank_pids), 30)
+    check(settled, {p: len(executor_pids(p)) for p in rank_pids})
     check(ray.get(meet.remote(TMPDIR, "again", 1), timeout=60))  # and start again on demand
     report("extras_retired", "ok")
 
