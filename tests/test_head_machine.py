@@ -726,3 +726,23 @@ def test_a_caller_with_too_many_queued_calls_is_throttled_until_they_drain(monke
     head.actor_died(51, "its process was killed", False)   # its queue is dropped
     assert throttles() == [(m.THROTTLE, 5, False)]
     assert head.throttled == {}
+
+
+def test_direct_call_reports_are_read_before_tasks_and_at_most_some_held():
+    from hpc_ray.runtime import control
+    from hpc_ray.runtime.head import DIRECT_REPORTS_HELD
+
+    head = make_head()
+
+    def report(tid):
+        return pickle.dumps([(tid, "A.f", "FINISHED", 1, 1, (tid + 1,), 1.0, 2.0, 3.0, 9)])
+
+    head.direct_report(report(1000))
+    assert len(head.history.tasks) == 0                 # held, not read yet
+    assert f"{1000:032x}" in control._tasks(head)       # tasks() reads it first
+    assert [ev[5] for ev in control._timeline(head)] == [1000]
+    for i in range(DIRECT_REPORTS_HELD):
+        head.direct_report(report(2000 + 2 * i))
+    # A head that never had a quiet moment holds no more than that many.
+    assert len(head.direct_reports) < DIRECT_REPORTS_HELD
+    assert len(head.history.tasks) == 1 + DIRECT_REPORTS_HELD - len(head.direct_reports)

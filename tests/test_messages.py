@@ -50,7 +50,7 @@ def test_collective_group_creation_tags_never_equal_a_channel_tag():
 def test_reports_alone_leave_a_loop_in_its_back_off():
     # Callers of an actor report their direct calls every few hundred calls;
     # a loop that counted those as activity polled every 20 us all along.
-    report = (m.DIRECT_DONE, [])
+    report = (m.DIRECT_DONE, b"")
     assert not m.reply_due([report])
     assert not m.reply_due([report, (m.PROFILE, [])])
     assert m.reply_due([report, (m.GET, 1, [2], None)])

@@ -108,6 +108,7 @@ def _nodes(head: Head) -> list[dict]:
 
 
 def _tasks(head: Head) -> dict:
+    head.settle_direct_reports()
     out = TaskTable()
     for tid, name, state, rank, attempts, returns, t_submit, t_start, t_end, _ in \
             head.history.tasks:
@@ -154,6 +155,7 @@ def _objects(head: Head) -> dict:
 
 
 def _timeline(head: Head) -> list:
+    head.settle_direct_reports()
     events = head.history.events
     out = list(events)
     if events.dropped:

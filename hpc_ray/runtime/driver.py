@@ -172,7 +172,7 @@ class HeadLoop(threading.Thread):
             m.ACTOR_DIED: lambda src, msg: head.actor_died(msg[1], msg[2], msg[3]),
             m.CONTROL_CALL: self._on_control,
             m.PROFILE: lambda src, msg: head.add_events(msg[1]),
-            m.DIRECT_DONE: lambda src, msg: head.direct_calls_done(msg[1]),
+            m.DIRECT_DONE: lambda src, msg: head.direct_report(msg[1]),
             m.FREE_BLOCKS: lambda src, msg: head.free_blocks(src, msg[1]),
             m.FETCH: lambda src, msg: self.fetcher.serve(src, msg[2], msg[3]),
             m.RETURNED: lambda src, msg: head.tasks_returned(src, msg[1]),
@@ -425,6 +425,12 @@ class HeadLoop(threading.Thread):
                 # (A dict's length, read without the lock: at worst one poll late.)
                 t = backoff.next_timeout(reply_soon, (not head.tasks or self.bell.usable)
                                          and not self.fetcher.moving())
+                if t and head.direct_reports:
+                    # Quiet enough to wait: read the callers' reports first
+                    # (Head.direct_report), then look once more.
+                    with head.lock:
+                        head.settle_direct_reports()
+                    continue
                 if t > backoff.cap and self.bell.usable:
                     if self.bell.sleep(t, event, self._work_waiting):
                         backoff.rung()    # a message is on its way: poll MPI at once

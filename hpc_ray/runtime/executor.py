@@ -239,7 +239,8 @@ class ExecutorContext(context.ContextBase):
                 # and age only (not with every call it answers).
                 done = peer.report_due(self.current_task_id is None and self.actor_id is None)
                 if done:
-                    out.append((m.DIRECT_DONE, done))
+                    # Pickled once here: the rank passes the bytes on unread.
+                    out.append((m.DIRECT_DONE, pickle.dumps(done, pickle.HIGHEST_PROTOCOL)))
             if out:
                 if deferred:
                     out.insert(0, (m.HOLD, deferred))

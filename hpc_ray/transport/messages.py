@@ -428,10 +428,11 @@ class CallerCpu(NamedTuple):
 
 class DirectDone(NamedTuple):
     """Direct calls a task or actor made and saw answered (``runtime/peer_calls.py``),
-    for ``tasks()`` and the timeline: summaries as the head's history keeps them.
-    Executor (``ExecutorContext.flush``, batched) -> rank -> ``Head.direct_calls_done``."""
+    for ``tasks()`` and the timeline: a pickled list of summaries as the head's
+    history keeps them. Executor (``ExecutorContext.flush``, batched) -> rank
+    (unread) -> ``Head.direct_report``."""
     kind: int
-    summaries: list
+    summaries: bytes
 
 
 SCHEMA: dict[int, type] = {

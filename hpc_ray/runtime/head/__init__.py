@@ -33,7 +33,7 @@ from typing import Any
 from ... import _config
 from ...transport import messages as m
 from ...transport.messages import FETCH_PLAN  # noqa: F401  (re-exported)
-from ...transport.serialization import ERROR
+from ...transport.serialization import ERROR, loads
 from .actors import A_ALIVE, A_PENDING, A_RESTARTING, ActorEntry, ActorLifecycle, ActorState
 from .history import DEFAULT_BUDGET, History
 from .objects import ObjectEntry, ObjectTable
@@ -48,6 +48,10 @@ logger = logging.getLogger(__name__)
 #: overtake over a direct channel (a group the call uses, a function run first):
 #: the next such call goes through the rank (``ActorEntry.fenced``).
 _BEFORE_LATER_CALLS = frozenset((m.GROUP_CREATE, m.RUN_FUNCTION))
+#: Unread DIRECT_DONE reports the head keeps before it reads them at once (each
+#: holds up to ``peer_calls.REPORT_EVERY`` summaries; a head that is never idle
+#: still reads them in this many steps).
+DIRECT_REPORTS_HELD = 16
 
 __all__ = ["Head", "FETCH_PLAN", "TaskState", "ActorState", "ObjectEntry", "TaskEntry",
            "ActorEntry", "WorkerInfo", "IllegalTransition"]
@@ -103,6 +107,8 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
             history_bytes = _config.os_environ_get("HEAD_HISTORY_BYTES", DEFAULT_BUDGET,
                                                    _config.parse_bytes)
         self.history = History(history_bytes)
+        #: Callers' DIRECT_DONE reports not read yet (``direct_report``).
+        self.direct_reports: list[bytes] = []
         self.run_functions: list[bytes] = []
         self.broken: str | None = None
         self.remote_waits: dict[tuple, tuple] = {}    # (rank, req) -> (rank, req, ids, n)
@@ -118,6 +124,24 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
     def add_events(self, events) -> None:
         for ev in events:
             self.history.event(ev)
+
+    def direct_report(self, blob: bytes) -> None:
+        """A caller's summaries of its direct calls (DIRECT_DONE), pickled once by
+        the caller and passed on unread by its rank. They usually come in the
+        same batch as the caller task's result: the head reads them once it has
+        nothing more urgent to do (``settle_direct_reports``, from the comm
+        loop's idle rounds and before ``tasks()`` and ``timeline()`` read the
+        history), not while the driver waits for that result."""
+        reports = self.direct_reports
+        reports.append(blob)
+        if len(reports) >= DIRECT_REPORTS_HELD:
+            self.settle_direct_reports()
+
+    def settle_direct_reports(self) -> None:
+        """Add the direct calls of every report not read yet to the history."""
+        reports, self.direct_reports = self.direct_reports, []
+        for blob in reports:
+            self.direct_calls_done(loads(blob))
 
     def direct_calls_done(self, summaries) -> None:
         """Calls that went straight from their caller to an actor (``peer_calls``):
