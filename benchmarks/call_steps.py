@@ -112,6 +112,8 @@ def main() -> None:
     ap.add_argument("--traced", type=int, default=200, help="calls traced per side")
     ap.add_argument("--perf", action="store_true", help="also count instructions (perf)")
     ap.add_argument("--calls", type=int, default=5000, help="calls perf counts over")
+    ap.add_argument("--by-function", type=int, default=0, metavar="N",
+                    help="also the N functions of each side that run the most bytecodes")
     args = ap.parse_args()
     # No busy-poll: its polls would count as the call's steps, as many as the wait is
     # long (set before init(): the executors inherit it).
@@ -124,18 +126,25 @@ def main() -> None:
     # The caller is a task.
     got = ray.get(task_caller.remote(actor, 50, n))
     rows.append(("task caller", sum(got.values()) / n))
+    sides = {"task caller": (got, n)}
     # The actor, while a task calls it.
     ray.get(actor.trace_start.remote())
     ray.get(task_caller.remote(actor, 0, n))
     got = ray.get(actor.trace_stop.remote())
     rows.append(("actor", sum(got.values()) / (n + 1)))   # (trace_stop's call counts too)
+    sides["actor"] = (got, n + 1)
     # The caller is the driver.
     for _ in range(50):
         ray.get(actor.m.remote())
     got = counted(lambda: [ray.get(actor.m.remote()) for _ in range(n)])
     rows.append(("driver caller", sum(got.values()) / n))
+    sides["driver caller"] = (got, n)
     for who, per_call in rows:
         print(f"bytecodes per call | {who:13} | {per_call:7.1f}")
+    for who, (counts, calls) in sides.items() if args.by_function else ():
+        print(f"\n{who}: bytecodes per call by function")
+        for name, count in collections.Counter(counts).most_common(args.by_function):
+            print(f"  {count / calls:7.1f}  {name}")
     if args.perf:
         pid_file = f"/tmp/hpc_ray-call-steps-{os.getpid()}"
         try:
