@@ -68,6 +68,9 @@ logger = logging.getLogger(__name__)
 #: caller tasks of 200 direct actor calls each) spun 2-4 ms of a core away from
 #: the tasks each time: 13-14 us of the driver's CPU per call instead of 10.
 DRIVER_SPINS = 200
+#: Longest the comm thread waits for a driver thread it woke to take the GIL
+#: (``HeadLoop._loop``); the woken thread ends the wait as soon as it runs.
+HANDOVER_WAIT = 0.001
 #: Longest the driver thread blocks on the direct channels at a time while it
 #: waits for a direct call's result, before it polls MPI again: what that wait
 #: can add to a result arriving over MPI meanwhile.
@@ -130,6 +133,10 @@ class HeadLoop(threading.Thread):
         self.progress = threading.Lock()
         #: True while the driver thread polls in get()/wait(); the comm thread idles.
         self.driver_polling = False
+        #: Driver threads asleep on the head's condition in get()/wait() now.
+        self.driver_sleepers = 0
+        #: A round woke such a thread (``_loop`` hands it the GIL: HANDOVER_WAIT).
+        self.woke_sleeper = False
         #: When a driver thread last left get()/wait() (see DriverContext.submit).
         self.waited_at = 0.0
         self.last_flush = 0.0
@@ -237,7 +244,9 @@ class HeadLoop(threading.Thread):
     def poll_from_driver(self) -> bool:
         """poll_once() for the driver thread: a head bug becomes a RayError, not a hang."""
         try:
-            return self.poll_once()
+            active = self.poll_once()
+            self.woke_sleeper = False   # (only the comm thread's loop waits for the woken)
+            return active
         except Exception:
             self.fail(traceback.format_exc())
             raise RayError("the hpc_ray head failed; see the traceback on stderr:\n"
@@ -270,7 +279,9 @@ class HeadLoop(threading.Thread):
                     for msg in msgs:
                         handlers[msg[0]](src, msg)
                 head.schedule()
-                head.cond.notify_all()
+                if self.driver_sleepers:
+                    head.cond.notify_all()
+                    self.woke_sleeper = True
             out = head.take_outbox() if head.outbox else None
             if head.direct_out:
                 direct_out, head.direct_out = head.direct_out, {}
@@ -419,6 +430,18 @@ class HeadLoop(threading.Thread):
                 backoff.reset()
                 self.bell.stale = True
                 reply_soon = None
+                if self.woke_sleeper:
+                    # The woken thread needs the GIL, and a spinning comm thread
+                    # hardly lets go of it: time.sleep(0) releases it for a
+                    # moment only, gone again before the woken thread runs, and
+                    # that thread then waits for the switch interval (5 ms) or
+                    # the end of the spin. Traced: the last result of a batch
+                    # reached get() 0.11-1.1 ms after the head read it, after as
+                    # many as 22 polls. Block instead, until the woken thread
+                    # has run (it sets the event) or HANDOVER_WAIT.
+                    event.wait(HANDOVER_WAIT)
+                    event.clear()
+                    self.woke_sleeper = False
             else:
                 if reply_soon is None:
                     reply_soon = not head.cpus_all_running()
@@ -691,7 +714,13 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
                 wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
                 with head.lock:
                     if check() is None:
-                        head.cond.wait(min(wait, 0.001 * min(spins, 100)))
+                        loop.driver_sleepers += 1
+                        try:
+                            head.cond.wait(min(wait, 0.001 * min(spins, 100)))
+                        finally:
+                            loop.driver_sleepers -= 1
+                if loop.woke_sleeper:
+                    loop.event.set()      # the comm thread waits for this thread to run
 
     def get(self, refs: list, timeout: float | None) -> list:
         peer = self.peer
