@@ -94,8 +94,9 @@ deliver(m.ActorDied(m.ACTOR_DIED, 77, "bye", False))
 deliver(m.Profile(m.PROFILE, [{"name": "span", "ph": "X"}]))
 deliver(m.Fetch(m.FETCH, 501, shm_off, 256))
 deliver(m.Log(m.LOG, [(1234, False, ["hello from a task"])]))
-deliver(m.DirectDone(m.DIRECT_DONE, pickle.dumps([(91, "A.f", "FINISHED", 1, 1, (92,), 1.0, 2.0, 3.0, 9)])))
-head.settle_direct_reports()
+summaries = [(91, "A.f", "FINISHED", 1, 1, (92,), 1.0, 2.0, 3.0, 9)]
+deliver(m.DirectDone(m.DIRECT_DONE, pickle.dumps(summaries)))
+head.settle_direct_reports()   # (read when the comm loop is quiet, or by tasks())
 assert head.history.tasks and list(head.history.tasks)[-1][0] == 91, list(head.history.tasks)
 assert loop.logs == [(1, [(1234, False, ["hello from a task"])])], loop.logs
 loop.logs.clear()

@@ -49,8 +49,8 @@ logger = logging.getLogger(__name__)
 #: the next such call goes through the rank (``ActorEntry.fenced``).
 _BEFORE_LATER_CALLS = frozenset((m.GROUP_CREATE, m.RUN_FUNCTION))
 #: Unread DIRECT_DONE reports the head keeps before it reads them at once (each
-#: holds up to ``peer_calls.REPORT_EVERY`` summaries; a head that is never idle
-#: still reads them in this many steps).
+#: holds up to ``peer_calls.REPORT_EVERY`` summaries): a head that is never
+#: quiet reads them this many at a time.
 DIRECT_REPORTS_HELD = 16
 
 __all__ = ["Head", "FETCH_PLAN", "TaskState", "ActorState", "ObjectEntry", "TaskEntry",
