@@ -568,8 +568,8 @@ class ExecutorContext(context.ContextBase):
                 # (``_flush_out``). (Under the lock: the task's end resets the pins
                 # under it, before its result is queued.)
                 self.deferred_holds.extend(ids)
-            else:
-                self.out.append((m.HOLD, list(ids)))
+                return
+        self.emit((m.HOLD, list(ids)))
 
     def submit(self, spec: list) -> None:
         peer = self.peer

@@ -66,6 +66,18 @@ def exited(pid):
     return poll_for(lambda: not alive(pid), 15)
 
 
+def dropped_counter_exits(use=None):
+    """A new Counter's pid, and whether its process ends once the driver drops
+    its handle (after ``use(handle)``, if given)."""
+    c = Counter.remote()
+    pid = ray.get(c.pid.remote(), timeout=T)
+    if use is not None:
+        use(c)
+    del c
+    gc.collect()
+    return pid, exited(pid)
+
+
 with section("a dropped GPU actor gives its GPU to the next one"):
     first = GPUActor.remote()
     check(ray.get(first.gpus.remote(), timeout=T) == [0])
@@ -82,11 +94,7 @@ with section("calls pending when the last handle goes still run"):
     check(ray.get(ref, timeout=T) == 1)
 
 with section("the actor ends once no handle is left"):
-    c = Counter.remote()
-    pid = ray.get(c.pid.remote(), timeout=T)
-    del c
-    gc.collect()
-    gone = exited(pid)
+    pid, gone = dropped_counter_exits()
     check(gone, f"actor process {pid} still alive without handles")
     report("unreferenced_actor_exited", bool(gone))
 
@@ -118,12 +126,8 @@ with section("a handle in a running task keeps the actor alive"):
 with section("a handle a task used and dropped does not keep the actor"):
     # The task's hold of the handle's ref and its release cancel out in the
     # executor (neither reaches the head); one left over would keep the actor.
-    c = Counter.remote()
-    pid = ray.get(c.pid.remote(), timeout=T)
-    check(ray.get(use_later.remote(c, 0.0), timeout=T) == 1)
-    del c
-    gc.collect()
-    gone = exited(pid)
+    pid, gone = dropped_counter_exits(
+        lambda c: check(ray.get(use_later.remote(c, 0.0), timeout=T) == 1))
     check(gone, f"actor process {pid} still alive after the task and the driver let go")
     report("used_handle_released", bool(gone))
 
