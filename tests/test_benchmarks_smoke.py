@@ -135,7 +135,9 @@ def test_idle_reports_cpu_and_latency_of_an_idle_job():
 
 
 def test_nn_caller_cpu_splits_the_cpu_of_calls_by_role():
-    cmd = [sys.executable, str(BENCH_DIR / "nn_caller_cpu.py"), "--calls", "100",
+    # Enough calls for the executors' CPU to span clock ticks (10 ms): with 100
+    # calls (about 10 ms in all) every role could read 0.0 (a CI run did).
+    cmd = [sys.executable, str(BENCH_DIR / "nn_caller_cpu.py"), "--calls", "1000",
            "--batches", "1"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT)
     assert res.returncode == 0, res.stderr
