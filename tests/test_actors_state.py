@@ -85,12 +85,13 @@ def test_script_ends_cleanly(state_run):
 @pytest.mark.parametrize("standby", ["on", "off"])
 def test_the_next_actor_runs_in_the_executor_started_ahead(run, standby):
     """Once a rank has hosted an actor it keeps one executor started ahead; the
-    next actor runs in it, a new one follows, and one that dies is replaced
-    without a crash on the driver's stderr."""
+    next actor runs in it, a new one follows (not while every core is busy), and
+    one that dies is replaced without a crash on the driver's stderr."""
     result = run("actor_standby.py", 2, standby, mode="embedded", timeout=90,
                  env={"HPC_RAY_ACTOR_STANDBY": "1" if standby == "on" else "0"})
     values = result.assert_ok("actor_standby")
     if standby == "on":
         assert values["next_actor_in_spare"] is True
+        assert values["spare_while_busy"] == [], values
         assert values["spare_death_quiet"] is True
         assert "crash" not in result.stderr.lower(), result.stderr

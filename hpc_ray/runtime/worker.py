@@ -27,8 +27,9 @@ held and replaced.
 
 A rank that has hosted an actor keeps one executor started ahead
 (``standby``) for its next actor, as Ray's worker pool does: creating an actor
-then costs no interpreter start-up. The next one starts once the last is up
-(``HPC_RAY_ACTOR_STANDBY=0``: none).
+then costs no interpreter start-up. The next one starts once the last is up and
+the rank's CPUs have a core to spare (``transport/idle_cores.py``), or after
+STANDBY_MAX_WAIT of busy cores (``HPC_RAY_ACTOR_STANDBY=0``: none).
 
 Tasks that hold a CPU queue in ``queue`` and run on the rank's CPU executors,
 one per CPU, so at most that many run at once (plus nested ones while an
@@ -56,6 +57,7 @@ from .. import _config
 from ..transport import messages as m
 from ..transport.comm import (Backoff, Doorbell, Fetcher, Sender, control_waiting, deep_tier,
                               recv_control, tighten_timer_slack)
+from ..transport.idle_cores import IdleCores
 from ..transport.placement import usable_cores
 from ..transport.serialization import loads
 from .executor_procs import ExecutorProc, ExecutorProcesses, lends_cpu, thread_lent
@@ -88,6 +90,13 @@ HEAD_WINDOW = 4
 #: ranks kept polling while the head, behind, needed the cores.
 WINDOW_WAIT_MIN = 1e-4
 WINDOW_WAIT_MAX = 5e-3
+
+#: A standby executor is due (``WorkerLoop._start_standby``): it starts once the
+#: rank's CPUs had STANDBY_SPARE idle cores on average over a look of
+#: STANDBY_LOOK seconds, or STANDBY_MAX_WAIT after it was due whatever the load.
+STANDBY_LOOK = 0.1
+STANDBY_SPARE = 1.0
+STANDBY_MAX_WAIT = 5.0
 
 #: Most extra executors a rank runs at once for num_cpus=0 tasks. Each is a
 #: Python process (tens of MB); beyond this many, num_cpus=0 tasks wait for one
@@ -238,6 +247,11 @@ class WorkerLoop(ExecutorProcesses):
         #: interpreter start-up (~0.5 s here), as in Ray's worker pool.
         self.standby: list[ExecutorProc] = []
         self.actor_standby = bool(cfg.get("actor_standby", True))
+        #: When the next standby became due (None: none is due), when the rank
+        #: last looked at its idle cores for it, and what reads them.
+        self.standby_due: float | None = None
+        self.standby_looked = 0.0
+        self.idle_cores: IdleCores | None = None
         #: CPUs the actors in ``actors`` hold: CPU tasks run on the rest.
         self.actor_cpus = 0
         self.requests: dict[int, tuple] = {}     # rank req id -> (executor, its req id, kind)
@@ -396,8 +410,27 @@ class WorkerLoop(ExecutorProcesses):
         ex.send([(m.CREATE_ACTOR, self._ship_fn(ex, spec))])
 
     def _refill_standby(self) -> None:
-        """Start the next actor's executor, once the last one is up: started
-        beside it, the two interpreters' start-ups would share the cores."""
+        """The next actor's executor is due, once the last one is up: started
+        beside it, the two interpreters' start-ups would share the cores. The
+        loop starts it when the cores have time to spare (``_start_standby``)."""
+        if self.actor_standby and not self.standby and not self.stop \
+                and self.standby_due is None:
+            self.standby_due = self.standby_looked = time.monotonic()
+            if self.idle_cores is None:
+                self.idle_cores = IdleCores()
+            self.idle_cores.since_last()   # the first look: where the next one counts from
+
+    def _start_standby(self, now: float) -> None:
+        """Start the due standby executor if the last STANDBY_LOOK had a core to
+        spare (or it has waited STANDBY_MAX_WAIT)."""
+        if now - self.standby_looked < STANDBY_LOOK:
+            return
+        self.standby_looked = now
+        idle = self.idle_cores.since_last()
+        if (idle is not None and idle < STANDBY_SPARE) and \
+                now - self.standby_due < STANDBY_MAX_WAIT:
+            return
+        self.standby_due = None
         if self.actor_standby and not self.standby and not self.stop:
             self.standby.append(self.spawn())
 
@@ -677,6 +710,10 @@ class WorkerLoop(ExecutorProcesses):
                 active = True
             timeout = 0.0 if active else backoff.next_timeout(not self.cpus_all_running(),
                                                               not self.fetcher.moving())
+            if self.standby_due is not None:
+                self._start_standby(time.monotonic())
+                if timeout > STANDBY_LOOK:
+                    timeout = STANDBY_LOOK
             flagged = not active and backoff.flagged_sleep
             # What select watches, built again every pass (the executors come
             # and go from several places), in one loop: this runs for every
@@ -784,6 +821,8 @@ class WorkerLoop(ExecutorProcesses):
             self.out = []
         self.sender.drain(10.0)
         self.sender.close_bell()
+        if self.idle_cores is not None:
+            self.idle_cores.close()
 
 
 def _no_cpu(spec: list) -> bool:

@@ -2,7 +2,8 @@
 
 One worker rank with 1 CPU. Once it has hosted an actor it keeps one spare
 executor: the next actor runs in that process (its pid was already there before
-the actor was created), and a new spare follows. A spare that dies is replaced
+the actor was created), and a new spare follows, but not while every core is
+busy (its start-up would take a core from the work). A spare that dies is replaced
 quietly, with no crash reported, and actors still start. ``off`` (run with
 HPC_RAY_ACTOR_STANDBY=0): no spare, each actor a new process.
 """
@@ -10,10 +11,13 @@ import faulthandler, os, sys
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
 
 import signal
+import subprocess
+import time
 
 from _harness import check, executor_pids, init_kwargs, ok, poll_for, report, section
 
 import hpc_ray as ray
+from hpc_ray.transport.placement import usable_cores
 
 ray.init(**init_kwargs())
 standby_on = sys.argv[1] == "on"
@@ -48,10 +52,21 @@ with section("the next actor runs in the executor started ahead"):
         check(not spare, f"a spare executor with HPC_RAY_ACTOR_STANDBY=0: {spare}")
     elif check(len(spare) == 1, spare):
         spare_pid = spare.pop()
-        second = Actor.remote()
-        check(ray.get(second.pid.remote(), timeout=60) == spare_pid)
-        known.add(spare_pid)
-        report("next_actor_in_spare", True)
+        # Every core busy: the next spare is due once ``second`` takes this one,
+        # and waits (up to worker.STANDBY_MAX_WAIT, 5 s) for a core to spare.
+        burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                   for _ in range(usable_cores())]
+        try:
+            second = Actor.remote()
+            check(ray.get(second.pid.remote(), timeout=60) == spare_pid)
+            known.add(spare_pid)
+            report("next_actor_in_spare", True)
+            time.sleep(1.0)
+            report("spare_while_busy", sorted(executor_pids(rank) - known))
+        finally:
+            for b in burners:
+                b.kill()
+                b.wait()
         # A new spare follows once that one is up.
         check(len(poll_for(lambda: executor_pids(rank) - known, 10)) == 1, executor_pids(rank))
 
