@@ -166,3 +166,16 @@ def test_chained_calls_prints_a_step_time():
     row = next(ln for ln in res.stdout.splitlines() if ln.startswith("| hpc_ray |"))
     ms = float(row.split("|")[2])
     assert ms > 0, row
+
+
+def test_collective_start_prints_every_window_of_both_systems():
+    cmd = [sys.executable, str(BENCH_DIR / "collective_start.py"), "--windows", "3",
+           "--ops", "5", "--size", "65536", "--repeat", "1"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    header = next(ln for ln in res.stdout.splitlines() if ln.startswith("| window"))
+    assert "hpc_ray_exec us/op" in header and "mpi4py us/op" in header, res.stdout
+    rows = [ln for ln in res.stdout.splitlines() if re.match(r"\| \d+-\d+ \|", ln)]
+    assert [r.split("|")[1].strip() for r in rows] == ["1-5", "6-10", "11-15"], res.stdout
+    for r in rows:
+        assert all(float(c.replace(",", "")) > 0 for c in r.strip("|").split("|")[1:]), r
