@@ -179,3 +179,15 @@ def test_collective_start_prints_every_window_of_both_systems():
     assert [r.split("|")[1].strip() for r in rows] == ["1-5", "6-10", "11-15"], res.stdout
     for r in rows:
         assert all(float(c.replace(",", "")) > 0 for c in r.strip("|").split("|")[1:]), r
+
+
+def test_rank0_waits_splits_cpu_and_run_queue_waits_by_role(mpiexec):
+    cmd = [*mpiexec.command(3), sys.executable, str(BENCH_DIR / "rank0_waits.py"),
+           "--tasks", "2000"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    line = res.stdout.strip().splitlines()[-1]
+    assert line.startswith("3 ranks, 2 worker CPUs: "), res.stdout
+    assert re.search(r"rank 0's threads [\d.]+ / [\d.]+, [\d.]+ / [\d.]+ us", line), line
+    assert re.search(r"ranks [\d.]+ / [\d.]+ us, [\d.]+ times scheduled", line), line
+    assert re.search(r"executors [\d.]+ / [\d.]+ us", line), line
