@@ -3,9 +3,10 @@
 A rank starts an actor's next executor ahead of time (``worker.WorkerLoop``'s
 standby): an interpreter start-up, ~0.3-0.5 s of one core. Started while the
 node's cores are all busy, it takes that time from the work running there: three
-actors' collectives on 2 cores ran 10-15x slower for their first 0.5 s after the
-actors were created, and creating three actors at once took 15% longer. So a rank
-starts it once its CPUs have had spare time (``IdleCores``).
+actors' collectives on 2 cores ran several times slower for their first 0.5 s
+after the actors were created (``benchmarks/collective_start.py``), and creating
+three actors at once took 0.81-0.93 s against 0.70-0.74 s with no standby. So a
+rank starts it once its CPUs have had spare time (``IdleCores``).
 """
 from __future__ import annotations
 
