@@ -21,6 +21,10 @@ from hpc_ray.transport.placement import usable_cores
 
 ray.init(**init_kwargs())
 standby_on = sys.argv[1] == "on"
+#: A busy loop that ends by itself (its parent gone, or after 30 s) should this
+#: script die before it kills it.
+BURN = ("import os, time\nparent, end = os.getppid(), time.time() + 30\n"
+        "while os.getppid() == parent and time.time() < end: pass")
 
 
 @ray.remote
@@ -54,8 +58,7 @@ with section("the next actor runs in the executor started ahead"):
         spare_pid = spare.pop()
         # Every core busy: the next spare is due once ``second`` takes this one,
         # and waits (up to worker.STANDBY_MAX_WAIT, 5 s) for a core to spare.
-        burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                   for _ in range(usable_cores())]
+        burners = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(usable_cores())]
         try:
             second = Actor.remote()
             check(ray.get(second.pid.remote(), timeout=60) == spare_pid)
