@@ -27,6 +27,15 @@ BURN = ("import os, time\nparent, end = os.getppid(), time.time() + 30\n"
         "while os.getppid() == parent and time.time() < end: pass")
 
 
+def child_pids(parent: int) -> set[int]:
+    """Every child of ``parent`` still in the process table, zombies included."""
+    import psutil
+    try:
+        return {c.pid for c in psutil.Process(parent).children()}
+    except psutil.NoSuchProcess:
+        return set()
+
+
 @ray.remote
 def pid():
     return os.getpid()
@@ -77,7 +86,9 @@ with section("a spare that dies is replaced without a crash report"):
     if standby_on:
         [spare_pid] = executor_pids(rank) - known
         os.kill(spare_pid, signal.SIGKILL)
-        check(poll_for(lambda: spare_pid not in executor_pids(rank), 10), "the spare lives on")
+        # Until the rank has reaped it (read its end), it is still its spare: an
+        # actor created meanwhile would go to the dying process.
+        check(poll_for(lambda: spare_pid not in child_pids(rank), 10), "the spare lives on")
         third = Actor.remote()
         third_pid = ray.get(third.pid.remote(), timeout=60)
         check(third_pid not in known | {spare_pid}, third_pid)
