@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from allreduce import mpiexec   # (this directory is on sys.path: a script's own)
+
 HERE = Path(__file__).resolve()
 REPO = HERE.parent.parent
 RESULTS = HERE.parent / "results"
@@ -84,11 +86,6 @@ def child_mpi4py(args) -> None:
     times = windows(lambda b: comm.Allreduce(MPI.IN_PLACE, b), buf, args.windows, args.ops)
     if comm.Get_rank() == 0:
         print(MARK + json.dumps(times), flush=True)
-
-
-def mpiexec() -> str:
-    beside = Path(sys.executable).parent / "mpiexec"
-    return str(beside) if beside.exists() else "mpiexec"
 
 
 def run_system(system: str, args) -> list[float] | None:

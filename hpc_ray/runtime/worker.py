@@ -431,7 +431,7 @@ class WorkerLoop(ExecutorProcesses):
                 now - self.standby_due < STANDBY_MAX_WAIT:
             return
         self.standby_due = None
-        if self.actor_standby and not self.standby and not self.stop:
+        if not self.stop:   # (due only while there was none: nothing else starts one)
             self.standby.append(self.spawn())
 
     def _forget_actor(self, actor_id: int) -> ExecutorProc | None:

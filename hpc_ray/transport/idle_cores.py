@@ -15,10 +15,10 @@ import os
 from .placement import usable_cores
 
 
-def _cpu_ids() -> set[str] | None:
-    """``/proc/stat``'s names of the CPUs this process may run on (``cpu3``)."""
+def _cpu_names() -> set[bytes] | None:
+    """``/proc/stat``'s names of the CPUs this process may run on (``b"cpu3"``)."""
     try:
-        return {f"cpu{i}" for i in os.sched_getaffinity(0)}
+        return {b"cpu%d" % i for i in os.sched_getaffinity(0)}
     except (AttributeError, OSError):
         return None
 
@@ -26,10 +26,11 @@ def _cpu_ids() -> set[str] | None:
 class IdleCores:
     """Idle CPUs (this process's, by its affinity mask) averaged between two looks."""
 
-    __slots__ = ("cpus", "fd", "last")
+    __slots__ = ("cpus", "count", "fd", "last")
 
     def __init__(self) -> None:
-        self.cpus = _cpu_ids()
+        self.cpus = _cpu_names()
+        self.count = len(self.cpus) if self.cpus else usable_cores()
         try:
             self.fd = os.open("/proc/stat", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
@@ -49,8 +50,8 @@ class IdleCores:
             if not line.startswith(b"cpu"):
                 break
             fields = line.split()
-            name = fields[0].decode()
-            if name == "cpu" or (self.cpus is not None and name not in self.cpus):
+            name = fields[0]
+            if name == b"cpu" or (self.cpus is not None and name not in self.cpus):
                 continue
             ticks = [int(v) for v in fields[1:9]]   # user..steal (guest is in user)
             idle += ticks[3] + ticks[4]             # idle, iowait
@@ -64,8 +65,7 @@ class IdleCores:
         last, self.last = self.last, now
         if now is None or last is None or now[1] <= last[1]:
             return None
-        cpus = len(self.cpus) if self.cpus else usable_cores()
-        return (now[0] - last[0]) / (now[1] - last[1]) * cpus
+        return (now[0] - last[0]) / (now[1] - last[1]) * self.count
 
     def close(self) -> None:
         if self.fd >= 0:
