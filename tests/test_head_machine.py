@@ -31,6 +31,7 @@ from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition,
                                  rule)
 
 from hpc_ray.exceptions import ActorDiedError, TaskError  # noqa: E402
+from hpc_ray.runtime import scheduler  # noqa: E402
 from hpc_ray.runtime.head import ActorState, Head, TaskState  # noqa: E402
 from hpc_ray.runtime.store import BLOCK  # noqa: E402
 from hpc_ray.transport import messages as m  # noqa: E402
@@ -72,11 +73,12 @@ def error_record(msg="boom") -> tuple:
     return (ERROR, pickle.dumps(TaskError("f", msg, 1, "host", ValueError(msg))))
 
 
-def make_head(gpus: int = 0) -> Head:
+def make_head(gpus: int = 0, cpu_ids=None) -> Head:
     head = Head(len(WORKERS) + 1, [0] * (len(WORKERS) + 1), STORE,
                 ["host"] * (len(WORKERS) + 1))
     for r in WORKERS:
-        head.add_worker(r, {"CPU": 1, "GPU": gpus, "lic": 2}, list(range(gpus)), 1000 + r)
+        head.add_worker(r, {"CPU": 1, "GPU": gpus, "lic": 2}, list(range(gpus)), 1000 + r,
+                        cpu_ids)
     return head
 
 
@@ -140,8 +142,22 @@ def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: di
                 inflight[task.rank] += 1
         if is_call and task.state is TaskState.PENDING:
             assert tid in in_actor_queues
+    tiny = collections.Counter(t.rank for t in head.tasks.values() if t.tiny)
+    for task in head.tasks.values():
+        if task.tiny:
+            assert task.placed and task.state is TaskState.RUNNING and \
+                task.spec[m.T_ACTOR] is None and task.resources.get("CPU"), \
+                f"task {task.spec[m.T_ID]} counted tiny while {task.state}"
     for r, w in head.workers.items():
         assert w.inflight == inflight[r], f"rank {r}: inflight {w.inflight} != {inflight[r]}"
+        assert w.tiny_inflight == tiny[r], \
+            f"rank {r}: tiny_inflight {w.tiny_inflight} != {tiny[r]}"
+    # A crowded node runs tiny tasks on no more ranks than it has cores (none of
+    # the machine's ranks stops making progress: TINY_LIVE_SECONDS is endless there).
+    for node, cores in head.crowded_nodes.items():
+        busy = sum(w.total["CPU"] for w in head.workers.values()
+                   if w.node == node and w.tiny_inflight)
+        assert busy <= cores, f"node {node}: tiny tasks on {busy} CPUs of ranks, {cores} cores"
     # --- resources ---
     grants = [t for t in head.tasks.values() if t.placed and t.spec[m.T_ACTOR] is None] + \
         [a for a in head.actors.values() if a.state in (ActorState.STARTING, ActorState.ALIVE)]
@@ -199,12 +215,20 @@ def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: di
 class HeadMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.head = make_head(gpus=2)
+        # The node's 3 one-CPU ranks share 2 cores: tasks of a function that
+        # runs fast ("tiny") go to 2 of them at most (scheduler.concentrate).
+        self.head = make_head(gpus=2, cpu_ids=[0, 1])
+        self.tiny_settings = scheduler.TINY_LIVE_SECONDS, scheduler.TINY_AFTER
+        scheduler.TINY_LIVE_SECONDS = float("inf")
+        scheduler.TINY_AFTER = 1   # (tiny from its first end: within a short run)
         self.driver_holds: collections.Counter = collections.Counter()
         self.unsealed: dict[int, int] = {}   # offset -> size, allocated and not sealed
         self.actor_ids: list[int] = []
         #: Actor id -> the calls sent to its current process, in the order sent.
         self.dispatched: collections.defaultdict = collections.defaultdict(list)
+
+    def teardown(self) -> None:
+        scheduler.TINY_LIVE_SECONDS, scheduler.TINY_AFTER = self.tiny_settings
 
     def _held(self) -> list[int]:
         return sorted(self.driver_holds)
@@ -237,8 +261,8 @@ class HeadMachine(RuleBasedStateMachine):
     @rule(data=st.data(), ndeps=st.integers(0, 3), retries=st.integers(0, 2),
           returns=st.integers(1, 2), gpu=st.sampled_from([0, 0.5, 0.25, 1, 2]),
           lic=st.integers(0, 3), cpus=st.sampled_from([1, 1, 1, 0, 2, 3, 4]),
-          contain=st.booleans())
-    def submit(self, data, ndeps, retries, returns, gpu, lic, cpus, contain):
+          contain=st.booleans(), fn=st.sampled_from(["f", "tiny"]))
+    def submit(self, data, ndeps, retries, returns, gpu, lic, cpus, contain, fn):
         held = self._held()
         deps = [data.draw(st.sampled_from(held)) for _ in range(ndeps)] if held else []
         contained = [data.draw(st.sampled_from(held))] if held and contain else []
@@ -248,9 +272,17 @@ class HeadMachine(RuleBasedStateMachine):
         # lending theirs; 0 CPUs run beside the CPUs.
         if gpu or lic or cpus != 1:
             resources = {"CPU": cpus, "GPU": gpu, "lic": lic}
-        s = spec(deps, returns, retries, contained=contained, resources=resources)
+        s = spec(deps, returns, retries, contained=contained, resources=resources, fn=fn)
         self.head.submit(s)
         self.driver_holds.update(s[m.T_RETURNS])
+
+    @rule(n=st.integers(1, 12))
+    def tiny_burst(self, n):
+        # Plain one-CPU tasks of the fast function: enough of them fill the ranks.
+        for _ in range(n):
+            s = spec(fn="tiny")
+            self.head.submit(s)
+            self.driver_holds.update(s[m.T_RETURNS])
 
     @rule(data=st.data())
     @precondition(lambda self: self.driver_holds)
@@ -289,7 +321,8 @@ class HeadMachine(RuleBasedStateMachine):
         for _ in task.spec[m.T_RETURNS]:
             off = self.head.alloc(0, 100) if shm else None
             results.append((SHM, 0, off, 100, 0, []) if off is not None else (RAW, 7))
-        self.head.task_done(task.rank, task.spec[m.T_ID], results, None, 1.0, 2.0, 5)
+        took = 1e-5 if task.spec[m.T_FN] == "tiny" else 1.0
+        self.head.task_done(task.rank, task.spec[m.T_ID], results, None, 1.0, 1.0 + took, 5)
 
     @rule(data=st.data())
     def fail(self, data):

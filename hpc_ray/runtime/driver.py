@@ -426,6 +426,10 @@ class HeadLoop(threading.Thread):
                 last_check = now
                 with head.lock:
                     head.retry_pending_actors()
+                    if head.crowded_nodes and head.ready.count:
+                        # Tiny tasks held back for ranks that have stopped
+                        # making progress (scheduler.concentrate) go elsewhere.
+                        head.schedule()
             if active:
                 backoff.reset()
                 self.bell.stale = True

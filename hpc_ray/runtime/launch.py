@@ -360,6 +360,14 @@ def _my_share_of_node_gpus(cfg: dict, rank: int) -> list[int]:
     return [g for i, g in enumerate(mine) if i % len(peers) == index]
 
 
+def cpu_ids() -> list[int] | None:
+    """The CPUs this process may run on, or None where that cannot be read."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+
+
 def run_worker(comm) -> bool:
     """The whole life of a worker rank; returns True when the driver vanished."""
     from . import interrupts
@@ -371,7 +379,8 @@ def run_worker(comm) -> bool:
     rank = comm.Get_rank()
     resources, gpu_ids = worker_resources(cfg, rank, comm.Get_size())
     cfg["resources"] = resources
-    comm.gather((resources, gpu_ids, os.getpid(), socket.gethostname()), root=0)
+    comm.gather((resources, gpu_ids, os.getpid(), socket.gethostname(), cpu_ids()),
+                root=0)
     loop = WorkerLoop(comm, rank, node, arena, cfg, flags)
     try:
         loop.run()

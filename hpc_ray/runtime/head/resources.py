@@ -9,6 +9,7 @@ plus one failed pick per shape, never the length of the backlog.
 from __future__ import annotations
 
 import collections
+import time
 import warnings
 
 from ...transport import messages as m
@@ -40,7 +41,8 @@ class NodePool:
 class WorkerInfo:
     __slots__ = ("rank", "node", "host", "total", "avail", "gpu_free", "inflight",
                  "blocked", "prefetch", "actors", "alive", "known_fns", "pid",
-                 "steal_pending", "refill", "pool", "actor_cpus", "hosting", "lending")
+                 "steal_pending", "refill", "pool", "actor_cpus", "hosting", "lending",
+                 "tiny_inflight", "tiny_at")
 
     def __init__(self, rank: int, node: int, host: str, resources: dict,
                  gpu_ids: list[int], pid: int, pool: NodePool | None = None) -> None:
@@ -67,6 +69,10 @@ class WorkerInfo:
         self.refill = True                    #: filling its queue (see scheduler)
         self.hosting = 0                      #: tasks/actors wider than one rank run here
         self.lending = 0                      #: such grants its CPUs are lent to
+        #: Of ``inflight``: tasks placed as tiny (``scheduler.concentrate``), and
+        #: when the last of them was placed here or ended (time.monotonic()).
+        self.tiny_inflight = 0
+        self.tiny_at = 0.0
 
 
 
@@ -195,10 +201,13 @@ class Placement:
         (measured with benchmarks/head_scaling.py: the scan was 94% of the head's
         time at 1,024 ranks).
         """
-        rooms: dict = {}                  # shape -> [workers with room, next index]
+        rooms: dict = {}          # (shape, tiny) -> [workers with room, next index]
         most_cpus = self._most_rank_cpus
         arg_nodes = self._arg_nodes
         capacity_ok = scheduler.capacity_ok
+        crowded = self.crowded_nodes
+        is_tiny = self.is_tiny if crowded else None
+        now = time.monotonic() if crowded else 0.0
 
         def pick(task):
             need = task.resources
@@ -211,17 +220,22 @@ class Placement:
             nodes = arg_nodes(task)
             if nodes:
                 return scheduler.pick_worker(workers, need, nodes)
-            entry = rooms.get(task.shape)
+            tiny = is_tiny is not None and is_tiny(task)
+            key = (task.shape, tiny)
+            entry = rooms.get(key)
             if entry is None:
                 room = [w for w in workers if capacity_ok(w, need)]
                 room.sort(key=scheduler.load)
-                entry = rooms[task.shape] = [room, 0]
+                if tiny:
+                    room = scheduler.concentrate(room, workers, crowded, now)
+                entry = rooms[key] = [room, 0]
             room = entry[0]
             while room:
                 i = entry[1] % len(room)
                 w = room[i]
                 if capacity_ok(w, need):
                     entry[1] = i + 1
+                    task.tiny = tiny
                     return w
                 room.pop(i)
                 entry[1] = i
@@ -244,10 +258,17 @@ class Placement:
         """
         spare = [w for w in workers if w.inflight < scheduler.task_cpus(w) + w.blocked
                  and not w.hosting and not w.lending]
+        crowded = self.crowded_nodes
+        now = time.monotonic() if crowded else 0.0
         for idle in spare:
             room = int(scheduler.task_cpus(idle) + idle.blocked - idle.inflight)
             donors = [w for w in workers if not w.steal_pending and w is not idle
                       and w.inflight > scheduler.task_cpus(w) + w.blocked]
+            if idle.node in crowded:
+                # A crowded node's ranks left out of its tiny tasks on purpose
+                # (scheduler.concentrate) take none from its ranks running them.
+                donors = [w for w in donors
+                          if w.node != idle.node or not scheduler.tiny_holder(w, now)]
             if not donors or room <= 0:
                 return
             donor = max(donors, key=lambda w: w.inflight - scheduler.task_cpus(w))
@@ -303,6 +324,9 @@ class Placement:
             # A num_cpus=0 task runs beside the rank's CPUs (worker.py: an extra
             # executor), so it takes no place in the rank's CPU queue.
             w.inflight += 1
+            if task.tiny:
+                w.tiny_inflight += 1
+                w.tiny_at = time.monotonic()
         self.send(w.rank, (m.EXECUTE, self._wire(task.spec, w, task.gpu_ids, task.resources)))
 
     def _unplace(self, task: TaskEntry) -> None:
@@ -319,8 +343,12 @@ class Placement:
         if w is not None:
             if task.resources.get("CPU"):
                 w.inflight -= 1
+                if task.tiny:
+                    w.tiny_inflight -= 1
+                    w.tiny_at = time.monotonic()
             give_back(w, task.resources, task.gpu_ids, task.lenders)
             if not w.refill and scheduler.low_water(w):
                 w.refill = True
         task.gpu_ids = []
         task.lenders = ()
+        task.tiny = False
