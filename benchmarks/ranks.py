@@ -223,8 +223,10 @@ def main() -> None:
     started = time.time()
     load0 = os.getloadavg()[0]
     rows = []
-    for n in (int(x) for x in args.ranks.split(",") if x):
-        for _ in range(args.reps):
+    # Rank counts interleaved as well as systems: the VM's speed drifts over a
+    # run, and "8 ranks no slower than 3" must not be decided by that drift.
+    for _ in range(args.reps):
+        for n in (int(x) for x in args.ranks.split(",") if x):
             for s in systems:
                 r = run_one(s, n, args.tasks, args.timeout, args.base)
                 rows.append(r)
@@ -250,7 +252,7 @@ def main() -> None:
                f"- hpc_ray commit: {commit}\n- python: {platform.python_version()}\n"
                f"- cpus: {os.cpu_count()}; 1-min load average {load0:.2f} at start, "
                f"{os.getloadavg()[0]:.2f} at end\n"
-               f"- {args.stat} of {args.reps} run(s) per cell (systems interleaved); `s`: the timed batch; `wall s`: the "
+               f"- {args.stat} of {args.reps} run(s) per cell (systems and rank counts interleaved); `s`: the timed batch; `wall s`: the "
                f"whole mpiexec; `CPU µs/task in batch`: CPU of the job's processes during the "
                f"timed batch / tasks, by role; `all`: CPU of every process of the run "
                f"(start-up included) / tasks\n- total: {time.time() - started:.0f} s\n\n")
