@@ -250,7 +250,7 @@ def concentrate(room: list, workers: list, crowded: dict, now: float) -> list:
     (``crowded``: node -> cores) runs tiny tasks on as many of its ranks as it
     has cores: a burst spread over every rank keeps all their processes waking
     on the same cores, to no gain, and the head's rank waits behind them
-    (docs/scaling.md: 8 ranks on 2 cores ran bursts 20% slower than 3). Ranks
+    (docs/scaling.md: 8 ranks on 2 cores ran bursts 9-16% slower than 3). Ranks
     already busy with tiny tasks keep their place, the busiest first; free
     places go to the least loaded other ranks. A holder that made no progress
     for ``TINY_LIVE_SECONDS`` gives up its place. Other nodes keep every rank.
@@ -271,7 +271,7 @@ def concentrate(room: list, workers: list, crowded: dict, now: float) -> list:
         cores = crowded.get(w.node)
         if cores is None or w in keep:
             out.append(w)
-        elif not w.tiny_inflight:   # (a stuck holder takes no more behind its stuck task)
+        elif not w.tiny_inflight:   # (a holder left out above, or stuck, takes no more)
             cpus = used.get(w.node, 0) + _cpu(w)
             if cpus <= cores + _EPS:
                 used[w.node] = cpus

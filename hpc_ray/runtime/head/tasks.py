@@ -42,7 +42,7 @@ PENDING, READY, RUNNING, FINISHED, FAILED = (TaskState.PENDING, TaskState.READY,
                                              TaskState.RUNNING, TaskState.FINISHED,
                                              TaskState.FAILED)
 TERMINAL = frozenset((FINISHED, FAILED))
-#: Functions whose tasks' times the head keeps at most (``Tasks.is_tiny``).
+#: Functions whose tasks' times the head keeps at most (``TaskLifecycle.is_tiny``).
 MAX_TIMED_FUNCTIONS = 4096
 
 ALLOWED: dict[TaskState, frozenset] = {
