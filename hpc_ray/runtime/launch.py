@@ -360,16 +360,9 @@ def _my_share_of_node_gpus(cfg: dict, rank: int) -> list[int]:
     return [g for i, g in enumerate(mine) if i % len(peers) == index]
 
 
-def cpu_ids() -> list[int] | None:
-    """The CPUs this process may run on, or None where that cannot be read."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return None
-
-
 def run_worker(comm) -> bool:
     """The whole life of a worker rank; returns True when the driver vanished."""
+    from ..transport.placement import cpu_ids
     from . import interrupts
     from .worker import WorkerLoop
     # Slurm's USR1 warning is for the driver; on a worker its default action kills.

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import os
 
-from .placement import usable_cores
+from .placement import cpu_ids, usable_cores
 
 
 def _cpu_names() -> set[bytes] | None:
     """``/proc/stat``'s names of the CPUs this process may run on (``b"cpu3"``)."""
-    try:
-        return {b"cpu%d" % i for i in os.sched_getaffinity(0)}
-    except (AttributeError, OSError):
-        return None
+    ids = cpu_ids()
+    return None if ids is None else {b"cpu%d" % i for i in ids}
 
 
 class IdleCores:

@@ -53,12 +53,19 @@ def _sched_getcpu():
 current_cpu = _sched_getcpu()
 
 
+def cpu_ids() -> list[int] | None:
+    """The CPUs this process may run on (its affinity mask), or None where that
+    cannot be read."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+
+
 def usable_cores() -> int:
     """How many CPUs this process may run on (its affinity mask where there is one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    ids = cpu_ids()
+    return len(ids) if ids else os.cpu_count() or 1
 
 
 def nudge() -> bool:
