@@ -28,8 +28,9 @@ held and replaced.
 A rank that has hosted an actor keeps one executor started ahead
 (``standby``) for its next actor, as Ray's worker pool does: creating an actor
 then costs no interpreter start-up. The next one starts once the last is up and
-the rank's CPUs have a core to spare (``transport/idle_cores.py``), or after
-STANDBY_MAX_WAIT of busy cores (``HPC_RAY_ACTOR_STANDBY=0``: none).
+the rank's CPUs have a core to spare (``transport/idle_cores.py``); while they
+stay busy it does not start, and an actor created meanwhile starts its own
+executor, as with no standby (``HPC_RAY_ACTOR_STANDBY=0``: none).
 
 Tasks that hold a CPU queue in ``queue`` and run on the rank's CPU executors,
 one per CPU, so at most that many run at once (plus nested ones while an
@@ -93,10 +94,13 @@ WINDOW_WAIT_MAX = 5e-3
 
 #: A standby executor is due (``WorkerLoop._start_standby``): it starts once the
 #: rank's CPUs had STANDBY_SPARE idle cores on average over a look of
-#: STANDBY_LOOK seconds, or STANDBY_MAX_WAIT after it was due whatever the load.
+#: STANDBY_LOOK seconds, and not before, however long that takes. Forced after
+#: 5 s of busy cores, its interpreter start-up (~0.4 s of CPU) took the cores from
+#: the actors that had been busy since: two driver threads calling two actors
+#: on 2 cores ran 35-45% fewer calls a second over the half second it started
+#: in (benchmarks/README.md, "Stop 33").
 STANDBY_LOOK = 0.1
 STANDBY_SPARE = 1.0
-STANDBY_MAX_WAIT = 5.0
 
 #: Most extra executors a rank runs at once for num_cpus=0 tasks. Each is a
 #: Python process (tens of MB); beyond this many, num_cpus=0 tasks wait for one
@@ -422,13 +426,12 @@ class WorkerLoop(ExecutorProcesses):
 
     def _start_standby(self, now: float) -> None:
         """Start the due standby executor if the last STANDBY_LOOK had a core to
-        spare (or it has waited STANDBY_MAX_WAIT)."""
+        spare (or where the rank cannot tell)."""
         if now - self.standby_looked < STANDBY_LOOK:
             return
         self.standby_looked = now
         idle = self.idle_cores.since_last()
-        if (idle is not None and idle < STANDBY_SPARE) and \
-                now - self.standby_due < STANDBY_MAX_WAIT:
+        if idle is not None and idle < STANDBY_SPARE:
             return
         self.standby_due = None
         if not self.stop:   # (due only while there was none: nothing else starts one)

@@ -66,14 +66,15 @@ with section("the next actor runs in the executor started ahead"):
     elif check(len(spare) == 1, spare):
         spare_pid = spare.pop()
         # Every core busy: the next spare is due once ``second`` takes this one,
-        # and waits (up to worker.STANDBY_MAX_WAIT, 5 s) for a core to spare.
+        # and waits for a core to spare (worker.STANDBY_LOOK).
         burners = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(usable_cores())]
         try:
             second = Actor.remote()
             check(ray.get(second.pid.remote(), timeout=60) == spare_pid)
             known.add(spare_pid)
             report("next_actor_in_spare", True)
-            time.sleep(1.0)
+            # Longer than the 5 s after which it used to start whatever the load.
+            time.sleep(6.0)
             report("spare_while_busy", sorted(executor_pids(rank) - known))
         finally:
             for b in burners:
