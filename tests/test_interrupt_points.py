@@ -88,3 +88,24 @@ def test_a_ctrl_c_anywhere_in_a_step_loses_no_result_and_blocks_nothing(run, wha
         .assert_ok(f"interrupt_sweep {what}")
     assert values["points"] > 30
     assert values["interrupted"] == values["points"] - 1
+
+
+def test_the_sweep_interrupts_only_where_the_interpreter_would():
+    """A real SIGINT after the last call in a ``with`` block is raised inside that
+    call, and ``__exit__`` runs; the sweep must not raise it one instruction later
+    (outside the block), which left a lock held that a real Ctrl-C never leaves
+    held: a CI hang of ``interrupt_sweep.py actor`` in ``PeerCaller.head_calls_of``."""
+    lock = threading.Lock()
+
+    def step():
+        with lock:
+            return len([1, 2])
+
+    n = 0
+    while True:
+        n += 1
+        reached, value = run_with_sigint_at(n, step)
+        assert not lock.locked(), f"the SIGINT at point {n} left the lock held"
+        if not reached:
+            break
+    assert value == 2 and n > 2   # (points interrupted, then a run to the end)

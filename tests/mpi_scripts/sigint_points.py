@@ -12,6 +12,14 @@ interpreter would: it raises ``KeyboardInterrupt`` or, inside a ``deferred()``
 section, leaves it pending until the section ends.
 
 Only the calling thread is traced: as with real signals, the other threads run on.
+
+The interpreter raises an exception from the check after a call inside that
+``CALL`` (whose exception handler, a ``with``'s ``__exit__`` say, then runs); a
+trace function can raise it only at the next instruction. Where that
+instruction has another handler (the last call of a ``with`` block: the next
+instruction calls ``__exit__`` and is outside the block), the point is skipped:
+raised there, the exception would skip the ``__exit__`` the interpreter runs,
+and leave a lock held that a real Ctrl-C never leaves held.
 """
 from __future__ import annotations
 
@@ -26,13 +34,28 @@ _JUMP_BACK = {dis.opmap[name] for name in ("JUMP_BACKWARD", "JUMP_ABSOLUTE")
               if name in dis.opmap}
 
 
+_HANDLERS: dict = {}
+
+
+def _handler(code, offset: int):
+    """The exception handler that covers the instruction at ``offset`` (None: none)."""
+    entries = _HANDLERS.get(code)
+    if entries is None:
+        entries = _HANDLERS[code] = [(e.start, e.end, e.target) for e in
+                                     getattr(dis.Bytecode(code), "exception_entries", ())]
+    for start, end, target in entries:
+        if start <= offset < end:
+            return target
+    return None
+
+
 def run_with_sigint_at(n: int, fn):
     """Run ``fn()`` with one SIGINT handled at its n-th signal point.
 
     Returns ``(reached, value)``: whether it ran as far as that point, and
     ``fn``'s value (None when a KeyboardInterrupt ended it)."""
     count = 0
-    last: dict = {}          # frame -> opcode it ran last
+    last: dict = {}          # frame -> (opcode, offset) it ran last
     entered: dict = {}       # frame -> a Python function it called has started
 
     def tracer(frame, event, arg):
@@ -49,11 +72,13 @@ def run_with_sigint_at(n: int, fn):
             return tracer
         if event != "opcode":
             return tracer
-        op = frame.f_code.co_code[frame.f_lasti]
-        prev = last.get(frame, -1)
-        last[frame] = op
+        offset = frame.f_lasti
+        op = frame.f_code.co_code[offset]
+        prev, prev_offset = last.get(frame, (-1, -1))
+        last[frame] = (op, offset)
         here = (prev == -1 or prev in _JUMP_BACK
-                or (prev in _CALLS and not entered.get(frame)))
+                or (prev in _CALLS and not entered.get(frame)
+                    and _handler(frame.f_code, prev_offset) == _handler(frame.f_code, offset)))
         entered[frame] = False
         if here:
             count += 1
