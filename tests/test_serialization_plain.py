@@ -13,9 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from hpc_ray.actors import ActorHandle
+from hpc_ray.remote_function import arg_check
 from hpc_ray.runtime.context import ObjectRef
 from hpc_ray.transport import serialization
-from hpc_ray.transport.serialization import NOT_PLAIN, PLAIN, PLAIN_NUMPY, serialize
+from hpc_ray.transport.serialization import NOT_PLAIN, PLAIN, PLAIN_NUMPY, WITH_REFS, serialize
 
 
 def round_trip(value):
@@ -110,6 +112,47 @@ def test_refs_inside_a_value_are_still_collected():
     s = serialize([np.zeros(3), ref])
     assert s.contained == [12345]
     assert serialize([np.zeros(3), 1]).contained == []
+
+
+def a_handle(actor_id: int, lifetime_id: int) -> ActorHandle:
+    def inc(self, by):
+        return by
+    return ActorHandle(actor_id, "Counter", {"inc": (1, 0)},
+                       {"inc": arg_check(inc, "Counter.inc", drop_first=True)},
+                       ObjectRef(lifetime_id, _owned=False))
+
+
+def test_refs_and_actor_handles_go_by_the_standard_pickler_with_their_refs_collected():
+    """A task that takes an actor handle or a list of refs is pickled without
+    cloudpickle, and the head still learns of every ref inside."""
+    handle = a_handle(0xabc, 777)
+    value = [handle, ObjectRef(12345, _owned=False), 3]
+    assert serialization._plain(value) == PLAIN | WITH_REFS
+    assert serialization._plain((np.zeros(2), handle)) == PLAIN_NUMPY | WITH_REFS
+    s = serialize(value)
+    assert sorted(s.contained) == [777, 12345]
+    back = pickle.loads(s.data)
+    assert back[0] == handle and back[0]._lifetime.id == 777 and back[1].id == 12345
+    assert back[0]._meta == {"inc": (1, 0)}
+    with pytest.raises(TypeError, match="Counter.inc"):
+        back[0].inc.remote()              # its argument checks came with it
+    assert back[0].inc._call_name == "Counter.inc"
+
+
+def test_handles_of_one_class_share_its_part_once_unpickled():
+    first, second = (pickle.loads(serialize(a_handle(i, 100 + i)).data) for i in (1, 2))
+    assert (first._actor_id, second._actor_id) == (1, 2)
+    assert first._meta is second._meta and first._checks is second._checks
+    assert (first._lifetime.id, second._lifetime.id) == (101, 102)
+
+
+def test_a_users_reducer_for_object_refs_still_applies():
+    copyreg.pickle(ObjectRef, lambda ref: (int, (ref.id,)))
+    try:
+        assert serialization._plain([ObjectRef(5, _owned=False)]) == NOT_PLAIN
+        assert round_trip([ObjectRef(5, _owned=False)]) == [5]
+    finally:
+        copyreg.dispatch_table.pop(ObjectRef, None)
 
 
 plain_atoms = st.one_of(

@@ -18,7 +18,7 @@ import collections
 import threading
 from typing import Any, Protocol, runtime_checkable
 
-from ..transport.serialization import note_contained_ref
+from ..transport.serialization import note_contained_ref, register_by_name
 
 _ctx = None
 _local: dict[int, int] = {}
@@ -282,3 +282,6 @@ def _id_from_binary(binary) -> int:
 
 def _rebuild_ref(object_id: int) -> ObjectRef:
     return ObjectRef(object_id, _owned=False)
+
+
+register_by_name(ObjectRef)

@@ -139,20 +139,37 @@ def is_raw(value: Any) -> bool:
 #: than cloudpickle pickles it).
 _PLAIN_ATOMS = frozenset((int, float, bool, type(None), complex, str, bytes))
 PLAIN_ITEMS = 64
-#: ``_plain``'s answers.
+#: ``_plain``'s answers; WITH_REFS is added to PLAIN or PLAIN_NUMPY where the
+#: value holds objects of ``_BY_NAME`` types (their refs must be collected).
 NOT_PLAIN, PLAIN, PLAIN_NUMPY = range(3)
+WITH_REFS = 4
+#: hpc_ray's own types whose ``__reduce__`` names a module-level function
+#: (object refs, actor handles: ``register_by_name``). The standard pickler
+#: writes them as cloudpickle does, without cloudpickle's look-up of that
+#: function in its module each time: a task that takes an actor handle was
+#: submitted in 43 us against 10 us for one that takes an int.
+_BY_NAME: set = set()
+
+
+def register_by_name(t: type) -> None:
+    """Let ``_plain`` take ``t``'s instances: its ``__reduce__`` must return a
+    function importable by its module and name, with plain data or ``_BY_NAME``
+    objects as its arguments."""
+    _BY_NAME.add(t)
 
 
 def _plain(value: Any) -> int:
     """PLAIN if ``value`` is plain data: the atoms above, and lists, tuples and
     dicts (exactly those types) of plain data, PLAIN_ITEMS items in all at most;
     PLAIN_NUMPY if some of it is numpy arrays or scalars without Python objects
-    in them (and no reducer of the user's for their type); NOT_PLAIN otherwise.
+    in them (and no reducer of the user's for their type); plus WITH_REFS if
+    some of it is objects of ``_BY_NAME`` types; NOT_PLAIN otherwise.
     (The pickler writes the atoms and containers itself, whatever copyreg says.)"""
     budget = PLAIN_ITEMS
     todo = [value]
     np = sys.modules.get("numpy")
     found = PLAIN
+    refs = 0
     while todo:
         v = todo.pop()
         t = type(v)
@@ -170,13 +187,17 @@ def _plain(value: Any) -> int:
                 return NOT_PLAIN
             todo.extend(v.keys())
             todo.extend(v.values())
+        elif t in _BY_NAME:
+            if t in copyreg.dispatch_table:
+                return NOT_PLAIN
+            refs = WITH_REFS
         elif np is not None and (t is np.ndarray or isinstance(v, np.generic)) \
                 and t.__module__ == "numpy" and not v.dtype.hasobject \
                 and t not in copyreg.dispatch_table:   # (register_custom_serializer)
             found = PLAIN_NUMPY
         else:
             return NOT_PLAIN
-    return found
+    return found | refs
 
 
 # numpy's own reduce pickles the dtype object (~10 us to write, ~3 us to read);
@@ -242,12 +263,15 @@ def serialize(value: Any) -> Serialized:
     """Pickle ``value`` with out-of-band buffers, collecting contained refs."""
     buffers: list = []
     kind = _plain(value)
-    if kind != NOT_PLAIN:
+    if kind != NOT_PLAIN and not kind & WITH_REFS:
         return Serialized(_dumps_plain(value, kind, buffers.append), buffers, [])
     prev = getattr(_collect, "ids", None)
     _collect.ids = contained = []
     try:
-        data = _cloudpickle_dumps(value, buffer_callback=buffers.append)
+        if kind == NOT_PLAIN:
+            data = _cloudpickle_dumps(value, buffer_callback=buffers.append)
+        else:
+            data = _dumps_plain(value, kind & ~WITH_REFS, buffers.append)
     finally:
         _collect.ids = prev
     return Serialized(data, buffers, contained)
