@@ -112,6 +112,36 @@ def format_table(runs: dict[str, SystemRun], names: list[str]) -> str:
     return text
 
 
+def format_rounds(rounds: list[dict[str, SystemRun]], names: list[str], stat: str) -> str:
+    """Each round's ratios (``--rounds``): hpc_ray against its references, with
+    the figures of one round taken minutes apart at most."""
+    rounds = [with_stat(r, stat) for r in rounds]
+    first = rounds[0]
+    hpcs = [s for s in HPC_SYSTEMS if s in first]
+    refs = [r for r in ("ray", "futures", "pipe") if reference(first, r)]
+    header = ["workload", "ratio"] + [f"round {i + 1}" for i in range(len(rounds))]
+    rows = []
+    for wl in names:
+        for h in hpcs:
+            for ref in refs:
+                cells = []
+                for runs in rounds:
+                    a, b = value(runs, h, wl), value(runs, reference(runs, ref), wl)
+                    cells.append(_fmt_ratio(a / b) if a is not None and b else "-")
+                if any(c != "-" for c in cells):
+                    rows.append([wl, f"{h}/{reference(first, ref)}"] + cells)
+    if not rows:
+        return ""
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+
+    def line(cells) -> str:
+        return "| " + " | ".join(str(c).rjust(w) if i >= 2 else str(c).ljust(w)
+                                 for i, (c, w) in enumerate(zip(cells, widths))) + " |"
+    sep = "|" + "|".join("-" * (w + 1) + ":" if i >= 2 else "-" * (w + 2)
+                         for i, w in enumerate(widths)) + "|"
+    return "\n".join([line(header), sep] + [line(r) for r in rows])
+
+
 def with_stat(runs: dict[str, SystemRun], stat: str) -> dict[str, SystemRun]:
     """A copy of ``runs`` whose figures are recomputed as ``stat`` of the reps."""
     out = copy.deepcopy(runs)

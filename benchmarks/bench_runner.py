@@ -73,6 +73,39 @@ def pick(reps: list[float], foreign: list, stat: str) -> tuple[float, bool]:
     return value, not quiet
 
 
+def merge_rounds(rounds: list[dict[str, SystemRun]]) -> dict[str, SystemRun]:
+    """One SystemRun per system from several rounds of all systems (``--rounds``):
+    every round's reps pooled, the first error or timeout kept, start-up the
+    median, the load from the first round's start to the last round's end."""
+    out: dict[str, SystemRun] = {}
+    for runs in rounds:
+        for name, run in runs.items():
+            have = out.get(name)
+            if have is None:
+                have = out[name] = SystemRun(name, versions=dict(run.versions),
+                                             load=run.load, busy_before=run.busy_before)
+                have.init_s = []
+            if run.init_s is not None:
+                have.init_s.append(run.init_s)
+            have.warnings += run.warnings
+            have.commands += [c for c in run.commands if c not in have.commands]
+            if run.load and have.load:
+                have.load = (have.load[0], run.load[1])
+            for wl, res in run.results.items():
+                got = have.results.get(wl)
+                if got is None:
+                    have.results[wl] = Result(res.status, res.value, res.noisy, list(res.reps),
+                                              list(res.foreign), res.detail)
+                elif got.status == "ok" or res.status == "ok":
+                    if got.status == "ok" and res.status != "ok":
+                        got.status, got.detail = res.status, res.detail
+                    got.reps += res.reps
+                    got.foreign += res.foreign
+    for run in out.values():
+        run.init_s = statistics.median(run.init_s) if run.init_s else None
+    return out
+
+
 def load_runs(data: dict) -> dict[str, SystemRun]:
     """SystemRuns back from ``dataclasses.asdict`` JSON (--json-out)."""
     runs = {}

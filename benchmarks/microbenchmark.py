@@ -589,6 +589,10 @@ def parse_args(argv: list[str]):
     p.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
                    help="before each system, wait up to SECONDS for the CPUs to be idle "
                         "(< 25%% busy over 1 s): other jobs skew a 2-core benchmark")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every system this many times, in turn (hpc_ray, ray, hpc_ray, "
+                        "ray, ...), and pool each system's reps: a slow stretch of the "
+                        "machine then falls on both sides of a ratio (default 1)")
     p.add_argument("--save", action="store_true",
                    help="also write the tables to benchmarks/results/<date>.md (and every "
                         "rep to <date>.json)")
@@ -633,9 +637,11 @@ def main(argv: list[str] | None = None) -> int:
     if opts.system:
         return child_main(opts.system, names, opts.json, opts.timeout)
 
-    from bench_report import format_load, format_problems, format_table, save, with_stat
-    from bench_runner import load_runs, run_system, wait_idle
+    from bench_report import (format_load, format_problems, format_rounds, format_table, save,
+                              with_stat)
+    from bench_runner import load_runs, merge_rounds, run_system, wait_idle
     t0 = time.monotonic()
+    per_round = ""
     if opts.from_json:  # report an earlier run again (e.g. with --stat median)
         with open(opts.from_json) as f:
             saved = json.load(f)
@@ -645,21 +651,34 @@ def main(argv: list[str] | None = None) -> int:
         runs = with_stat(runs, opts.stat)
         names = [n for n in names if any(n in r.results for r in runs.values())]
     else:
-        runs = {}
-        for s in _systems(opts):  # one after the other: never two benchmarks at once
-            busy = wait_idle(opts.wait_idle, s)
-            runs[s] = run_system(SCRIPT, s, names, opts, cwd=REPO)
-            runs[s].busy_before = busy
+        rounds = []
+        for _ in range(max(1, opts.rounds)):
+            runs = {}
+            for s in _systems(opts):  # one after the other: never two benchmarks at once
+                busy = wait_idle(opts.wait_idle, s)
+                runs[s] = run_system(SCRIPT, s, names, opts, cwd=REPO)
+                runs[s].busy_before = busy
+            rounds.append(runs)
+        if len(rounds) > 1:
+            per_round = format_rounds(rounds, names, opts.stat)
+            runs = with_stat(merge_rounds(rounds), opts.stat)
         spent = time.monotonic() - t0
-    header = (f"2 workers per system; each figure is the {opts.stat} of {opts.reps} rep(s) "
-              f"of >= {opts.duration:g} s after {opts.warmup:g} s of warm-up; higher is "
-              f"better (startup: lower). {format_load(runs)}. Total {spent:.0f} s.")
+    reps = opts.reps * max(1, opts.rounds) if not opts.from_json else opts.reps
+    header = (f"2 workers per system; each figure is the {opts.stat} of {reps} rep(s) "
+              f"of >= {opts.duration:g} s after {opts.warmup:g} s of warm-up"
+              + (f" ({opts.rounds} rounds of the systems in turn, {opts.reps} reps each)"
+                 if opts.rounds > 1 and not opts.from_json else "")
+              + f"; higher is better (startup: lower). {format_load(runs)}. "
+              f"Total {spent:.0f} s.")
     table = format_table(runs, names)
+    if per_round:
+        table += (f"\n\nEach round's ratios ({opts.stat} of its {opts.reps} reps):\n\n"
+                  + per_round)
     print("\n" + header + "\n\n" + table)
     problems = format_problems(runs)
     if problems:
         print("\n## Errors and warnings\n\n" + problems)
-    data = {"settings": {k: getattr(opts, k) for k in ("duration", "reps", "warmup")},
+    data = {"settings": {"duration": opts.duration, "reps": reps, "warmup": opts.warmup},
             "seconds": spent, "runs": {s: dataclasses.asdict(r) for s, r in runs.items()}}
     outs = [opts.json_out] if opts.json_out else []
     if opts.save:

@@ -191,3 +191,35 @@ def test_rank0_waits_splits_cpu_and_run_queue_waits_by_role(mpiexec):
     assert re.search(r"rank 0's threads [\d.]+ / [\d.]+, [\d.]+ / [\d.]+ us", line), line
     assert re.search(r"ranks [\d.]+ / [\d.]+ us, [\d.]+ times scheduled", line), line
     assert re.search(r"executors [\d.]+ / [\d.]+ us", line), line
+
+
+def test_rounds_pool_reps_and_show_each_rounds_ratio(monkeypatch):
+    """--rounds: each system's reps of every round count in its figure, and the
+    report shows each round's ratio (made-up figures: no runtime is started)."""
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    from bench_report import format_rounds, with_stat
+    from bench_runner import Result, SystemRun, merge_rounds
+
+    def rnd(hpc_reps, ray_reps, init):
+        return {"hpc_ray": SystemRun("hpc_ray", results={
+                    "actor_sync": Result("ok", max(hpc_reps), reps=hpc_reps,
+                                         foreign=[0.0] * len(hpc_reps))}, init_s=init),
+                "ray": SystemRun("ray", results={
+                    "actor_sync": Result("ok", max(ray_reps), reps=ray_reps,
+                                         foreign=[0.0] * len(ray_reps))}, init_s=init * 5)}
+
+    rounds = [rnd([30.0, 20.0], [2.0, 2.0], 0.5), rnd([10.0, 12.0], [1.0, 1.0], 0.7),
+              rnd([25.0, 26.0], [2.5, 2.5], 0.6)]
+    merged = with_stat(merge_rounds(rounds), "median")
+    res = merged["hpc_ray"].results["actor_sync"]
+    assert res.reps == [30.0, 20.0, 10.0, 12.0, 25.0, 26.0] and res.value == 22.5
+    assert merged["ray"].results["actor_sync"].value == 2.0
+    assert merged["hpc_ray"].init_s == 0.6
+    row = next(ln for ln in format_rounds(rounds, ["actor_sync"], "median").splitlines()
+               if ln.startswith("| actor_sync"))
+    assert [c.strip() for c in row.strip("|").split("|")] == \
+        ["actor_sync", "hpc_ray/ray", "12.5x", "11.0x", "10.2x"]
+    # A round that failed keeps its error in the pooled figure.
+    bad = rnd([1.0], [1.0], 0.5)
+    bad["hpc_ray"].results["actor_sync"] = Result("timeout", detail="hung")
+    assert merge_rounds(rounds + [bad])["hpc_ray"].results["actor_sync"].status == "timeout"
