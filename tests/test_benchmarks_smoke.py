@@ -121,6 +121,20 @@ def test_wakeups_prints_every_placement():
     assert all(ln.rstrip().endswith("round trips/s") for ln in res.stdout.splitlines()), res.stdout
 
 
+def test_handle_args_prints_every_step():
+    cmd = [sys.executable, str(BENCH_DIR / "handle_args.py"), "--trips", "20"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT,
+                         cwd=str(BENCH_DIR.parent))
+    assert res.returncode == 0, res.stderr
+    rows = {ln.split("|")[1].strip(): float(ln.split("|")[2])
+            for ln in res.stdout.splitlines() if ln.startswith("| ") and "---" not in ln
+            and not ln.startswith("| step")}
+    assert list(rows) == ["serialize((1,))", "serialize((handle,))", "unpickle (handle,)",
+                          "task taking an int", "task taking a handle",
+                          "task making one call", "two tasks making one call each"], res.stdout
+    assert all(v > 0 for v in rows.values()), res.stdout
+
+
 def test_idle_reports_cpu_and_latency_of_an_idle_job():
     cmd = [sys.executable, str(BENCH_DIR / "idle.py"), "--systems", "hpc_ray", "--quick"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT)
