@@ -78,15 +78,15 @@ def merge_rounds(rounds: list[dict[str, SystemRun]]) -> dict[str, SystemRun]:
     every round's reps pooled, the first error or timeout kept, start-up the
     median, the load from the first round's start to the last round's end."""
     out: dict[str, SystemRun] = {}
+    starts: dict[str, list[float]] = {}
     for runs in rounds:
         for name, run in runs.items():
             have = out.get(name)
             if have is None:
                 have = out[name] = SystemRun(name, versions=dict(run.versions),
                                              load=run.load, busy_before=run.busy_before)
-                have.init_s = []
             if run.init_s is not None:
-                have.init_s.append(run.init_s)
+                starts.setdefault(name, []).append(run.init_s)
             have.warnings += run.warnings
             have.commands += [c for c in run.commands if c not in have.commands]
             if run.load and have.load:
@@ -101,8 +101,8 @@ def merge_rounds(rounds: list[dict[str, SystemRun]]) -> dict[str, SystemRun]:
                         got.status, got.detail = res.status, res.detail
                     got.reps += res.reps
                     got.foreign += res.foreign
-    for run in out.values():
-        run.init_s = statistics.median(run.init_s) if run.init_s else None
+    for name, run in out.items():
+        run.init_s = statistics.median(starts[name]) if name in starts else None
     return out
 
 

@@ -284,10 +284,10 @@ class ActorHandle:
 
     def __reduce__(self):
         # The class's part (name, method table, argument checks) goes as bytes
-        # pickled once: a task that takes a handle is submitted ~2x faster than
-        # with that part pickled object by object each time, and each process
-        # rebuilds it once per class (``_CLASS_PARTS``). The lifetime ref stays
-        # an object of the pickle, so the head learns of it as of any nested ref.
+        # pickled once per handle, and a process unpickles it once per class
+        # (``_CLASS_PARTS``): the checks' signatures are not rebuilt for every
+        # task that takes the handle. The lifetime ref stays an object of the
+        # pickle, so the head learns of it as of any nested ref.
         blob = self._class_blob
         if blob is None:
             parts = (self._class_name, self._meta, self._checks)
