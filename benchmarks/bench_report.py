@@ -75,6 +75,19 @@ def verdicts(runs: dict[str, SystemRun], hpc: str, wl: str) -> list[str]:
     return out
 
 
+def _markdown(header: list, rows: list, numeric: range) -> str:
+    """A Markdown table with aligned columns, those in ``numeric`` to the right."""
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+
+    def line(cells) -> str:
+        return "| " + " | ".join(
+            str(c).rjust(w) if i in numeric else str(c).ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths))) + " |"
+    sep = "|" + "|".join("-" * (w + 1) + ":" if i in numeric else "-" * (w + 2)
+                         for i, w in enumerate(widths)) + "|"
+    return "\n".join([line(header), sep] + [line(r) for r in rows])
+
+
 def format_table(runs: dict[str, SystemRun], names: list[str]) -> str:
     systems = [s for s in SYSTEMS if s in runs]
     hpcs = [s for s in HPC_SYSTEMS if s in runs]
@@ -96,16 +109,7 @@ def format_table(runs: dict[str, SystemRun], names: list[str]) -> str:
         row.append(", ".join(f">= {k:g}x {r}" for r, k in TARGETS.get(wl, [])))
         row += [", ".join(verdicts(runs, h, wl)) for h in hpcs]
         rows.append(row)
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    numeric = range(2, 2 + len(systems) + len(ratio_cols))
-
-    def line(cells) -> str:
-        return "| " + " | ".join(
-            str(c).rjust(w) if i in numeric else str(c).ljust(w)
-            for i, (c, w) in enumerate(zip(cells, widths))) + " |"
-    sep = "|" + "|".join("-" * (w + 1) + ":" if i in numeric else "-" * (w + 2)
-                         for i, w in enumerate(widths)) + "|"
-    text = "\n".join([line(header), sep] + [line(r) for r in rows])
+    text = _markdown(header, rows, range(2, 2 + len(systems) + len(ratio_cols)))
     if any(res.noisy for run in runs.values() for res in run.results.values()):
         text += ("\n\n`*`: other jobs kept more than 10% of the CPUs busy during every rep "
                  "of this figure (or of one it is compared with): treat it as a lower bound.")
@@ -130,16 +134,7 @@ def format_rounds(rounds: list[dict[str, SystemRun]], names: list[str], stat: st
                     cells.append(_fmt_ratio(a / b) if a is not None and b else "-")
                 if any(c != "-" for c in cells):
                     rows.append([wl, f"{h}/{reference(first, ref)}"] + cells)
-    if not rows:
-        return ""
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-
-    def line(cells) -> str:
-        return "| " + " | ".join(str(c).rjust(w) if i >= 2 else str(c).ljust(w)
-                                 for i, (c, w) in enumerate(zip(cells, widths))) + " |"
-    sep = "|" + "|".join("-" * (w + 1) + ":" if i >= 2 else "-" * (w + 2)
-                         for i, w in enumerate(widths)) + "|"
-    return "\n".join([line(header), sep] + [line(r) for r in rows])
+    return _markdown(header, rows, range(2, len(header))) if rows else ""
 
 
 def with_stat(runs: dict[str, SystemRun], stat: str) -> dict[str, SystemRun]:

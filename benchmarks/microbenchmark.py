@@ -604,6 +604,8 @@ def parse_args(argv: list[str]):
                    help="child mode: JSON lines instead of a table")
     p.add_argument("--list", action="store_true", help="list the workloads and exit")
     opts = p.parse_args(argv)
+    if opts.rounds < 1:
+        p.error("--rounds must be 1 or more")
     if opts.duration is None:
         opts.duration = 0.2 if opts.quick else 0.5
     if opts.reps is None:
@@ -652,7 +654,7 @@ def main(argv: list[str] | None = None) -> int:
         names = [n for n in names if any(n in r.results for r in runs.values())]
     else:
         rounds = []
-        for _ in range(max(1, opts.rounds)):
+        for _ in range(opts.rounds):
             runs = {}
             for s in _systems(opts):  # one after the other: never two benchmarks at once
                 busy = wait_idle(opts.wait_idle, s)
@@ -663,7 +665,7 @@ def main(argv: list[str] | None = None) -> int:
             per_round = format_rounds(rounds, names, opts.stat)
             runs = with_stat(merge_rounds(rounds), opts.stat)
         spent = time.monotonic() - t0
-    reps = opts.reps * max(1, opts.rounds) if not opts.from_json else opts.reps
+    reps = opts.reps if opts.from_json else opts.reps * opts.rounds
     header = (f"2 workers per system; each figure is the {opts.stat} of {reps} rep(s) "
               f"of >= {opts.duration:g} s after {opts.warmup:g} s of warm-up"
               + (f" ({opts.rounds} rounds of the systems in turn, {opts.reps} reps each)"

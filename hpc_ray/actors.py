@@ -290,9 +290,8 @@ class ActorHandle:
         # pickle, so the head learns of it as of any nested ref.
         blob = self._class_blob
         if blob is None:
-            parts = (self._class_name, self._meta, self._checks)
-            blob = self._class_blob = pickle.dumps(parts, pickle.HIGHEST_PROTOCOL)
-            _class_parts(blob, parts)
+            blob = self._class_blob = pickle.dumps(
+                (self._class_name, self._meta, self._checks), pickle.HIGHEST_PROTOCOL)
         return (_rebuild_handle, (self._actor_id, blob, self._lifetime))
 
     def __repr__(self) -> str:
@@ -312,20 +311,13 @@ _CLASS_PARTS: dict[bytes, tuple] = {}
 MAX_CLASS_PARTS = 256
 
 
-def _class_parts(blob: bytes, parts: tuple | None = None) -> tuple:
-    """The class part pickled as ``blob``: the one this process has, else
-    ``parts`` or ``blob`` unpickled, kept from now on."""
-    known = _CLASS_PARTS.get(blob)
-    if known is not None:
-        return known
-    if len(_CLASS_PARTS) >= MAX_CLASS_PARTS:
-        _CLASS_PARTS.clear()
-    known = _CLASS_PARTS[blob] = parts if parts is not None else pickle.loads(blob)
-    return known
-
-
 def _rebuild_handle(actor_id: int, blob: bytes, lifetime) -> ActorHandle:
-    handle = ActorHandle(actor_id, *_class_parts(blob), lifetime)
+    parts = _CLASS_PARTS.get(blob)
+    if parts is None:
+        if len(_CLASS_PARTS) >= MAX_CLASS_PARTS:
+            _CLASS_PARTS.clear()
+        parts = _CLASS_PARTS[blob] = pickle.loads(blob)
+    handle = ActorHandle(actor_id, *parts, lifetime)
     handle._class_blob = blob
     return handle
 

@@ -251,9 +251,9 @@ class WorkerLoop(ExecutorProcesses):
         #: interpreter start-up (~0.5 s here), as in Ray's worker pool.
         self.standby: list[ExecutorProc] = []
         self.actor_standby = bool(cfg.get("actor_standby", True))
-        #: When the next standby became due (None: none is due), when the rank
-        #: last looked at its idle cores for it, and what reads them.
-        self.standby_due: float | None = None
+        #: Whether the next standby is due, when the rank last looked at its
+        #: idle cores for it, and what reads them.
+        self.standby_due = False
         self.standby_looked = 0.0
         self.idle_cores: IdleCores | None = None
         #: CPUs the actors in ``actors`` hold: CPU tasks run on the rest.
@@ -418,8 +418,9 @@ class WorkerLoop(ExecutorProcesses):
         beside it, the two interpreters' start-ups would share the cores. The
         loop starts it when the cores have time to spare (``_start_standby``)."""
         if self.actor_standby and not self.standby and not self.stop \
-                and self.standby_due is None:
-            self.standby_due = self.standby_looked = time.monotonic()
+                and not self.standby_due:
+            self.standby_due = True
+            self.standby_looked = time.monotonic()
             if self.idle_cores is None:
                 self.idle_cores = IdleCores()
             self.idle_cores.since_last()   # the first look: where the next one counts from
@@ -433,7 +434,7 @@ class WorkerLoop(ExecutorProcesses):
         idle = self.idle_cores.since_last()
         if idle is not None and idle < STANDBY_SPARE:
             return
-        self.standby_due = None
+        self.standby_due = False
         if not self.stop:   # (due only while there was none: nothing else starts one)
             self.standby.append(self.spawn())
 
@@ -713,7 +714,7 @@ class WorkerLoop(ExecutorProcesses):
                 active = True
             timeout = 0.0 if active else backoff.next_timeout(not self.cpus_all_running(),
                                                               not self.fetcher.moving())
-            if self.standby_due is not None:
+            if self.standby_due:
                 self._start_standby(time.monotonic())
                 if timeout > STANDBY_LOOK:
                     timeout = STANDBY_LOOK

@@ -260,10 +260,10 @@ class TaskLifecycle:
     def _finish(self, task: TaskEntry, t0: float, t1: float, pid: int) -> None:
         task.t_start, task.t_end, task.pid = t0, t1, pid
         self.avg_task_seconds = 0.9 * self.avg_task_seconds + 0.1 * (t1 - t0)
-        if self.crowded_nodes and task.spec[m.T_ACTOR] is None:
+        actor_id = task.spec[m.T_ACTOR]
+        if self.crowded_nodes and actor_id is None:
             self._time_function(task.spec[m.T_FN], t1 - t0)
         self._unplace(task)
-        actor_id = task.spec[m.T_ACTOR]
         if actor_id is not None:
             actor = self.actors.get(actor_id)
             if actor is not None:
