@@ -17,6 +17,7 @@ __all__ = [
     "ObjectStoreFullError",
     "InfeasibleTaskError",
     "WorkerCrashedError",
+    "HeadError",
     "RayWorkerError",
     "ActorDiedError",
     "RayActorError",
@@ -191,6 +192,11 @@ class ActorDiedError(RayError):
 
 
 RayActorError = ActorDiedError
+
+
+class HeadError(RayError):
+    """The head (rank 0) hit a bug handling a message: what it concerned fails with
+    this, and the job goes on."""
 
 
 class UnreconstructableError(RayError):

@@ -164,7 +164,7 @@ class HeadLoop(threading.Thread):
         return {
             m.TASK_DONE: lambda src, msg: head.task_done(src, *msg[1:]),
             m.TASK_FAILED: lambda src, msg: head.task_failed(src, *msg[1:]),
-            m.WORKER_CRASHED: lambda src, msg: head.worker_crashed(src, *msg[1:]),
+            m.PROCESS_ENDED: lambda src, msg: head.process_ended(src, *msg[1:]),
             m.SUBMIT: lambda src, msg: head.submit(msg[1]),
             m.PUT: self._on_put,
             m.GET: lambda src, msg: head.remote_get(src, msg[1], msg[2]),
@@ -173,7 +173,7 @@ class HeadLoop(threading.Thread):
             m.ALLOC: self._on_alloc,
             m.HOLD: lambda src, msg: head.hold(msg[1]),
             m.RELEASE: lambda src, msg: head.release(msg[1]),
-            m.BLOCKED: self._on_blocked,
+            m.BLOCKED: lambda src, msg: head.blocked(src, msg[1]),
             m.ADD_LOCATION: lambda src, msg: head.add_location(msg[1], msg[2]),
             m.ACTOR_READY: lambda src, msg: head.actor_ready(msg[1], msg[2]),
             m.ACTOR_DIED: lambda src, msg: head.actor_died(msg[1], msg[2], msg[3]),
@@ -203,11 +203,6 @@ class HeadLoop(threading.Thread):
     def _on_stopped(self, src: int, msg: tuple) -> None:
         self.stopped.add(src)
         self.head.worker_stopped(src)
-
-    def _on_blocked(self, src: int, msg: tuple) -> None:
-        w = self.head.workers.get(src)
-        if w is not None:
-            w.blocked += msg[1]
 
     def _on_control(self, src: int, msg: tuple) -> None:
         from . import control
@@ -240,6 +235,14 @@ class HeadLoop(threading.Thread):
             sys.stderr.write(f"### hpc_ray head (rank 0) failed:\n{tb}")
         with self.head.lock:
             self.head.mark_broken("the head failed:\n" + tb)
+
+    def handler_failed(self, src: int, msg: tuple) -> None:
+        """One message's handler raised (a bug in the head): log it, fail what the
+        message concerns, and go on with the job (``Head.handler_failed``)."""
+        tb = traceback.format_exc()
+        logger.error("hpc_ray head (rank 0): handling a message from rank %d failed; "
+                     "the job goes on without it:\n%s", src, tb)
+        self.head.handler_failed(src, msg, tb)
 
     def poll_from_driver(self) -> bool:
         """poll_once() for the driver thread: a head bug becomes a RayError, not a hang."""
@@ -277,8 +280,12 @@ class HeadLoop(threading.Thread):
                 handlers = self._handlers
                 for src, msgs in batches:
                     for msg in msgs:
-                        handlers[msg[0]](src, msg)
-                head.schedule()
+                        try:
+                            handlers[msg[0]](src, msg)
+                        except Exception:
+                            self.handler_failed(src, msg)
+                if not head.closing:    # (a head that failed in schedule() can still stop)
+                    head.schedule()
                 if self.driver_sleepers:
                     head.cond.notify_all()
                     self.woke_sleeper = True
@@ -895,7 +902,10 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
                 deadline = time.monotonic() + 5
                 while (self.head.outbox or self.loop.sender.pending) and \
                         time.monotonic() < deadline:
-                    self.loop.poll_once()
+                    try:
+                        self.loop.poll_once()
+                    except Exception:   # (the head's bug again: SHUTDOWN may still go)
+                        logger.debug("poll during shutdown failed", exc_info=True)
                     time.sleep(1e-3)
             finally:
                 self.loop.progress.release()

@@ -27,6 +27,11 @@ from ..transport.serialization import SHM, loads
 _LAUNCHER_ENV_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPIR_", "MPICH_INTERFACE",
                           "PALS_", "I_MPI_HYDRA")
 
+#: Requests whose replies the rank must look at before passing them on
+#: (``WorkerLoop.requests``): a GET's may hold fetch plans, an ALLOC's a block.
+_GET = 1
+_ALLOC = 2
+
 #: Bytes read from an executor's stdout/stderr at once; a line longer than this
 #: is passed on in pieces (a partial line is otherwise held until its newline).
 OUTPUT_CHUNK = 1 << 16
@@ -39,7 +44,7 @@ class ExecutorProc:
 
     __slots__ = ("proc", "conn", "serial", "known_fns", "assigned", "blocked", "actor_id",
                  "calls", "retiring", "ready", "pid", "fd", "outbuf", "inbuf", "holds",
-                 "unsealed", "pipes", "extra", "idle_since", "cpus", "lending", "spare")
+                 "unsealed", "pipes", "extra", "idle_since", "cpus", "lending", "spare", "gone")
 
     def __init__(self, proc: subprocess.Popen, conn: Connection, serial: int,
                  actor_id: int | None) -> None:
@@ -75,6 +80,8 @@ class ExecutorProc:
         #: not sealed in a PUT or a result yet: given back if it dies.
         self.holds: dict[int, int] = {}
         self.unsealed: dict[int, int] = {}
+        #: Reclaimed: the head was told it ended; replies still due to it are dropped.
+        self.gone = False
         #: Its stdout/stderr pipes (log_to_driver): fd -> [is stderr, partial line, file].
         self.pipes: dict[int, list] = {}
         for f, is_err in ((proc.stdout, False), (proc.stderr, True)):
@@ -221,20 +228,33 @@ class ExecutorProcesses:
             if rec[0] == SHM and rec[1] == self.node:
                 ex.unsealed.pop(rec[2], None)
 
-    def _reclaim(self, ex: ExecutorProc) -> None:
-        """``ex`` is gone: give back every hold it had and every block it never sealed.
+    def _reclaim(self, ex: ExecutorProc, exitcode: int | None = None, lost=(),
+                 actor_id: int | None = None) -> None:
+        """``ex`` is gone: tell the head in one PROCESS_ENDED everything it had started
+        there, so that the head ends it all in one transition (``Head.process_ended``):
+        its holds, the store blocks it never sealed, its pending gets, waits and
+        calls, the CPUs it lent, and, when it crashed (``exitcode`` not None), the
+        tasks ``lost`` with it and its actor.
 
         Called once every message it sent has been read (EOF on its socket, or
-        what was left read after it exited), so the counts are exact.
+        what was left read after it exited), so the counts are exact. Its ALLOC
+        requests stay in ``requests``: the head answers every ALLOC, and
+        ``_on_reply`` gives back a block that arrives for a gone process.
         """
-        if ex.holds:
-            ids = [oid for oid, n in ex.holds.items() for _ in range(n)]
-            ex.holds = {}
-            self.out.append((m.RELEASE, ids))
-        if ex.unsealed:
-            blocks = list(ex.unsealed.items())
-            ex.unsealed = {}
-            self.out.append((m.FREE_BLOCKS, blocks))
+        ex.gone = True
+        holds = [oid for oid, n in ex.holds.items() for _ in range(n)]
+        ex.holds = {}
+        blocks = list(ex.unsealed.items())
+        ex.unsealed = {}
+        reqs = [rreq for rreq, entry in self.requests.items()
+                if entry[0] is ex and entry[2] != _ALLOC]
+        for rreq in reqs:
+            del self.requests[rreq]
+            self.requests_ids.pop(rreq, None)
+        lent = ex.blocked + thread_lent(ex) if lends_cpu(ex) else 0
+        ex.blocked = ex.lending = 0
+        self.out.append((m.PROCESS_ENDED, ex.pid, holds, blocks, reqs, lent, list(lost),
+                         exitcode, actor_id))
         if ex in self.group_owners.values():
             from . import collective_ops as collective
             collective.rank_abandon_groups(self, ex)
@@ -302,9 +322,9 @@ class ExecutorProcesses:
     def on_executor_died(self, ex: ExecutorProc) -> None:
         code = self._reap(ex)
         self.send_logs()  # its last lines (a traceback, a fault) before the crash report
-        self._reclaim(ex)
         if ex in self.standby:      # it never ran anything: nothing to report
             self.standby.remove(ex)
+            self._reclaim(ex)
             return
         # The first task it held was running; tasks sent while it was blocked in
         # get() may have been running nested. The rest never started: run them again.
@@ -314,16 +334,14 @@ class ExecutorProcesses:
                 lost.append(tid)
             else:
                 requeue.append(spec)
-        if lends_cpu(ex) and (ex.blocked or thread_lent(ex)):
-            self.out.append((m.BLOCKED, -ex.blocked - thread_lent(ex)))
         if ex.actor_id is not None and self.actors.get(ex.actor_id) is ex:
             self._forget_actor(ex.actor_id)
-            self.out.append((m.WORKER_CRASHED, lost + [spec[m.T_ID] for spec in requeue],
-                             code, ex.pid, ex.actor_id))
+            self._reclaim(ex, code, lost + [spec[m.T_ID] for spec in requeue], ex.actor_id)
             return
-        if ex.actor_id is not None:
+        if ex.actor_id is not None:     # its actor was killed or ended: no crash
+            self._reclaim(ex)
             return
-        self.out.append((m.WORKER_CRASHED, lost, code, ex.pid, None))
+        self._reclaim(ex, code, lost)
         (self.zero_cpu_queue if ex.extra else self.queue).extendleft(reversed(requeue))
         if ex in self.executors:
             self.executors.remove(ex)

@@ -61,7 +61,8 @@ from ..transport.comm import (Backoff, Doorbell, Fetcher, Sender, control_waitin
 from ..transport.idle_cores import IdleCores
 from ..transport.placement import usable_cores
 from ..transport.serialization import loads
-from .executor_procs import ExecutorProc, ExecutorProcesses, lends_cpu, thread_lent
+from .executor_procs import (_ALLOC, _GET, ExecutorProc, ExecutorProcesses, lends_cpu,
+                             thread_lent)
 
 logger = logging.getLogger(__name__)
 
@@ -216,11 +217,6 @@ class FunctionTimes:
         if len(seconds) >= MAX_TIMED_FUNCTIONS:
             seconds.clear()
         seconds[fn] = total / n
-
-
-#: Requests whose replies the rank must look at before passing them on.
-_GET = 1
-_ALLOC = 2
 
 
 class WorkerLoop(ExecutorProcesses):
@@ -468,13 +464,19 @@ class WorkerLoop(ExecutorProcesses):
     def _on_reply(self, msg: tuple) -> None:
         entry = self.requests.pop(msg[1], None)
         if entry is None:
+            self._orphan_reply(msg[2])
             return
         ex, req, kind = entry
         payload = msg[2]
         if kind == _ALLOC:
             size = self.requests_ids.pop(msg[1], 0)
             if payload[1] is not None:
-                ex.unsealed[payload[1]] = size
+                if ex.gone:     # it died before the block arrived: give it back
+                    self.out.append((m.FREE_BLOCKS, [(payload[1], size)]))
+                else:
+                    ex.unsealed[payload[1]] = size
+            if ex.gone:
+                return
         elif kind == _GET and any(r[0] == m.FETCH_PLAN for r in payload):
             payload = list(payload)
             todo = [i for i, r in enumerate(payload) if r[0] == m.FETCH_PLAN]
@@ -496,6 +498,17 @@ class WorkerLoop(ExecutorProcesses):
             return
         self.requests_ids.pop(msg[1], None)
         ex.send([(m.REPLY, req, payload)])
+
+    def _orphan_reply(self, payload) -> None:
+        """The answer to a get or wait of a process that died after the head had
+        answered it (``_reclaim`` forgot the request). A get's answer may hold
+        fetch plans, each with room reserved in this node's store for a copy:
+        give that room back."""
+        if isinstance(payload, list):
+            blocks = [(r[3][2], r[3][3]) for r in payload
+                      if isinstance(r, tuple) and r and r[0] == m.FETCH_PLAN]
+            if blocks:
+                self.out.append((m.FREE_BLOCKS, blocks))
 
     # --- messages from executors -----------------------------------------------
 

@@ -48,7 +48,7 @@ class Msg(enum.IntEnum):
     THROTTLE = 9
     TASK_DONE = 10
     TASK_FAILED = 11
-    WORKER_CRASHED = 12
+    PROCESS_ENDED = 12
     SUBMIT = 13
     PUT = 14
     GET = 15
@@ -93,10 +93,10 @@ IN_RANK = -7
 EXECUTE, REPLY, CREATE_ACTOR, KILL_ACTOR, RUN_FUNCTION, SHUTDOWN = (
     Msg.EXECUTE.value, Msg.REPLY.value, Msg.CREATE_ACTOR.value, Msg.KILL_ACTOR.value,
     Msg.RUN_FUNCTION.value, Msg.SHUTDOWN.value)
-TASK_DONE, TASK_FAILED, WORKER_CRASHED, SUBMIT, PUT, GET, WAIT, WAIT_NOW, ALLOC, \
+TASK_DONE, TASK_FAILED, PROCESS_ENDED, SUBMIT, PUT, GET, WAIT, WAIT_NOW, ALLOC, \
     HOLD, RELEASE, BLOCKED, ADD_LOCATION, ACTOR_READY, ACTOR_DIED, CONTROL_CALL, \
     PROFILE = (k.value for k in (
-        Msg.TASK_DONE, Msg.TASK_FAILED, Msg.WORKER_CRASHED, Msg.SUBMIT, Msg.PUT,
+        Msg.TASK_DONE, Msg.TASK_FAILED, Msg.PROCESS_ENDED, Msg.SUBMIT, Msg.PUT,
         Msg.GET, Msg.WAIT, Msg.WAIT_NOW, Msg.ALLOC, Msg.HOLD, Msg.RELEASE,
         Msg.BLOCKED, Msg.ADD_LOCATION, Msg.ACTOR_READY, Msg.ACTOR_DIED,
         Msg.CONTROL_CALL, Msg.PROFILE))
@@ -215,14 +215,19 @@ class TaskFailed(NamedTuple):
     pid: int
 
 
-class WorkerCrashed(NamedTuple):
-    """An executor died with these tasks. Rank (``WorkerLoop.on_executor_died``) ->
-    ``Head.worker_crashed``."""
+class ProcessEnded(NamedTuple):
+    """An executor process is gone, crashed or not: everything it had started at the
+    head, ended there in one transition. Rank (``WorkerLoop._reclaim``) ->
+    ``Head.process_ended``."""
     kind: int
-    task_ids: list
-    exitcode: int
     pid: int
-    actor_id: Any
+    holds: list            #: object ids it held (one entry per hold)
+    blocks: list           #: store blocks it was given and never sealed: [(offset, size)]
+    requests: list         #: its gets, waits and calls still unanswered (rank req ids)
+    lent: int              #: CPUs it had lent while waiting in get()
+    task_ids: list         #: tasks lost with it (crashed only)
+    exitcode: Any          #: its exit status if it crashed; None if it ended cleanly
+    actor_id: Any          #: its actor, if it crashed hosting one
 
 
 class Submit(NamedTuple):
@@ -285,7 +290,7 @@ class Release(NamedTuple):
 
 
 class Blocked(NamedTuple):
-    """Executors blocked in get (+1/-1). Executor or rank -> ``HeadLoop._on_blocked``."""
+    """Executors blocked in get (+1/-1). Executor or rank -> ``Head.blocked``."""
     kind: int
     delta: int
 
@@ -439,7 +444,7 @@ SCHEMA: dict[int, type] = {
     EXECUTE: Execute, REPLY: Reply, CREATE_ACTOR: CreateActor, KILL_ACTOR: KillActor,
     RUN_FUNCTION: RunFunction, SHUTDOWN: Shutdown, GROUP_CREATE: GroupCreate, STEAL: Steal,
     THROTTLE: Throttle,
-    TASK_DONE: TaskDone, TASK_FAILED: TaskFailed, WORKER_CRASHED: WorkerCrashed,
+    TASK_DONE: TaskDone, TASK_FAILED: TaskFailed, PROCESS_ENDED: ProcessEnded,
     SUBMIT: Submit, PUT: Put, GET: Get, WAIT: Wait, WAIT_NOW: WaitNow, ALLOC: Alloc,
     HOLD: Hold, RELEASE: Release, BLOCKED: Blocked, ADD_LOCATION: AddLocation,
     ACTOR_READY: ActorReady, ACTOR_DIED: ActorDied, CONTROL_CALL: ControlCall,
@@ -450,7 +455,7 @@ SCHEMA: dict[int, type] = {
 }
 
 #: Kinds the head handles (``HeadLoop``'s handler table must cover exactly these).
-TO_HEAD = frozenset((TASK_DONE, TASK_FAILED, WORKER_CRASHED, SUBMIT, PUT, GET, WAIT,
+TO_HEAD = frozenset((TASK_DONE, TASK_FAILED, PROCESS_ENDED, SUBMIT, PUT, GET, WAIT,
                      WAIT_NOW, ALLOC, HOLD, RELEASE, BLOCKED, ADD_LOCATION, ACTOR_READY,
                      ACTOR_DIED, CONTROL_CALL, PROFILE, RETURNED, STOPPED, FREE_BLOCKS,
                      FETCH, LOG, DIRECT_DONE))

@@ -33,14 +33,16 @@ from typing import Any
 from ... import _config
 from ...transport import messages as m
 from ...transport.messages import FETCH_PLAN  # noqa: F401  (re-exported)
-from ...transport.serialization import ERROR, loads
+from ...exceptions import HeadError, UnreconstructableError
+from ...transport.serialization import ERROR, dumps, loads
 from .actors import A_ALIVE, A_PENDING, A_RESTARTING, ActorEntry, ActorLifecycle, ActorState
 from .history import DEFAULT_BUDGET, History
 from .objects import ObjectEntry, ObjectTable
 from .. import scheduler
 from ..scheduler import RANK_KEYS
 from .resources import NodePool, Placement, ReadyQueue, WorkerInfo
-from .tasks import PENDING, READY, IllegalTransition, TaskEntry, TaskLifecycle, TaskState
+from .tasks import (PENDING, READY, IllegalTransition, TaskEntry, TaskLifecycle, TaskState,
+                    describe_exit)
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +114,8 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         self.run_functions: list[bytes] = []
         self.broken: str | None = None
         self.remote_waits: dict[tuple, tuple] = {}    # (rank, req) -> (rank, req, ids, n)
+        #: Gets waiting for values: (rank, req) -> [rank, req, missing, ids].
+        self.remote_gets: dict[tuple, list] = {}
         self._warned: set = set()
         self.avg_task_seconds = 0.001
         #: Node -> the CPU ids its worker ranks may run on (what they reported).
@@ -277,6 +281,8 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
                         self._dispatch_actor(actor)
         elif kind == "get":
             state = waiter[1]
+            if state[2] <= 0:
+                return                  # cancelled: its process is gone
             state[2] -= 1
             if state[2] == 0:
                 self._reply_get(state)
@@ -301,11 +307,16 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
                 e.waiters.append(("get", state))
         if state[2] == 0:
             self._reply_get(state)
+        else:
+            self.remote_gets[(rank, req)] = state
 
     def _reply_get(self, state: list) -> None:
         rank, req, _, oids = state
+        self.remote_gets.pop((rank, req), None)
         node = self.node_of[rank]
-        self.send(rank, (m.REPLY, req, [self.objects.record_for(o, node) for o in oids]))
+        entries = self.objects.entries
+        self.send(rank, (m.REPLY, req, [self.objects.record_for(o, node) if o in entries
+                                        else _lost_record(o) for o in oids]))
 
     def remote_wait(self, rank: int, req: int, oids: list[int], n: int) -> None:
         key = (rank, req)
@@ -328,6 +339,90 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
     def remote_wait_now(self, rank: int, req: int) -> None:
         if (rank, req) in self.remote_waits:
             self._check_remote_wait((rank, req), force=True)
+
+    def _cancel_requests(self, rank: int, reqs) -> None:
+        """Forget the gets, waits and group joins a gone process of ``rank`` had
+        pending: nothing answers them, and nothing they name is read again."""
+        entries = self.objects.entries
+        for req in reqs:
+            key = (rank, req)
+            state = self.remote_gets.pop(key, None)
+            if state is not None:
+                state[2] = -1                     # (``_object_ready`` skips it)
+                for oid in state[3]:
+                    e = entries.get(oid)
+                    if e is not None and e.waiters:
+                        e.waiters = [w for w in e.waiters if w[1] is not state]
+            wait = self.remote_waits.pop(key, None)
+            if wait is not None:
+                for oid in wait[2]:
+                    e = entries.get(oid)
+                    if e is not None and e.waiters:
+                        e.waiters = [w for w in e.waiters if w[1] != key]
+            for name, joined in list(self.joins.items()):
+                for member, (_, src, r) in list(joined.items()):
+                    if src == rank and r == req:
+                        del joined[member]
+                if not joined:
+                    del self.joins[name]
+
+    # --- processes ------------------------------------------------------------------
+
+    def blocked(self, rank: int, delta: int) -> None:
+        """``delta`` more (or fewer) CPUs of ``rank`` are lent by tasks waiting in get()."""
+        w = self.workers.get(rank)
+        if w is not None:
+            w.blocked += delta
+
+    def process_ended(self, rank: int, pid: int, holds, blocks, reqs, lent: int,
+                      tids, exitcode: int | None, actor_id: int | None) -> None:
+        """A process of ``rank`` (an executor) is gone: end, in this one transition,
+        everything it had started here. Its pending gets and waits are forgotten
+        (before its holds go: they may name objects only it held), the CPUs it
+        lent come back, its tasks are retried or fail, its holds are released and
+        the store blocks it never sealed are freed; then its actor dies.
+        ``exitcode`` None: it ended cleanly (retired, or its actor was killed),
+        and nothing it ran is lost."""
+        if reqs:
+            self._cancel_requests(rank, reqs)
+        if lent:
+            self.blocked(rank, -lent)
+        if exitcode is not None:
+            self.worker_crashed(rank, tids, exitcode, pid, None)
+        if holds:
+            self.objects.release(holds)
+        if blocks:
+            self.free_blocks(rank, blocks)
+        if exitcode is not None and actor_id is not None:
+            self.actor_died(actor_id, f"its process (pid {pid}) died with "
+                            f"{describe_exit(exitcode)}", allow_restart=True)
+
+    def handler_failed(self, src: int, msg: tuple, tb: str) -> None:
+        """A handler raised on ``msg`` from ``src``: a bug here, not the job's end.
+        Fail what the message concerns (its task, or the request it asked),
+        so that no one waits for an answer that will not come."""
+        kind = msg[0] if isinstance(msg, tuple) and msg else None
+        err = HeadError(f"the head could not handle a {_kind_name(kind)} message from "
+                        f"rank {src} and carried on without it; the head's traceback:\n{tb}")
+        try:
+            if kind in (m.TASK_DONE, m.TASK_FAILED):
+                task = self.tasks.get(msg[1])
+                if task is not None:
+                    self._fail_task(task, (ERROR, dumps(err)))
+            elif kind == m.SUBMIT:
+                task = self.tasks.get(msg[1][m.T_ID])
+                if task is not None:
+                    self._fail_task(task, (ERROR, dumps(err)))
+                else:
+                    self._fail_task_now(msg[1], err)
+            elif kind in (m.GET, m.WAIT, m.ALLOC, m.CONTROL_CALL):
+                self._cancel_requests(src, (msg[1],))
+                self.send(src, (m.REPLY, msg[1], _failed_reply(kind, msg, err,
+                                                               self.node_of[src],
+                                                               self.store_size)))
+        except Exception:
+            logger.exception("the head could not fail what a bad %s message concerns",
+                             _kind_name(kind))
 
     # --- collective groups declared from inside actors --------------------------------
 
@@ -366,3 +461,28 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         self.run_functions.append(blob)
         for w in self._alive:
             self.send(w.rank, (m.RUN_FUNCTION, blob))
+
+
+def _kind_name(kind) -> str:
+    try:
+        return m.Msg(kind).name
+    except ValueError:
+        return repr(kind)
+
+
+def _lost_record(oid: int) -> tuple:
+    """What a get of an object the head no longer knows returns (it raises there)."""
+    return (ERROR, dumps(UnreconstructableError(
+        f"object {oid:032x} was freed before this get was answered: nothing held it")))
+
+
+def _failed_reply(kind: int, msg: tuple, err: Exception, node: int, store_size: int):
+    """A reply that makes the asking process raise ``err`` (or go on, for a wait)."""
+    rec = (ERROR, dumps(err))
+    if kind == m.GET:
+        return [rec for _ in msg[2]]
+    if kind == m.WAIT:
+        return []
+    if kind == m.ALLOC:
+        return (node, None, store_size)     # (the process raises ObjectStoreFullError)
+    return (False, err)
