@@ -86,10 +86,26 @@ def rounded(size: int) -> int:
     return max(BLOCK, (size + BLOCK - 1) // BLOCK * BLOCK)
 
 
-def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: dict) -> None:
+class Proc:
+    """An executor process as the head sees it: what it holds, asked and lent."""
+
+    def __init__(self, rank: int, pid: int) -> None:
+        self.rank = rank
+        self.pid = pid
+        self.holds: collections.Counter = collections.Counter()
+        self.reqs: dict[int, str] = {}          #: unanswered request id -> "get"/"wait"
+        self.lent = 0                           #: CPUs lent while it waits (BLOCKED)
+        self.blocks: dict[int, int] = {}        #: offset -> size, allocated, not sealed
+
+
+def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: dict,
+                     procs=None) -> None:
     objects = head.objects
+    procs = procs or {}
     # --- holders ---
     expected = collections.Counter(driver_holds)
+    for proc in procs.values():
+        expected.update(proc.holds)
     for task in head.tasks.values():
         assert task.state not in (TaskState.FINISHED, TaskState.FAILED), \
             f"ended task {task.spec[m.T_ID]} still in the live table"
@@ -206,10 +222,26 @@ def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: di
         for k, total in pool.total.items():
             assert abs(total - pool.avail.get(k, 0) - used.get(k, 0)) < 1e-9, \
                 f"node {node} {k}: total {total}, avail {pool.avail.get(k)}, in use {used.get(k)}"
+    # --- waiting processes ---
+    asked = {(p.rank, req) for p in procs.values() for req in p.reqs}
+    for key in list(head.remote_gets) + list(head.remote_waits):
+        assert key in asked, f"the head waits to answer {key}, which no live process asked"
+    for oid, e in objects.entries.items():
+        for w in e.waiters:
+            if w[0] == "get":
+                assert w[1][2] > 0 and (w[1][0], w[1][1]) in head.remote_gets, \
+                    f"object {oid} has a waiter for a get that is gone: {w[1]}"
+            elif w[0] == "wait":
+                assert w[1] in head.remote_waits, f"object {oid} waits for gone wait {w[1]}"
+    for r, w in head.workers.items():
+        lent = sum(p.lent for p in procs.values() if p.rank == r)
+        assert w.blocked == lent, f"rank {r}: head counts {w.blocked} lent CPUs, {lent} are"
     # --- store bytes ---
     live = sum(rounded(e.record[3]) for e in objects.entries.values()
                if e.record is not None and e.record[0] == SHM)
-    assert objects.allocators[0].used == live + sum(rounded(s) for s in unsealed.values())
+    blocks = sum(rounded(s) for p in procs.values() for s in p.blocks.values())
+    assert objects.allocators[0].used == live + blocks + \
+        sum(rounded(s) for s in unsealed.values())
 
 
 class HeadMachine(RuleBasedStateMachine):
@@ -226,9 +258,38 @@ class HeadMachine(RuleBasedStateMachine):
         self.actor_ids: list[int] = []
         #: Actor id -> the calls sent to its current process, in the order sent.
         self.dispatched: collections.defaultdict = collections.defaultdict(list)
+        #: Live executor processes by pid, and who asked each request (rank, req).
+        self.procs: dict[int, Proc] = {}
+        self.asker: dict[tuple, Proc] = {}
+        #: Requests of processes that died: the head must never answer them.
+        self.dead_reqs: set = set()
+        self.pids = itertools.count(5000)
+        self.reqs = itertools.count(1)
 
     def teardown(self) -> None:
-        scheduler.TINY_LIVE_SECONDS, scheduler.TINY_AFTER = self.tiny_settings
+        try:
+            self._everything_ends()
+        finally:
+            scheduler.TINY_LIVE_SECONDS, scheduler.TINY_AFTER = self.tiny_settings
+
+    def _everything_ends(self) -> None:
+        """The job ends: every process dies, every actor is killed, every task
+        fails, the driver drops its refs. Nothing is left: no object, no byte."""
+        head = self.head
+        for proc in list(self.procs.values()):
+            self._end(proc, crashed=True)
+        for actor_id in self.actor_ids:
+            head.kill_actor(actor_id)
+        with head.lock:
+            head.mark_broken("the job ended")
+        for oid, n in list(self.driver_holds.items()):
+            head.release([oid] * n)
+        self.driver_holds.clear()
+        self._sent()
+        assert head.tasks == {}, f"tasks left: {list(head.tasks)}"
+        assert head.remote_gets == {} and head.remote_waits == {}
+        assert len(head.objects) == 0, f"objects left: {dict(head.objects.entries)}"
+        assert head.allocators[0].used == sum(rounded(s) for s in self.unsealed.values())
 
     def _held(self) -> list[int]:
         return sorted(self.driver_holds)
@@ -301,10 +362,12 @@ class HeadMachine(RuleBasedStateMachine):
     def _sent(self) -> None:
         """Take what the head sent (MPI and direct channels); log actor calls."""
         head = self.head
-        for msgs in head.take_outbox().values():
+        for rank, msgs in head.take_outbox().items():
             for msg in msgs:
                 if msg[0] == m.EXECUTE and msg[1][m.T_ACTOR] is not None:
                     self.dispatched[msg[1][m.T_ACTOR]].append(msg[1][m.T_ID])
+                elif msg[0] == m.REPLY:
+                    self._answered(rank, msg)
         direct, head.direct_out = head.direct_out, {}
         for actor_id, msgs in direct.items():
             self.dispatched[actor_id].extend(msg[1][m.T_ID] for msg in msgs)
@@ -359,6 +422,158 @@ class HeadMachine(RuleBasedStateMachine):
             self.driver_holds[oid] += 1
         else:
             self.head.free_blocks(1, [(off, size)])
+
+
+    # --- executor processes: what they hold, put, submit, ask and lend; their deaths ---
+
+    def _answered(self, rank: int, msg: tuple) -> None:
+        key = (rank, msg[1])
+        assert key not in self.dead_reqs, f"the head answered {key} of a dead process"
+        proc = self.asker.pop(key, None)
+        if proc is None:
+            return
+        kind = proc.reqs.pop(msg[1], None)
+        if kind == "get":
+            for rec in msg[2]:
+                assert rec[0] != ERROR or isinstance(loads(rec[1]), TaskError), \
+                    f"a get of a held object was answered with {loads(rec[1])!r}"
+
+    def _proc(self, data) -> Proc:
+        return self.procs[data.draw(st.sampled_from(sorted(self.procs)))]
+
+    @rule(rank=st.sampled_from(WORKERS))
+    def process_starts(self, rank):
+        if len(self.procs) < 4:
+            pid = next(self.pids)
+            self.procs[pid] = Proc(rank, pid)
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.procs and self.driver_holds)
+    def process_gets_a_ref(self, data):
+        # A ref arrives inside a task's argument or result: HOLD.
+        proc = self._proc(data)
+        oid = data.draw(st.sampled_from(self._held()))
+        self.head.hold([oid])
+        proc.holds[oid] += 1
+
+    @rule(data=st.data(), shm=st.booleans())
+    @precondition(lambda self: self.procs)
+    def process_puts(self, data, shm):
+        proc = self._proc(data)
+        oid = new_id()
+        rec = (RAW, 1)
+        if shm:
+            off = self.head.alloc(0, 700)
+            if off is None:
+                return
+            rec = (SHM, 0, off, 700, 0, [])
+        self.head.hold([oid])
+        self.head.put_object(oid, rec, None)
+        proc.holds[oid] += 1
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.procs)
+    def process_allocates(self, data):
+        # ALLOC answered; the PUT that seals it has not come (or never will).
+        proc = self._proc(data)
+        off = self.head.alloc(0, 900)
+        if off is not None:
+            proc.blocks[off] = 900
+
+    @rule(data=st.data())
+    @precondition(lambda self: any(p.blocks for p in self.procs.values()))
+    def process_seals(self, data):
+        proc = data.draw(st.sampled_from([p for _, p in sorted(self.procs.items())
+                                          if p.blocks]))
+        off = data.draw(st.sampled_from(sorted(proc.blocks)))
+        size = proc.blocks.pop(off)
+        oid = new_id()
+        self.head.hold([oid])
+        self.head.put_object(oid, (SHM, 0, off, size, 0, []), None)
+        proc.holds[oid] += 1
+
+    @rule(data=st.data())
+    @precondition(lambda self: any(p.holds for p in self.procs.values()))
+    def process_releases(self, data):
+        proc = data.draw(st.sampled_from([p for _, p in sorted(self.procs.items())
+                                          if p.holds]))
+        oid = data.draw(st.sampled_from(sorted(proc.holds)))
+        proc.holds[oid] -= 1
+        if not proc.holds[oid]:
+            del proc.holds[oid]
+        self.head.release([oid])
+
+    @rule(data=st.data(), ndeps=st.integers(0, 2), fn=st.sampled_from(["f", "tiny"]))
+    @precondition(lambda self: self.procs)
+    def process_submits(self, data, ndeps, fn):
+        # A nested task: its returns are held by the process that submitted it.
+        proc = self._proc(data)
+        held = sorted(proc.holds)
+        deps = [data.draw(st.sampled_from(held)) for _ in range(ndeps)] if held else []
+        s = spec(deps, fn=fn)
+        self.head.submit(s)
+        proc.holds.update(s[m.T_RETURNS])
+
+    @rule(data=st.data(), lend=st.booleans(), wait=st.booleans())
+    @precondition(lambda self: any(p.holds for p in self.procs.values()))
+    def process_waits(self, data, lend, wait):
+        # get() or wait() inside a task, of refs it holds (ready or not); a task's
+        # get lends its CPU (BLOCKED) while it waits.
+        proc = data.draw(st.sampled_from([p for _, p in sorted(self.procs.items())
+                                          if p.holds]))
+        held = sorted(proc.holds)
+        oids = data.draw(st.lists(st.sampled_from(held), min_size=1, max_size=3))
+        req = next(self.reqs)
+        self.asker[(proc.rank, req)] = proc
+        proc.reqs[req] = "wait" if wait else "get"
+        if lend:
+            self.head.blocked(proc.rank, 1)
+            proc.lent += 1
+        if wait:
+            self.head.remote_wait(proc.rank, req, oids, data.draw(st.integers(1, len(oids))))
+        else:
+            self.head.remote_get(proc.rank, req, oids)
+        self._sent()
+
+    @rule(data=st.data())
+    @precondition(lambda self: any("wait" in p.reqs.values() for p in self.procs.values()))
+    def process_wait_times_out(self, data):
+        proc = data.draw(st.sampled_from([p for _, p in sorted(self.procs.items())
+                                          if "wait" in p.reqs.values()]))
+        req = data.draw(st.sampled_from(sorted(r for r, k in proc.reqs.items() if k == "wait")))
+        self.head.remote_wait_now(proc.rank, req)
+        self._sent()
+
+    @rule(data=st.data())
+    @precondition(lambda self: any(p.lent for p in self.procs.values()))
+    def process_unblocks(self, data):
+        proc = data.draw(st.sampled_from([p for _, p in sorted(self.procs.items()) if p.lent]))
+        self.head.blocked(proc.rank, -1)
+        proc.lent -= 1
+
+    @rule(data=st.data(), crashed=st.booleans(), with_task=st.booleans())
+    @precondition(lambda self: self.procs)
+    def process_dies(self, data, crashed, with_task):
+        # Killed at any point: while it holds refs, waits, lends, runs a task.
+        proc = self._proc(data)
+        tids = []
+        if crashed and with_task:
+            mine = [t for t in self._running(False) if t.rank == proc.rank]
+            if mine:
+                tids = [data.draw(st.sampled_from(mine)).spec[m.T_ID]]
+        self._end(proc, crashed, tids)
+
+    def _end(self, proc: Proc, crashed: bool, tids=()) -> None:
+        self._sent()      # (answers sent before it died may still reach its rank)
+        del self.procs[proc.pid]
+        holds = [oid for oid, n in proc.holds.items() for _ in range(n)]
+        reqs = sorted(proc.reqs)
+        for req in reqs:
+            self.asker.pop((proc.rank, req), None)
+            self.dead_reqs.add((proc.rank, req))
+        self.head.process_ended(proc.rank, proc.pid, holds, list(proc.blocks.items()), reqs,
+                                proc.lent, tids, -9 if crashed else None, None)
+        self._sent()
 
     # --- actors ---
 
@@ -440,7 +655,15 @@ class HeadMachine(RuleBasedStateMachine):
 
     @invariant()
     def consistent(self):
-        check_invariants(self.head, self.driver_holds, self.unsealed)
+        check_invariants(self.head, self.driver_holds, self.unsealed, self.procs)
+
+    @invariant()
+    def no_answer_to_a_dead_process(self):
+        for rank, msgs in self.head.outbox.items():
+            for msg in msgs:
+                if msg[0] == m.REPLY:
+                    assert (rank, msg[1]) not in self.dead_reqs, \
+                        f"the head answers request {msg[1]} of a dead process on rank {rank}"
 
     @invariant()
     def calls_take_one_path_in_order(self):
@@ -779,3 +1002,55 @@ def test_direct_call_reports_are_read_before_tasks_and_at_most_some_held():
     # A head that never had a quiet moment holds no more than that many.
     assert len(head.direct_reports) < DIRECT_REPORTS_HELD
     assert len(head.history.tasks) == 1 + DIRECT_REPORTS_HELD - len(head.direct_reports)
+
+
+def test_regression_a_get_of_a_process_killed_while_it_waits_is_never_answered():
+    # Issue 33: a task put a value, then waited in get() for it and for a ref
+    # still running elsewhere, and was killed. Its death freed the value; when
+    # the other ref's task finished, the head answered the dead get and read
+    # the freed id (KeyError in record_for), and the head failed for good.
+    head = make_head()
+    slow = spec()
+    head.submit(slow)
+    head.schedule()
+    head.take_outbox()
+    pending = slow[m.T_RETURNS][0]
+    mine = new_id()
+    off = head.alloc(0, 1000)
+    head.hold([mine])
+    head.put_object(mine, (SHM, 0, off, 1000, 0, []), None)   # held by the process only
+    head.hold([pending])                                      # the task's argument
+    head.blocked(2, 1)
+    head.remote_get(2, 41, [mine, pending])
+    head.process_ended(2, 5001, [mine, pending], [], [41], 1, [], -9, None)
+    assert mine not in head.objects and head.allocators[0].used == 0
+    assert head.remote_gets == {} and head.workers[2].blocked == 0
+    head.task_done(head.tasks[slow[m.T_ID]].rank, slow[m.T_ID], [(RAW, 3.0)], None,
+                   0.0, 3.0, 7)
+    assert [msg for msgs in head.take_outbox().values() for msg in msgs
+            if msg[0] == m.REPLY] == []
+    assert head.objects[pending].record == (RAW, 3.0)         # the driver still gets it
+    check_invariants(head, collections.Counter({pending: 1}), {})
+
+
+def test_a_handler_that_raises_fails_the_task_it_concerns_and_the_head_goes_on():
+    from hpc_ray.exceptions import HeadError
+
+    head = make_head()
+    s = spec()
+    head.submit(s)
+    head.schedule()
+    head.take_outbox()
+    head.handler_failed(1, (m.TASK_DONE, s[m.T_ID], [(RAW, 1)], None, 0.0, 1.0, 5),
+                        "Traceback: KeyError")
+    err = loads(head.objects[s[m.T_RETURNS][0]].record[1])
+    assert isinstance(err, HeadError) and "TASK_DONE message from rank 1" in str(err)
+    head.handler_failed(2, (m.GET, 9, [s[m.T_RETURNS][0], 12345]), "Traceback: bug")
+    (reply,) = [msg for msgs in head.take_outbox().values() for msg in msgs]
+    assert reply[:2] == (m.REPLY, 9) and all(r[0] == ERROR for r in reply[2])
+    later = spec()
+    head.submit(later)                  # and the head takes more work
+    head.schedule()
+    assert head.tasks[later[m.T_ID]].state is TaskState.RUNNING
+    check_invariants(head, collections.Counter([s[m.T_RETURNS][0], later[m.T_RETURNS][0]]),
+                     {})
