@@ -111,3 +111,16 @@ def test_ranks_left_out_take_no_tiny_tasks_back_from_busy_holders():
     steals = [rank for rank, msgs in head.take_outbox().items()
               for msg in msgs if msg[0] == m.STEAL]
     assert steals
+
+
+def test_ranks_with_more_cpus_than_the_node_has_cores_still_run_tiny_tasks():
+    # Found by the chaos test (issue 33): ``mpiexec -n 4`` with init(num_cpus=3)
+    # on 2 cores gave every rank 3 CPUs; no rank fitted in the node's 2 cores, so
+    # once a function counted as tiny its tasks were never placed, and get() hung.
+    head = Head(4, [0] * 4, 1 << 20, ["host"] * 4)
+    for r in range(1, 4):
+        head.add_worker(r, {"CPU": 3, "GPU": 0}, [], 1000 + r, [0, 1])
+    assert head.crowded_nodes == {0: 2}
+    run(head, 8, fn=1, seconds=2e-5)
+    placed = burst(head, 30, fn=1)
+    assert len(placed) == 1 and sum(placed.values()) > 0, placed

@@ -261,9 +261,13 @@ def concentrate(room: list, workers: list, crowded: dict, now: float) -> list:
     keep: set = set()
     holders = [w for w in workers if w.node in crowded and tiny_holder(w, now)]
     holders.sort(key=lambda w: -w.tiny_inflight)
+    # The first rank of a node always has a place, even one with more CPUs than
+    # the node has cores (mpiexec ranks given num_cpus=3 on 2 cores): else no
+    # rank of the node would take a tiny task, and they would wait forever.
     for w in holders:
-        cpus = used.get(w.node, 0) + _cpu(w)
-        if cpus <= crowded[w.node] + _EPS:
+        held = used.get(w.node, 0)
+        cpus = held + _cpu(w)
+        if cpus <= crowded[w.node] + _EPS or not held:
             used[w.node] = cpus
             keep.add(w)
     out = []
@@ -272,8 +276,9 @@ def concentrate(room: list, workers: list, crowded: dict, now: float) -> list:
         if cores is None or w in keep:
             out.append(w)
         elif not w.tiny_inflight:   # (a holder left out above, or stuck, takes no more)
-            cpus = used.get(w.node, 0) + _cpu(w)
-            if cpus <= cores + _EPS:
+            held = used.get(w.node, 0)
+            cpus = held + _cpu(w)
+            if cpus <= cores + _EPS or not held:
                 used[w.node] = cpus
                 out.append(w)
     return out
