@@ -284,8 +284,8 @@ class HeadLoop(threading.Thread):
                             handlers[msg[0]](src, msg)
                         except Exception:
                             self.handler_failed(src, msg)
-                if not head.closing:    # (a head that failed in schedule() can still stop)
-                    head.schedule()
+                if not head.closing:
+                    schedule(head)
                 if self.driver_sleepers:
                     head.cond.notify_all()
                     self.woke_sleeper = True
@@ -436,7 +436,7 @@ class HeadLoop(threading.Thread):
                     if head.crowded_nodes and head.ready.count:
                         # Tiny tasks held back for ranks that have stopped
                         # making progress (scheduler.concentrate) go elsewhere.
-                        head.schedule()
+                        schedule(head)
             if active:
                 backoff.reset()
                 self.bell.stale = True
@@ -565,9 +565,26 @@ def drain_refs(head: Head) -> None:
     if _submitted:
         while _submitted:
             head.submit(_submitted.popleft())
-        head.schedule()
+        schedule(head)
     if rel:
         head.release(rel)
+
+
+def schedule(head: Head) -> None:
+    """``head.schedule()`` (lock held), unless the head is broken. A bug in the
+    scheduler breaks the head once: every pending task fails with its traceback,
+    later ones fail at submission, the caller gets a RayError, and the job can
+    still shut down cleanly (nothing calls the scheduler again)."""
+    if head.broken:
+        return
+    try:
+        head.schedule()
+    except Exception:
+        tb = traceback.format_exc()
+        logger.error("hpc_ray head (rank 0) failed in its scheduler:\n%s", tb)
+        head.mark_broken("the head failed:\n" + tb)
+        raise RayError("the hpc_ray head failed; see the traceback on stderr:\n"
+                       + tb) from None
 
 
 #: HOLDs of refs the driver unpickled, applied at the next drain_refs().
@@ -650,7 +667,7 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
             result = control.call(self.head, name, args)
             # A call may free resources (kill() of an actor): place what waits
             # for them now, not when some rank next sends a message.
-            self.head.schedule()
+            schedule(self.head)
         self.loop.wake()
         return result
 
