@@ -121,6 +121,12 @@ def run_workload(ray, tasks: int, seed: int, kill_every: tuple = KILL_EVERY,
             _count_execution()
             return 2 * x
 
+    @ray.remote(max_retries=-1)
+    def caller(actor, i):
+        # Actor calls made from inside a task (the direct route on one host).
+        _count_execution()
+        return sum(ray.get([actor.twice.remote(i), actor.twice.remote(i + 1)]))
+
     nodes = ray.nodes()
     store_start = sum(n["ObjectStoreUsed"] for n in nodes)
     killer = Killer(seed, kill_every)
@@ -134,7 +140,7 @@ def run_workload(ray, tasks: int, seed: int, kill_every: tuple = KILL_EVERY,
         while done < tasks:
             r += 1
             runs, failed, errors = _round(ray, r * 1000, leaf, nested, big, total, step,
-                                          actors, get_timeout)
+                                          caller, actors, get_timeout)
             expected_runs += runs
             done += runs
             lost += failed
@@ -159,7 +165,7 @@ def run_workload(ray, tasks: int, seed: int, kill_every: tuple = KILL_EVERY,
             "store_end": store_end, "objects_left": objects}
 
 
-def _round(ray, base: int, leaf, nested, big, total, step, actors,
+def _round(ray, base: int, leaf, nested, big, total, step, caller, actors,
            get_timeout: float) -> tuple[int, int, list]:
     """One round of every kind of work; returns (runs, calls lost, wrong values)."""
     n = 100
@@ -168,6 +174,7 @@ def _round(ray, base: int, leaf, nested, big, total, step, actors,
         "nested": [nested.remote(base + i) for i in range(n // 10)],
         "big": [total.remote(big.remote(base + i)) for i in range(4)],
         "calls": [actors[i % 2].twice.remote(base + i) for i in range(n // 5)],
+        "callers": [caller.remote(actors[i % 2], base + i) for i in range(4)],
     }
     chain = ray.put(0)
     for i in range(20):
@@ -178,6 +185,7 @@ def _round(ray, base: int, leaf, nested, big, total, step, actors,
         "nested": [3 * (base + i) + 1 for i in range(n // 10)],
         "big": [2 * (base + i) for i in range(4)],
         "calls": [2 * (base + i) for i in range(n // 5)],
+        "callers": [4 * (base + i) + 2 for i in range(4)],
         "chain": [sum(range(20))],
     }
     lost, wrong = 0, []
@@ -192,7 +200,7 @@ def _round(ray, base: int, leaf, nested, big, total, step, actors,
             continue
         if got != want[kind]:
             wrong.append(f"{kind}: got {got[:5]}..., want {want[kind][:5]}...")
-    runs = n + 3 * (n // 10) + 8 + n // 5 + 20
+    runs = n + 3 * (n // 10) + 8 + n // 5 + 3 * 4 + 20
     return runs, lost, wrong
 
 

@@ -4,7 +4,7 @@ hangs, the store is back to its start once the refs are dropped, and nothing is
 left behind (the conftest fixture checks processes and /dev/shm).
 
 The workload is ``benchmarks/chaos.py`` (its larger runs are the benchmark), here
-sized for CI: a few seconds, kills every 0.1-0.4 s.
+sized for CI: a few seconds, a kill every 0.3-1 s.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ CHAOS = REPO_ROOT / "benchmarks" / "chaos.py"
 def test_chaos_every_value_right_and_nothing_left(run, mode, tmp_path):
     counter = tmp_path / "executions"
     counter.touch()
-    result = run(CHAOS, 4, "--tasks", "2500", "--kill-every", "0.1,0.4",
+    result = run(CHAOS, 4, "--tasks", "2500",
                  "--get-timeout", "60", mode=mode, timeout=110,
                  env={"HPC_RAY_CHAOS_COUNTER": str(counter)})
     line = next(ln for ln in result.stdout.splitlines() if ln.startswith("CHAOS "))
