@@ -156,9 +156,13 @@ def test_nn_caller_cpu_splits_the_cpu_of_calls_by_role():
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT)
     assert res.returncode == 0, res.stderr
     line = next(ln for ln in res.stdout.splitlines() if ln.startswith("calls/s "))
-    rate, ranks, head, executors = (float(x) for x in re.findall(r"[\d.]+", line))
-    # Every role's figure is printed; the executors (callers and actors) ran the calls.
-    assert rate > 0 and ranks >= 0 and head >= 0 and executors > 0, res.stdout
+    got = re.fullmatch(r"calls/s (\d+) \| us/call: worker ranks ([\d.]+), "
+                       r"head thread ([\d.]+), executors ([\d.]+)", line.strip())
+    # Every role's figure is printed, by name; the executors (callers and actors)
+    # ran the calls, so theirs is the one figure that cannot be zero.
+    assert got is not None, res.stdout
+    rate, ranks, head, executors = (float(x) for x in got.groups())
+    assert rate > 0 and executors > 0, res.stdout
 
 
 def test_call_steps_counts_the_bytecodes_of_a_sync_call_by_side():

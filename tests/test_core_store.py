@@ -23,7 +23,10 @@ def test_object_store(run, mode, n, ranks_per_node, nodes):
     assert values["refcount_loops"] == "done"
     assert values["task_arg_writeable"] is False   # task arguments are views too
     message = values["store_full_message"]
-    assert str(256 << 20) in message.replace(",", "") or "256" in message, message
+    # The error names the object's size, the store's and what to do.
+    assert f"an object of {(256 << 20) + (1 << 20)} bytes" in message, message
+    assert f"({256 << 20} bytes in all)" in message, message
+    assert "object_store_memory" in message, message
 
 
 @pytest.mark.parametrize("mode,n", [("mpiexec", 5), ("embedded", 3)])

@@ -21,6 +21,8 @@ import os
 import signal
 import threading
 
+from .. import _config
+
 _MAIN = threading.main_thread()
 _MAIN_IDENT = _MAIN.ident
 _get_ident = threading.get_ident
@@ -101,7 +103,7 @@ def dump_stacks_on_sigusr2() -> None:
     """With ``HPC_RAY_STACKS_DIR`` set: SIGUSR2 writes this process's stacks to
     ``<dir>/stacks-<pid>.txt`` (faulthandler, so it works with the GIL held)."""
     global _stacks_file
-    directory = os.environ.get(STACKS_DIR_ENV)
+    directory = _config.os_environ_get(STACKS_DIR_ENV[len("HPC_RAY_"):], None)
     if not directory or _stacks_file is not None:
         return
     import faulthandler

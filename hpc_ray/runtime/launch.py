@@ -22,6 +22,8 @@ import shlex
 import socket
 import sys
 
+from .. import _config
+
 logger = logging.getLogger(__name__)
 
 
@@ -86,7 +88,7 @@ def confine_network() -> None:
     Called before MPI starts; a site's or user's own settings win.
     """
     env = os.environ
-    iface = env.get("HPC_RAY_NETWORK_IFACE")
+    iface = _config.os_environ_get("NETWORK_IFACE", None)
     if not iface and _single_node():
         iface = "lo"
         env.setdefault("UCX_NET_DEVICES", "lo")

@@ -60,6 +60,7 @@ import threading
 import time
 from threading import get_ident
 
+from .. import _config
 from ..exceptions import ActorDiedError
 from ..transport import direct
 from ..transport import messages as m
@@ -92,7 +93,7 @@ INBOX_HIGH = 1024
 #: calls): a flooding caller's calls do not queue far ahead of the others'.
 CALLER_READ = 64 << 10
 #: ``HPC_RAY_DIRECT_CALLS=0`` sends every call through the head.
-ENABLED = os.environ.get("HPC_RAY_DIRECT_CALLS", "1") != "0"
+ENABLED = bool(_config.os_environ_get("DIRECT_CALLS", 1, int))
 
 
 #: Control calls that make the head send actors' ranks something (a collective

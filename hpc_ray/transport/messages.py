@@ -32,8 +32,9 @@ TaskSpec (a list on the head, a tuple or list on the wire; positions ``T_*``)
 from __future__ import annotations
 
 import enum
-import os
 from typing import Any, NamedTuple
+
+from .. import _config
 
 
 class Msg(enum.IntEnum):
@@ -475,7 +476,7 @@ TO_RANK = frozenset((EXECUTE, REPLY, CREATE_ACTOR, KILL_ACTOR, RUN_FUNCTION, SHU
                      GROUP_CREATE, STEAL, THROTTLE, FETCH))
 
 #: Check every received message against SCHEMA (a debugging aid; off by default).
-CHECKING = os.environ.get("HPC_RAY_CHECK_MESSAGES") == "1"
+CHECKING = bool(_config.os_environ_get("CHECK_MESSAGES", 0, int))
 
 
 class MessageError(ValueError):

@@ -45,10 +45,11 @@ from __future__ import annotations
 import os
 import time
 
+from .. import _config
 from .placement import usable_cores
 
 #: Longest busy-poll before blocking, seconds (``HPC_RAY_SPIN_US``; 0 turns it off).
-BUDGET = float(os.environ.get("HPC_RAY_SPIN_US", "300")) * 1e-6
+BUDGET = _config.os_environ_get("SPIN_US", 300.0, float) * 1e-6
 #: Spin while the moving average of hits is above this.
 KEEP = 0.3
 #: When not spinning, spin on one wait in this many to see whether it pays again.
