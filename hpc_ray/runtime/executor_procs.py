@@ -27,11 +27,6 @@ from ..transport.serialization import SHM, loads
 _LAUNCHER_ENV_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPIR_", "MPICH_INTERFACE",
                           "PALS_", "I_MPI_HYDRA")
 
-#: Requests whose replies the rank must look at before passing them on
-#: (``WorkerLoop.requests``): a GET's may hold fetch plans, an ALLOC's a block.
-_GET = 1
-_ALLOC = 2
-
 #: Bytes read from an executor's stdout/stderr at once; a line longer than this
 #: is passed on in pieces (a partial line is otherwise held until its newline).
 OUTPUT_CHUNK = 1 << 16
@@ -237,20 +232,16 @@ class ExecutorProcesses:
         tasks ``lost`` with it and its actor.
 
         Called once every message it sent has been read (EOF on its socket, or
-        what was left read after it exited), so the counts are exact. Its ALLOC
-        requests stay in ``requests``: the head answers every ALLOC, and
-        ``_on_reply`` gives back a block that arrives for a gone process.
+        what was left read after it exited), so the counts are exact. Answers
+        still on their way to it give back what they reserved
+        (``RankRequests.answered``).
         """
         ex.gone = True
         holds = [oid for oid, n in ex.holds.items() for _ in range(n)]
         ex.holds = {}
         blocks = list(ex.unsealed.items())
         ex.unsealed = {}
-        reqs = [rreq for rreq, entry in self.requests.items()
-                if entry[0] is ex and entry[2] != _ALLOC]
-        for rreq in reqs:
-            del self.requests[rreq]
-            self.requests_ids.pop(rreq, None)
+        reqs = self.requests.process_gone(ex)
         lent = ex.blocked + thread_lent(ex) if lends_cpu(ex) else 0
         ex.blocked = ex.lending = 0
         self.out.append((m.PROCESS_ENDED, ex.pid, holds, blocks, reqs, lent, list(lost),

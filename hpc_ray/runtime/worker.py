@@ -61,8 +61,8 @@ from ..transport.comm import (Backoff, Doorbell, Fetcher, Sender, control_waitin
 from ..transport.idle_cores import IdleCores
 from ..transport.placement import usable_cores
 from ..transport.serialization import loads
-from .executor_procs import (_ALLOC, _GET, ExecutorProc, ExecutorProcesses, lends_cpu,
-                             thread_lent)
+from .executor_procs import ExecutorProc, ExecutorProcesses, lends_cpu, thread_lent
+from .rank_requests import ALLOC, CALL, GET, WAIT, RankRequests
 
 logger = logging.getLogger(__name__)
 
@@ -219,6 +219,11 @@ class FunctionTimes:
         seconds[fn] = total / n
 
 
+#: Executors' requests the rank passes on to the head (``rank_requests.py``), and
+#: what each is called there.
+_REQUEST_KINDS = {m.GET: GET, m.WAIT: WAIT, m.ALLOC: ALLOC, m.CONTROL_CALL: CALL}
+
+
 class WorkerLoop(ExecutorProcesses):
     def __init__(self, comm: MPI.Comm, rank: int, node: int, arena, cfg: dict,
                  flags=None) -> None:
@@ -254,9 +259,8 @@ class WorkerLoop(ExecutorProcesses):
         self.idle_cores: IdleCores | None = None
         #: CPUs the actors in ``actors`` hold: CPU tasks run on the rest.
         self.actor_cpus = 0
-        self.requests: dict[int, tuple] = {}     # rank req id -> (executor, its req id, kind)
-        self.requests_ids: dict[int, list] = {}  # rank req id -> object ids of a GET
-        self.req_ids = itertools.count(1)
+        #: Executors' requests to the head, renumbered (``rank_requests.py``).
+        self.requests = RankRequests()
         self.serials = itertools.count(1)
         self.run_functions: list[bytes] = []
         self.fn_blobs: dict = {}
@@ -462,53 +466,33 @@ class WorkerLoop(ExecutorProcesses):
         collective.rank_create_group(self, name, mpi_ranks, owner)
 
     def _on_reply(self, msg: tuple) -> None:
-        entry = self.requests.pop(msg[1], None)
-        if entry is None:
-            self._orphan_reply(msg[2])
+        r, give_back = self.requests.answered(msg[1], msg[2])
+        if give_back:
+            self.out.append((m.FREE_BLOCKS, give_back))
+        if r is None:
             return
-        ex, req, kind = entry
-        payload = msg[2]
-        if kind == _ALLOC:
-            size = self.requests_ids.pop(msg[1], 0)
+        ex, req, payload = r.owner, r.req, msg[2]
+        if r.kind == ALLOC:
             if payload[1] is not None:
-                if ex.gone:     # it died before the block arrived: give it back
-                    self.out.append((m.FREE_BLOCKS, [(payload[1], size)]))
-                else:
-                    ex.unsealed[payload[1]] = size
-            if ex.gone:
-                return
-        elif kind == _GET and any(r[0] == m.FETCH_PLAN for r in payload):
+                ex.unsealed[payload[1]] = r.ids
+        elif r.kind == GET and any(rec[0] == m.FETCH_PLAN for rec in payload):
             payload = list(payload)
-            todo = [i for i, r in enumerate(payload) if r[0] == m.FETCH_PLAN]
+            todo = [i for i, rec in enumerate(payload) if rec[0] == m.FETCH_PLAN]
             state = [len(todo)]
 
             def done(i, oid, rec):
                 payload[i] = rec
                 self.out.append((m.ADD_LOCATION, oid, rec))
                 state[0] -= 1
-                if state[0] == 0:
+                if state[0] == 0 and not ex.gone:
                     ex.send([(m.REPLY, req, payload)])
 
-            ids = self.requests_ids.pop(msg[1], None)
             for i in todo:
                 plan = payload[i]
-                oid = ids[i] if ids else None
-                self.fetcher.start(oid, plan[1], plan[2], plan[3],
+                self.fetcher.start(r.ids[i], plan[1], plan[2], plan[3],
                                    lambda o, rec, i=i: done(i, o, rec), m.FETCH)
             return
-        self.requests_ids.pop(msg[1], None)
         ex.send([(m.REPLY, req, payload)])
-
-    def _orphan_reply(self, payload) -> None:
-        """The answer to a get or wait of a process that died after the head had
-        answered it (``_reclaim`` forgot the request). A get's answer may hold
-        fetch plans, each with room reserved in this node's store for a copy:
-        give that room back."""
-        if isinstance(payload, list):
-            blocks = [(r[3][2], r[3][3]) for r in payload
-                      if isinstance(r, tuple) and r and r[0] == m.FETCH_PLAN]
-            if blocks:
-                self.out.append((m.FREE_BLOCKS, blocks))
 
     # --- messages from executors -----------------------------------------------
 
@@ -541,20 +525,13 @@ class WorkerLoop(ExecutorProcesses):
             elif kind == m.SUBMIT:
                 ex.took(msg[1][m.T_RETURNS])
                 out.append(msg)
-            elif kind in (m.GET, m.WAIT, m.ALLOC, m.CONTROL_CALL):
-                rreq = next(self.req_ids)
-                self.requests[rreq] = (ex, msg[1], _GET if kind == m.GET else
-                                       _ALLOC if kind == m.ALLOC else 0)
-                if kind == m.GET:
-                    self.requests_ids[rreq] = msg[2]
-                elif kind == m.ALLOC:
-                    self.requests_ids[rreq] = msg[2]
+            elif kind in _REQUEST_KINDS:
+                rreq = self.requests.ask(ex, msg[1], _REQUEST_KINDS[kind], msg[2])
                 out.append((kind, rreq) + msg[2:])
             elif kind == m.WAIT_NOW:
-                for rreq, (e2, req, _) in self.requests.items():
-                    if e2 is ex and req == msg[1]:
-                        out.append((m.WAIT_NOW, rreq))
-                        break
+                rreq = self.requests.rank_id(ex, msg[1])
+                if rreq is not None:
+                    out.append((m.WAIT_NOW, rreq))
             elif kind == m.FREE_BLOCKS:
                 # Scratch blocks (collective_buffers) the executor gave back itself.
                 for off, _size in msg[1]:
