@@ -62,6 +62,7 @@ from ..transport.idle_cores import IdleCores
 from ..transport.placement import usable_cores
 from ..transport.serialization import loads
 from .executor_procs import ExecutorProc, ExecutorProcesses, lends_cpu, thread_lent
+from .rank_actors import DriverGone
 from .rank_requests import ALLOC, CALL, GET, WAIT, RankRequests
 
 logger = logging.getLogger(__name__)
@@ -684,117 +685,122 @@ class WorkerLoop(ExecutorProcesses):
                                   self.cfg["one_host"] and bell_fd >= 0, flags is not None)
         window_wait = WINDOW_WAIT_MIN
         last_check = time.monotonic()
-        while not self.stop:
-            active = False
-            batches = recv_control(comm)
-            if self.deferred:
-                batches = self.deferred + batches
-                self.deferred = []
-            for src, msgs in batches:
-                active = True
-                for msg in msgs:
-                    self.on_control(src, msg)
-            self.dispatch()
-            if self.out:
-                out, self.out = self.out, []
-                self.sender.send_sync(0, out)
-                active = True
-            self.sender.progress()
-            if self.fetcher.progress():
-                active = True
-            timeout = 0.0 if active else backoff.next_timeout(not self.cpus_all_running(),
-                                                              not self.fetcher.moving())
-            if self.standby_due:
-                self._start_standby(time.monotonic())
-                if timeout > STANDBY_LOOK:
-                    timeout = STANDBY_LOOK
-            flagged = not active and backoff.flagged_sleep
-            # What select watches, built again every pass (the executors come
-            # and go from several places), in one loop: this runs for every
-            # poll of MPI, and comprehensions cost a function object each.
-            by_fd: dict = {}
-            pipes: dict = {}
-            writers = []
-            for ex in self.all_executors():
-                by_fd[ex.fd] = ex
-                for fd in ex.pipes:
-                    pipes[fd] = ex
-                if ex.outbuf:
-                    writers.append(ex.fd)
-            readers = list(pipes)
-            if bell_fd >= 0:
-                readers.append(bell_fd)
-            if self.sender.unmatched_count() < HEAD_WINDOW:
-                throttled = self.throttled
-                for fd, ex in by_fd.items():
-                    if not throttled or ex.serial not in throttled:
-                        readers.append(fd)
-                window_wait = WINDOW_WAIT_MIN
-            elif not active:
-                # The head is behind: look again soon, later the longer it stays
-                # behind (many ranks polling every 0.1 ms took the cores it needs).
-                timeout = window_wait
-                window_wait = min(WINDOW_WAIT_MAX, window_wait * 2)
-                flagged = False
-            if flagged:
-                # Flag up, then one more look: a message sent before a sender
-                # could see the flag is found now (comm.SleepFlags).
-                flags.up(self.rank)
-                if control_waiting(comm):
-                    timeout = 0.0
-            try:
-                ready, writable, _ = select.select(readers, writers, [], timeout)
-            except (OSError, ValueError):
-                ready, writable = list(pipes) + list(by_fd), []
-            if flagged:
-                flags.down(self.rank)
-            for fd in writable:
-                by_fd[fd].write_some()
-            for fd in ready:
-                if fd == bell_fd:
-                    doorbell.drain()   # a message is on its way: poll MPI at once
+        try:
+            while not self.stop:
+                active = False
+                batches = recv_control(comm)
+                if self.deferred:
+                    batches = self.deferred + batches
+                    self.deferred = []
+                for src, msgs in batches:
                     active = True
-                    continue
-                if fd in pipes:
-                    # Output first (select lists the pipes first): a line printed
-                    # before a task returned reaches the driver before its result.
-                    self.read_output(pipes[fd], fd)
-                    active = True
-                    continue
-                self.send_logs()
-                ex = by_fd[fd]
-                frames = ex.read_frames()
-                if frames is None:
-                    self.on_executor_died(ex)
-                    active = True
-                    continue
-                for data in frames:
-                    msgs = loads(data)
-                    if m.CHECKING:
-                        m.check_all(msgs, f"rank {self.rank} from executor {ex.pid}")
-                    self.on_executor(ex, msgs)
-                    if not active:
-                        active = m.reply_due(msgs)
-            if ready:
-                self.send_logs()
+                    for msg in msgs:
+                        self.on_control(src, msg)
                 self.dispatch()
                 if self.out:
                     out, self.out = self.out, []
                     self.sender.send_sync(0, out)
-            if self.rank_ctx is not None and (self.rank_ctx.out or context_released()):
-                self.rank_ctx.flush()
-            if active:
-                backoff.reset()
-            now = time.monotonic()
-            if now - last_check > 1.0:
-                last_check = now
-                if self.driver_pid and not _alive(self.driver_pid):
-                    sys.stderr.write(f"hpc_ray worker rank {self.rank}: the driver "
-                                     f"(pid {self.driver_pid}) is gone; exiting\n")
-                    self.driver_gone = True
-                    break
-                if self.extras or len(self.executors) > self.cpus:
-                    self.retire_idle_extras()
+                    active = True
+                self.sender.progress()
+                if self.fetcher.progress():
+                    active = True
+                timeout = 0.0 if active else backoff.next_timeout(not self.cpus_all_running(),
+                                                                  not self.fetcher.moving())
+                if self.standby_due:
+                    self._start_standby(time.monotonic())
+                    if timeout > STANDBY_LOOK:
+                        timeout = STANDBY_LOOK
+                flagged = not active and backoff.flagged_sleep
+                # What select watches, built again every pass (the executors come
+                # and go from several places), in one loop: this runs for every
+                # poll of MPI, and comprehensions cost a function object each.
+                by_fd: dict = {}
+                pipes: dict = {}
+                writers = []
+                for ex in self.all_executors():
+                    by_fd[ex.fd] = ex
+                    for fd in ex.pipes:
+                        pipes[fd] = ex
+                    if ex.outbuf:
+                        writers.append(ex.fd)
+                readers = list(pipes)
+                if bell_fd >= 0:
+                    readers.append(bell_fd)
+                if self.sender.unmatched_count() < HEAD_WINDOW:
+                    throttled = self.throttled
+                    for fd, ex in by_fd.items():
+                        if not throttled or ex.serial not in throttled:
+                            readers.append(fd)
+                    window_wait = WINDOW_WAIT_MIN
+                elif not active:
+                    # The head is behind: look again soon, later the longer it stays
+                    # behind (many ranks polling every 0.1 ms took the cores it needs).
+                    timeout = window_wait
+                    window_wait = min(WINDOW_WAIT_MAX, window_wait * 2)
+                    flagged = False
+                if flagged:
+                    # Flag up, then one more look: a message sent before a sender
+                    # could see the flag is found now (comm.SleepFlags).
+                    flags.up(self.rank)
+                    if control_waiting(comm):
+                        timeout = 0.0
+                try:
+                    ready, writable, _ = select.select(readers, writers, [], timeout)
+                except (OSError, ValueError):
+                    ready, writable = list(pipes) + list(by_fd), []
+                if flagged:
+                    flags.down(self.rank)
+                for fd in writable:
+                    by_fd[fd].write_some()
+                for fd in ready:
+                    if fd == bell_fd:
+                        doorbell.drain()   # a message is on its way: poll MPI at once
+                        active = True
+                        continue
+                    if fd in pipes:
+                        # Output first (select lists the pipes first): a line printed
+                        # before a task returned reaches the driver before its result.
+                        self.read_output(pipes[fd], fd)
+                        active = True
+                        continue
+                    self.send_logs()
+                    ex = by_fd[fd]
+                    frames = ex.read_frames()
+                    if frames is None:
+                        self.on_executor_died(ex)
+                        active = True
+                        continue
+                    for data in frames:
+                        msgs = loads(data)
+                        if m.CHECKING:
+                            m.check_all(msgs, f"rank {self.rank} from executor {ex.pid}")
+                        self.on_executor(ex, msgs)
+                        if not active:
+                            active = m.reply_due(msgs)
+                if ready:
+                    self.send_logs()
+                    self.dispatch()
+                    if self.out:
+                        out, self.out = self.out, []
+                        self.sender.send_sync(0, out)
+                if self.rank_ctx is not None and (self.rank_ctx.out or context_released()):
+                    self.rank_ctx.flush()
+                if active:
+                    backoff.reset()
+                now = time.monotonic()
+                if now - last_check > 1.0:
+                    last_check = now
+                    if self.driver_pid and not _alive(self.driver_pid):
+                        sys.stderr.write(f"hpc_ray worker rank {self.rank}: the driver "
+                                         f"(pid {self.driver_pid}) is gone; exiting\n")
+                        self.driver_gone = True
+                        break
+                    if self.extras or len(self.executors) > self.cpus:
+                        self.retire_idle_extras()
+        except DriverGone as gone:
+            sys.stderr.write(f"hpc_ray worker rank {self.rank}: the driver (pid {gone.args[0]}) "
+                             f"is gone while an in-rank actor waited; exiting\n")
+            self.driver_gone = True
         doorbell.close()
         self.close()
 
