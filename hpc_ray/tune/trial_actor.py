@@ -18,6 +18,7 @@ is raised again by the ``train`` behind it, where the driver is waiting.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 import traceback
@@ -26,9 +27,9 @@ import cloudpickle
 
 from ..transport.serialization import dumps
 from . import result as R
-from .error import TuneError
-from .function_runner import wrap_function
-from .trainable import Trainable
+from .error import ResetConfigError, TuneError
+from .function_runner import FunctionRunner, wrap_function
+from .trainable import Trainable, _overrides, pack_dir
 
 __all__ = ["TrialActor", "pack_trainable", "unpack_trainable"]
 
@@ -56,7 +57,10 @@ class TrialActor:
     def __init__(self, trainable_blob: bytes) -> None:
         self._cls = unpack_trainable(trainable_blob)
         self._trainable: Trainable | None = None
-        self._error: str | None = None
+        #: The setup's error (its class and text), raised again by train().
+        self._error: tuple[type, str] | None = None
+        # Trainables run in their trial's directory; this is where the actor began.
+        os.environ.setdefault("TUNE_ORIG_WORKING_DIR", os.getcwd())
         self._checkpoint_freq = 0
         self._checkpoint_at_end = False
         self._stop_criterion: dict = {}
@@ -72,9 +76,20 @@ class TrialActor:
         self._checkpoint_at_end = checkpoint_at_end
         self._stop_criterion = stop
         try:
+            # The trainable runs in its trial's directory, so that relative paths
+            # land beside its results (on a node that does not see the driver's
+            # disk: in the temporary directory).
+            workdir = logdir if logdir and os.path.isdir(logdir) else tempfile.gettempdir()
+            os.chdir(workdir)
             reset = False
             if self._trainable is not None and reuse:
                 reset = bool(self._trainable.reset_config(dict(config)))
+                if not reset and _user_reset(self._trainable):
+                    raise ResetConfigError(
+                        f"{type(self._trainable).__name__}.reset_config() returned False: "
+                        f"with reuse_actors=True a trial's actor takes the next trial "
+                        f"through reset_config(new_config), which must apply the config "
+                        f"and return True; fix it, drop it, or pass reuse_actors=False")
             if reset:
                 t = self._trainable
                 t.config = dict(config)
@@ -85,14 +100,12 @@ class TrialActor:
                 if self._trainable is not None:
                     self._stop_quietly()
                 self._trainable = self._cls(dict(config))
-            if logdir and os.path.isdir(logdir):
-                self._trainable.logdir = logdir
-            else:  # the driver's disk is not shared with this node
-                self._trainable.logdir = tempfile.gettempdir()
+            self._trainable.logdir = workdir
             if checkpoint is not None:
                 self._trainable.restore_from_object(checkpoint)
         except BaseException as err:  # noqa: BLE001 - reported by the next train()
-            self._error = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
+            kind = ResetConfigError if isinstance(err, ResetConfigError) else TuneError
+            self._error = (kind, f"{type(err).__name__}: {err}\n{traceback.format_exc()}")
             raise
 
     def train(self, max_results: int = 1,
@@ -103,7 +116,8 @@ class TrialActor:
         its scheduler decides nothing per result (FIFO): one round trip then
         carries a whole short trial.  A call ends at a checkpoint too."""
         if self._error is not None:
-            raise TuneError(f"the trial could not be set up:\n{self._error}")
+            kind, text = self._error
+            raise kind(f"the trial could not be set up:\n{text}")
         t = self._trainable
         out = []
         start = time.monotonic()
@@ -137,6 +151,20 @@ class TrialActor:
     def save(self) -> tuple[int, bytes]:
         return self._trainable._iteration, self._trainable.save_to_object()
 
+    def export(self, export_formats: list, logdir: str | None
+               ) -> tuple[dict, bytes | None]:
+        """``Trainable.export_model`` into the trial's directory; where this node
+        does not see it, into a temporary one whose files go back as bytes."""
+        if logdir and os.path.isdir(logdir):
+            return self._trainable.export_model(export_formats, logdir), None
+        tmp = tempfile.mkdtemp(prefix="tune-export-")
+        try:
+            exported = self._trainable.export_model(export_formats, tmp)
+            return ({k: os.path.relpath(str(v), tmp) for k, v in exported.items()},
+                    pack_dir(tmp))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
     def stop(self) -> None:
         self._stop_quietly()
         self._trainable = None
@@ -149,6 +177,12 @@ class TrialActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+def _user_reset(trainable: Trainable) -> bool:
+    """The user wrote this ``reset_config`` (a False from it is an answer; from
+    the default one it means "make a new instance")."""
+    return _overrides(trainable, "reset_config") and not isinstance(trainable, FunctionRunner)
 
 
 def _stops(result: dict, criterion) -> bool:
