@@ -133,6 +133,18 @@ class Trial:
                 return True
         return False
 
+    def check_stop_keys(self, result: dict) -> None:
+        """A ``stop`` key that the trial's first result lacks would never stop it:
+        a TuneError that names it."""
+        if callable(self.stopping_criterion):
+            return
+        missing = [k for k in self.stopping_criterion if k not in result]
+        if missing:
+            from .error import TuneError
+            raise TuneError(f"stop criterion {missing} of trial {self} is not in its first "
+                            f"result, which has {sorted(result)}: report that key, or "
+                            f"stop on one of these")
+
     def should_checkpoint(self, iteration: int) -> bool:
         return self.checkpoint_freq > 0 and iteration % self.checkpoint_freq == 0
 

@@ -32,13 +32,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import time
 from typing import Iterable
 
 from .. import api as _ray
 from ..actors import kill as _kill
 from ..exceptions import RayError
+from . import checkpoints as _checkpoints
 from . import result as R
 from .error import ResetConfigError, TuneError
 from .experiment_state import JOURNAL_FILE, STATE_FILE, StateJournal, load_experiment_state
@@ -46,8 +46,8 @@ from .logger import TrialLogger, truncate_results
 from .progress import ProgressReporter
 from .resources import actor_options as _actor_options, demand as _demand, shape as _shape
 from .schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
-from .trainable import pack_dir, unpack_dir
-from .trial import Checkpoint, Trial
+from .trainable import unpack_dir
+from .trial import Trial
 from .trial_actor import TrialActor
 
 __all__ = ["TrialRunner", "STATE_FILE", "JOURNAL_FILE", "load_experiment_state"]
@@ -159,7 +159,7 @@ class TrialRunner:
         self._trials.append(trial)
         self._by_id[trial.trial_id] = trial
         if trial.logdir is None:
-            trial.logdir = os.path.join(self._dir, _dirname(trial))
+            trial.logdir = os.path.join(self._dir, _checkpoints.dirname(trial))
         os.makedirs(trial.logdir, exist_ok=True)
         for name, v in _demand(trial.resources).items():
             if v and v > self._total.get(name, 0.0) + 1e-9:
@@ -270,7 +270,7 @@ class TrialRunner:
     def _start(self, trial: Trial) -> None:
         checkpoint = None
         if trial.has_checkpoint():
-            checkpoint = _read_checkpoint(trial.checkpoint.path)
+            checkpoint = _checkpoints.read(trial.checkpoint.path)
         if trial._needs_truncate:
             # A restart (failure, resume): results after the checkpoint are run
             # again, so drop them from the files first.
@@ -305,7 +305,7 @@ class TrialRunner:
             return
         actor = self._actors[trial.trial_id]
         if trial._pending_setup:
-            checkpoint = _read_checkpoint(trial._restore_from) if trial._restore_from else None
+            checkpoint = _checkpoints.read(trial._restore_from) if trial._restore_from else None
             actor.setup.remote(*_setup_args(trial, checkpoint, True))
             trial._pending_setup = False
             trial._restore_from = None
@@ -405,7 +405,7 @@ class TrialRunner:
         if trial.last_result.get(R.TRAINING_ITERATION) is not None and duplicate:
             result[R.TRAINING_ITERATION] = trial.last_result[R.TRAINING_ITERATION]
         if not trial.last_result and not result.get(R.DONE):
-            _check_stop_keys(trial, result)
+            trial.check_stop_keys(result)
         if not duplicate:
             self._loggers[trial.trial_id].on_result(result)
         trial.update_last_result(result)
@@ -427,8 +427,8 @@ class TrialRunner:
             if trial._pending_setup:
                 # PBT exploited and paused it: it resumes from the donor's checkpoint.
                 if trial._restore_from:
-                    self._store_checkpoint(trial, _read_checkpoint(trial._restore_from),
-                                           _checkpoint_iteration(trial._restore_from))
+                    self._store_checkpoint(trial, _checkpoints.read(trial._restore_from),
+                                           _checkpoints.iteration_of(trial._restore_from))
                 trial._pending_setup = False
                 trial._restore_from = None
             else:
@@ -536,24 +536,9 @@ class TrialRunner:
         self._used_cache = None
 
     def _store_checkpoint(self, trial: Trial, data: bytes, iteration: int) -> None:
-        path = os.path.join(trial.logdir, f"checkpoint_{iteration}")
-        tmp = path + ".tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
-        unpack_dir(data, tmp)
-        shutil.rmtree(path, ignore_errors=True)
-        os.replace(tmp, path)  # a checkpoint is complete or absent, never half there
-        trial.checkpoints = [c for c in trial.checkpoints if c.path != path]
-        trial.checkpoint = Checkpoint(path, iteration)
-        trial.checkpoints.append(trial.checkpoint)
-        keep = trial.keep_checkpoints_num
-        dropped = []
-        if keep:
-            while len(trial.checkpoints) > keep:
-                dropped.append(trial.checkpoints.pop(0))
+        dropped = _checkpoints.store(trial, data, iteration)
         self._record(trial)
-        for old in dropped:  # only once the state file no longer names them
-            shutil.rmtree(old.path, ignore_errors=True)
+        _checkpoints.remove(dropped)  # only once the state file no longer names them
 
     def _export(self, trial: Trial) -> None:
         """``export_formats``: the trainable exports its model into the trial's
@@ -617,37 +602,9 @@ class TrialRunner:
             log.close()
 
 
-def _check_stop_keys(trial: Trial, result: dict) -> None:
-    """A ``stop`` key that the trial's first result lacks would never stop it."""
-    if callable(trial.stopping_criterion):
-        return
-    missing = [k for k in trial.stopping_criterion if k not in result]
-    if missing:
-        raise TuneError(f"stop criterion {missing} of trial {trial} is not in its first "
-                        f"result, which has {sorted(result)}: report that key, or stop "
-                        f"on one of these")
-
-
 def _setup_args(trial: Trial, checkpoint: bytes | None, reuse: bool) -> tuple:
     return (trial.config, trial.logdir, checkpoint, reuse, trial.checkpoint_freq,
             trial.checkpoint_at_end, trial.stopping_criterion)
-
-
-def _read_checkpoint(path: str) -> bytes:
-    return pack_dir(path)
-
-
-def _checkpoint_iteration(path: str) -> int:
-    try:
-        return int(os.path.basename(path.rstrip(os.sep)).rsplit("_", 1)[1])
-    except (IndexError, ValueError):
-        return 0
-
-
-def _dirname(trial: Trial) -> str:
-    tag = trial.experiment_tag.replace("/", "_")[:80]
-    return f"{trial.trainable_name}_{trial.trial_id}_{tag}" if tag else \
-        f"{trial.trainable_name}_{trial.trial_id}"
 
 
 def _jsonable_config(config: dict):

@@ -101,12 +101,27 @@ with section("result"):
     everything = tune.Analysis(LOCAL)
     check(len(everything.get_all_configs()) == 5, everything.get_all_configs())
     check(len(tune.ExperimentAnalysis(LOCAL).trials) == 5)
+    check(os.path.basename(os.path.dirname(everything.get_best_logdir("mean_loss", "min")))
+          == "ret", everything.get_best_logdir("mean_loss", "min"))
     report("best", trials.get_best_config("mean_loss", "min"))
 
 
 def counter(config, reporter):
     for _ in range(100):
         reporter(value=1)
+
+
+def tracked(config):
+    tune.track.init()           # inside a trial: the trial's session, nothing to start
+    for step in range(3):
+        tune.track.log(mean_loss=float(step), in_trial_dir=os.getcwd() == tune.track.trial_dir())
+    tune.track.shutdown()
+
+
+with section("track"):
+    trials = tune.run(tracked, name="tracked", local_dir=LOCAL, verbose=0)
+    check(trials[0].last_result["training_iteration"] == 3, trials[0].last_result)
+    check(trials[0].last_result["in_trial_dir"], trials[0].last_result)
 
 
 with section("stop"):
