@@ -3,12 +3,14 @@
 ::
 
     driver (TrialRunner)                         trial actor (worker rank)
-    setup.remote(config, checkpoint, reuse) ───▶ reset_config(config) or a new
+    setup.remote(config, checkpoint, reuse) ───▶ chdir to the trial's directory;
+                                                 reset_config(config) or a new
                                                  trainable; restore the checkpoint
     train.remote(n, s) ────────────────────────▶ trainable.train() up to n times or
                    ◀── [(result, checkpoint bytes | None)]  s seconds; saves on
                                                             checkpoint iterations
     save.remote() ─────────────────────────────▶ checkpoint bytes (pause, PBT, end)
+    export.remote(formats, logdir) ────────────▶ trainable.export_model() (export_formats)
     stop.remote(), __ray_terminate__ ──────────▶ trainable.stop(); the actor exits
 
 Calls on one actor run in order, so ``setup`` and the first ``train`` are sent
