@@ -13,12 +13,14 @@ Loggers run on the driver, which owns the experiment directory::
 from __future__ import annotations
 
 import csv
+import functools
 import importlib.util
 import json
 import logging
 import numbers
 import os
 import pickle
+import sys
 from typing import Any
 
 from .trial import Trial, _jsonable
@@ -139,8 +141,18 @@ class CSVLogger(Logger):
 
 
 def _summary_writer():
-    """tensorboardX's ``SummaryWriter``, else torch's, else None.  torch's needs
-    the tensorboard package: without it torch is not imported at all."""
+    """tensorboardX's ``SummaryWriter``, else torch's, else None."""
+    module = sys.modules.get("tensorboardX")
+    if module is not None:
+        return module.SummaryWriter
+    return _import_summary_writer()
+
+
+@functools.lru_cache(maxsize=None)
+def _import_summary_writer():
+    # Once per process: a failed import searches the path, and every trial asks.
+    # torch's writer needs the tensorboard package: without it torch is not
+    # imported at all.
     try:
         from tensorboardX import SummaryWriter
         return SummaryWriter

@@ -171,7 +171,7 @@ class Trial:
             "checkpoints": [[c.path, c.iteration] for c in self.checkpoints],
             "error_file": self.error_file, "error_msg": self.error_msg,
             "last_result": _jsonable(self.last_result),
-            "loggers": _encode(self.loggers), "export_formats": self.export_formats,
+            "loggers": _encode_or_none(self.loggers), "export_formats": self.export_formats,
         }
 
     @classmethod
@@ -196,6 +196,15 @@ class Trial:
 
 def _encode(value: Any) -> str:
     return base64.b64encode(cloudpickle.dumps(value)).decode("ascii")
+
+
+def _encode_or_none(value: Any) -> str | None:
+    """Logger classes that do not pickle are left out of the state file (the
+    trials of a resumed experiment then have only the default loggers)."""
+    try:
+        return _encode(value)
+    except Exception:  # noqa: BLE001 - pickling errors come in many types
+        return None
 
 
 def _decode(text: str) -> Any:

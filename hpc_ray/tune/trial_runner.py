@@ -197,8 +197,13 @@ class TrialRunner:
         trial.config = new_config
         trial._restore_from = checkpoint_path
         trial._pending_setup = True
-        with open(os.path.join(trial.logdir, "params.json"), "w") as f:
-            json.dump(_jsonable_config(new_config), f, indent=2, sort_keys=True, default=repr)
+        log = self._loggers.get(trial.trial_id)
+        if log is not None:
+            log.update_config(new_config)
+        else:
+            with open(os.path.join(trial.logdir, "params.json"), "w") as f:
+                json.dump(_jsonable_config(new_config), f, indent=2, sort_keys=True,
+                          default=repr)
         self._record(trial)
 
     # --- the loop ---------------------------------------------------------------
