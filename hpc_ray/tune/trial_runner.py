@@ -106,7 +106,6 @@ class TrialRunner:
         self._first_open = 0
         self._progress = ProgressReporter(verbose, experiment_dir, self._scheduler,
                                           self._total)
-        os.makedirs(experiment_dir, exist_ok=True)
 
     def _is_function(self, trial: Trial) -> bool:
         return self._trainables[trial.trainable_name][1]
