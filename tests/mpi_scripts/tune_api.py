@@ -202,6 +202,50 @@ with section("spec"):
     check([t.status for t in trials] == ["TERMINATED"] * 3, trials)
 
 
+class Steps(tune.Trainable):
+    """Counts its iterations; the count survives a pause (a checkpoint)."""
+
+    def _setup(self, config):
+        self.count = 0
+
+    def _train(self):
+        self.count += 1
+        return {"count": self.count}
+
+    def _save(self, checkpoint_dir):
+        return {"count": self.count}
+
+    def _restore(self, state):
+        self.count = state["count"]
+
+
+class PauseEach(tune.schedulers.FIFOScheduler):
+    """Pauses a trial after each of its first results; records who ran when."""
+
+    _supports_buffered_results = False
+
+    def __init__(self):
+        self.seen = []
+
+    def on_trial_result(self, trial_runner, trial, result):
+        self.seen.append((trial.config["i"], result["count"]))
+        return self.PAUSE if result["count"] < 3 else self.CONTINUE
+
+    def on_trial_complete(self, trial_runner, trial, result):
+        self.seen.append((trial.config["i"], result["count"]))
+
+
+with section("pause_order"):
+    # Each trial takes the whole job (2 CPUs), so they take turns; a paused
+    # trial waits behind those paused before it.
+    sched = PauseEach()
+    trials = tune.run(Steps, name="turns", local_dir=LOCAL, verbose=0, scheduler=sched,
+                      config={"i": tune.grid_search([0, 1, 2])}, reuse_actors=True,
+                      resources_per_trial={"cpu": 2}, stop={"count": 3})
+    check([t.status for t in trials] == ["TERMINATED"] * 3, [t.status for t in trials])
+    check(sched.seen == [(i, n) for n in (1, 2, 3) for i in (0, 1, 2)], sched.seen)
+
+
 class Walk(SuggestionAlgorithm):
     """Suggests x = 0, 1, 2, ... one at a time, after hearing how the last went."""
 
