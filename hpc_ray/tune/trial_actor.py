@@ -71,7 +71,12 @@ class TrialActor:
 
     def setup(self, config: dict, logdir: str | None, checkpoint: bytes | None,
               reuse: bool, checkpoint_freq: int, checkpoint_at_end: bool,
-              stop: dict) -> None:
+              stop: dict, same_trial: bool = False) -> None:
+        """Set up a trial: ``reuse`` the trainable in place when it resets
+        (``reset_config``), else make a new one.  A ``reset_config`` of the
+        user's that says no fails the run when the actor moves to another trial
+        (``reuse_actors``); for the same trial's new config (PBT) the trainable
+        is made anew from the checkpoint, as Ray 0.7 restarts it."""
         self._error = None
         self._live = True
         self._checkpoint_freq = checkpoint_freq
@@ -86,7 +91,7 @@ class TrialActor:
             reset = False
             if self._trainable is not None and reuse:
                 reset = bool(self._trainable.reset_config(dict(config)))
-                if not reset and _user_reset(self._trainable):
+                if not reset and not same_trial and _user_reset(self._trainable):
                     raise ResetConfigError(
                         f"{type(self._trainable).__name__}.reset_config() returned False: "
                         f"with reuse_actors=True a trial's actor takes the next trial "

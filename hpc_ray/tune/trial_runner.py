@@ -310,7 +310,7 @@ class TrialRunner:
         actor = self._actors[trial.trial_id]
         if trial._pending_setup:
             checkpoint = _checkpoints.read(trial._restore_from) if trial._restore_from else None
-            actor.setup.remote(*_setup_args(trial, checkpoint, True))
+            actor.setup.remote(*_setup_args(trial, checkpoint, True, same_trial=True))
             trial._pending_setup = False
             trial._restore_from = None
         if self._batched(trial):
@@ -606,9 +606,12 @@ class TrialRunner:
             log.close()
 
 
-def _setup_args(trial: Trial, checkpoint: bytes | None, reuse: bool) -> tuple:
+def _setup_args(trial: Trial, checkpoint: bytes | None, reuse: bool,
+                same_trial: bool = False) -> tuple:
+    # A stop function is applied here, on the driver: the actor needs only a dict.
+    stop = trial.stopping_criterion if isinstance(trial.stopping_criterion, dict) else {}
     return (trial.config, trial.logdir, checkpoint, reuse, trial.checkpoint_freq,
-            trial.checkpoint_at_end, trial.stopping_criterion)
+            trial.checkpoint_at_end, stop, same_trial)
 
 
 def _jsonable_config(config: dict):

@@ -12,6 +12,7 @@ import faulthandler, os, sys
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
 
 import json
+import time
 import types
 
 from _harness import check, expect_raises, init_kwargs, ok, report, section, tmp_path
@@ -244,6 +245,30 @@ with section("pause_order"):
                       resources_per_trial={"cpu": 2}, stop={"count": 3})
     check([t.status for t in trials] == ["TERMINATED"] * 3, [t.status for t in trials])
     check(sched.seen == [(i, n) for n in (1, 2, 3) for i in (0, 1, 2)], sched.seen)
+
+
+class StepsNoReset(Steps):
+    def _train(self):
+        time.sleep(0.05)  # (the two trials' results interleave)
+        self.count += 1
+        return {"count": self.count, "score": self.count * (1 + self.config["i"])}
+
+    def reset_config(self, new_config):
+        return False
+
+
+with section("pbt_without_reset"):
+    # PBT gives a running trial a new config in place; a trainable that cannot
+    # reset is made anew from the donor's checkpoint, as Ray 0.7 restarts it (no
+    # error: no actor moves to another trial here, both trials fit at once).
+    pbt = tune.schedulers.PopulationBasedTraining(
+        time_attr="training_iteration", metric="score", mode="max", perturbation_interval=1,
+        hyperparam_mutations={"lr": [0.1, 0.2, 0.3]})
+    trials = tune.run(StepsNoReset, name="pbt_noreset", local_dir=LOCAL, verbose=0,
+                      scheduler=pbt, config={"lr": 0.1, "i": tune.grid_search([0, 1])},
+                      stop={"training_iteration": 6})
+    check([t.status for t in trials] == ["TERMINATED"] * 2, [t.status for t in trials])
+    check(pbt._num_perturbations >= 1, pbt.debug_string())
 
 
 class Walk(SuggestionAlgorithm):
