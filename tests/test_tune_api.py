@@ -202,6 +202,17 @@ def test_user_logger_and_tensorboard_beside_the_defaults(tmp_path, monkeypatch):
                                                 "result.json"]
 
 
+def test_unified_logger_and_pretty_print(tmp_path):
+    from hpc_ray.tune.logger import NoopLogger, UnifiedLogger, pretty_print
+
+    log = UnifiedLogger({"lr": 0.1}, str(tmp_path / "t"), loggers=[NoopLogger])
+    log.on_result({"training_iteration": 1, "loss": 0.5})
+    log.close()
+    assert json.loads((tmp_path / "t" / "result.json").read_text())["loss"] == 0.5
+    text = pretty_print({"loss": 0.5, "config": {"lr": 0.1}, "info": {"steps": 3}})
+    assert "loss: 0.5" in text and "steps: 3" in text and "lr" not in text
+
+
 def test_track_outside_tune_writes_a_trial_of_its_own(tmp_path):
     with pytest.raises(ValueError, match=r"call tune.track.init\(\) first"):
         tune.track.log(loss=1.0)

@@ -25,8 +25,8 @@ from typing import Any
 
 from .trial import Trial, _jsonable
 
-__all__ = ["Logger", "JsonLogger", "CSVLogger", "TBXLogger", "DEFAULT_LOGGERS",
-           "TrialLogger", "truncate_results"]
+__all__ = ["Logger", "NoopLogger", "JsonLogger", "CSVLogger", "TBXLogger", "UnifiedLogger",
+           "DEFAULT_LOGGERS", "TrialLogger", "pretty_print", "truncate_results"]
 
 log = logging.getLogger(__name__)
 
@@ -198,27 +198,49 @@ class TBXLogger(Logger):
 DEFAULT_LOGGERS = (JsonLogger, CSVLogger, TBXLogger)
 
 
-class TrialLogger:
-    """All loggers of one trial: the default ones, then the user's
-    (``loggers=``, each class once; listing a default one again changes nothing)."""
+class NoopLogger(Logger):
+    """A logger that records nothing."""
 
-    def __init__(self, trial: Trial, loggers: tuple = ()) -> None:
-        self.trial = trial
-        self.logdir = trial.logdir
-        os.makedirs(self.logdir, exist_ok=True)
-        classes = list(DEFAULT_LOGGERS)
+    def on_result(self, result: dict) -> None:
+        pass
+
+
+class UnifiedLogger(Logger):
+    """Several loggers as one: the default ones, then ``loggers`` (each class
+    once; listing a default one again changes nothing).
+
+    Args:
+        config: the trial's config.
+        logdir: the trial's directory.
+        upload_uri: accepted for Ray 0.7's signature; nothing is uploaded.
+        loggers: more ``Logger`` subclasses.
+        sync_function: accepted for Ray 0.7's signature; nothing is synced.
+    """
+
+    def __init__(self, config: dict, logdir: str, upload_uri: str | None = None,
+                 loggers=None, sync_function=None) -> None:
+        self._classes = list(DEFAULT_LOGGERS)
         for cls in loggers or ():
-            if cls not in classes:
-                classes.append(cls)
-        self._loggers = [cls(trial.config, self.logdir) for cls in classes]
+            if cls not in self._classes:
+                self._classes.append(cls)
+        super().__init__(config, logdir, upload_uri)
+
+    def _init(self) -> None:
+        os.makedirs(self.logdir, exist_ok=True)
+        self._loggers = [cls(self.config, self.logdir) for cls in self._classes]
 
     def on_result(self, result: dict) -> None:
         for logger in self._loggers:
             logger.on_result(result)
 
     def update_config(self, config: dict) -> None:
+        self.config = config
         for logger in self._loggers:
             logger.update_config(config)
+
+    def flush(self) -> None:
+        for logger in self._loggers:
+            logger.flush()
 
     def close(self) -> None:
         for logger in self._loggers:
@@ -226,7 +248,26 @@ class TrialLogger:
                 logger.flush()
                 logger.close()
             except Exception:  # noqa: BLE001 - one logger must not keep the others open
-                log.exception("closing %s of trial %s", type(logger).__name__, self.trial)
+                log.exception("closing %s in %s", type(logger).__name__, self.logdir)
+
+
+class TrialLogger(UnifiedLogger):
+    """A trial's loggers: the default ones and the trial's ``loggers=``."""
+
+    def __init__(self, trial: Trial, loggers: tuple = ()) -> None:
+        self.trial = trial
+        super().__init__(trial.config, trial.logdir, loggers=loggers)
+
+
+def pretty_print(result: dict) -> str:
+    """A result as YAML (as indented JSON without PyYAML), without its config
+    (Ray 0.7's ``pretty_print``)."""
+    out = _jsonable({k: v for k, v in result.items() if v is not None and k != "config"})
+    try:
+        import yaml
+    except ImportError:
+        return json.dumps(out, indent=2, sort_keys=True) + "\n"
+    return yaml.safe_dump(out, default_flow_style=False)
 
 
 def truncate_results(logdir: str, iteration: int) -> dict:
