@@ -213,6 +213,24 @@ def test_unified_logger_and_pretty_print(tmp_path):
     assert "loss: 0.5" in text and "steps: 3" in text and "lr" not in text
 
 
+def test_trainable_on_its_own_logs_through_logger_creator(tmp_path):
+    from hpc_ray.tune.logger import UnifiedLogger
+
+    class Model(tune.Trainable):
+        def _train(self):
+            return {"loss": 1.0 / (self.iteration + 1)}
+
+    model = Model({"lr": 0.1}, logger_creator=lambda config: UnifiedLogger(
+        config, str(tmp_path / "alone")))
+    model.train()
+    model.train()
+    model.stop()
+    assert model.logdir == str(tmp_path / "alone")
+    text = (tmp_path / "alone" / "result.json").read_text()
+    rows = [json.loads(line) for line in text.splitlines()]
+    assert [r["training_iteration"] for r in rows] == [1, 2]
+
+
 def test_track_outside_tune_writes_a_trial_of_its_own(tmp_path):
     with pytest.raises(ValueError, match=r"call tune.track.init\(\) first"):
         tune.track.log(loss=1.0)
