@@ -104,6 +104,9 @@ def test_experiment_spec_errors_name_the_problem():
     with pytest.raises(ValueError, match=r"must take \(trial_id, result\)"):
         Experiment("e", _train, stop=lambda result: True)
     Experiment("e", _train, stop=lambda trial_id, result: False)
+    spec = Experiment("e", _train, config={"a": 1}, num_samples=2).spec
+    (again,) = convert_to_experiment_list({"e": spec})
+    assert (again.config, again.num_samples, again.run) == ({"a": 1}, 2, _train)
     # A name is looked up when the experiment runs.
     late = Experiment("e", "defined_later_36")
     with pytest.raises(tune.TuneError, match="unknown trainable 'defined_later_36'"):
@@ -130,8 +133,10 @@ def test_resources_per_trial_forms():
 
 
 def test_variant_generator_takes_a_dict_of_specs():
-    from hpc_ray.tune.suggest import BasicVariantGenerator, grid_search
+    from hpc_ray.tune.suggest import BasicVariantGenerator
+    from hpc_ray.tune.suggest.variant_generator import grid_search
 
+    assert tune.suggest.grid_search is grid_search is tune.grid_search
     gen = BasicVariantGenerator()
     gen.add_configurations({"e": {"run": _train, "num_samples": 2,
                                   "config": {"a": grid_search([1, 2, 3])}}})

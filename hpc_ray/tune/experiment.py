@@ -124,6 +124,19 @@ class Experiment:
         return self._resources
 
     @property
+    def spec(self) -> dict:
+        """The experiment as a spec dict (``run_experiments({name: spec})``)."""
+        return {"run": self._run, "stop": self.stop, "config": self.config,
+                "resources_per_trial": self._given_resources,
+                "num_samples": self.num_samples, "local_dir": self.local_dir,
+                "trial_name_creator": self.trial_name_creator, "loggers": self.loggers,
+                "checkpoint_freq": self.checkpoint_freq,
+                "checkpoint_at_end": self.checkpoint_at_end,
+                "keep_checkpoints_num": self.keep_checkpoints_num,
+                "export_formats": self.export_formats, "max_failures": self.max_failures,
+                "restore": self.restore}
+
+    @property
     def experiment_dir(self) -> str:
         return os.path.join(self.local_dir, self.name)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import time
 import traceback
@@ -61,8 +62,10 @@ class TrialActor:
         self._trainable: Trainable | None = None
         #: The setup's error (its class and text), raised again by train().
         self._error: tuple[type, str] | None = None
-        # Trainables run in their trial's directory; this is where the actor began.
+        # Trainables run in their trial's directory; this is where the actor began,
+        # and relative import paths ("" or PYTHONPATH=.) keep meaning what they did.
         os.environ.setdefault("TUNE_ORIG_WORKING_DIR", os.getcwd())
+        sys.path[:] = [os.path.abspath(p) if not os.path.isabs(p) else p for p in sys.path]
         self._checkpoint_freq = 0
         self._checkpoint_at_end = False
         self._stop_criterion: dict = {}
