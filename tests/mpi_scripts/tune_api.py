@@ -266,7 +266,7 @@ with section("pbt_without_reset"):
         hyperparam_mutations={"lr": [0.1, 0.2, 0.3]})
     trials = tune.run(StepsNoReset, name="pbt_noreset", local_dir=LOCAL, verbose=0,
                       scheduler=pbt, config={"lr": 0.1, "i": tune.grid_search([0, 1])},
-                      stop={"training_iteration": 6})
+                      stop={"training_iteration": 12})
     check([t.status for t in trials] == ["TERMINATED"] * 2, [t.status for t in trials])
     check(pbt._num_perturbations >= 1, pbt.debug_string())
 
