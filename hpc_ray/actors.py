@@ -90,7 +90,7 @@ def _class_info(cls: type) -> tuple:
 
 #: Names of ``ActorClass`` itself, never forwarded to the user's class.
 _OWN_NAMES = frozenset(("remote", "options", "_remote", "_cls", "_options", "_class_id",
-                        "_meta", "_blob", "_checks", "_init_check"))
+                        "_meta", "_blob", "_checks", "_init_check", "__mro_entries__"))
 
 
 class ActorClass:
@@ -114,6 +114,16 @@ class ActorClass:
     def __call__(self, *args, **kwargs):
         raise TypeError(f"actor class {self.__name__} cannot be instantiated directly; "
                         f"use {self.__name__}.remote(...)")
+
+    def __mro_entries__(self, bases: tuple):
+        # ``class B(A)`` with an actor class A: Python asks A for B's real bases.
+        # Ray 0.7's words (its ActorClass metaclass also named the subclass,
+        # which Python does not tell a base at this point).
+        raise TypeError(f"Attempted to define a subclass of actor class "
+                        f"'{self.__name__}'. Inheriting from actor classes is not "
+                        f"currently supported. You can instead inherit from a non-actor "
+                        f"base class and make the derived class an actor class "
+                        f"(with @ray.remote).")
 
     def __getattr__(self, name: str) -> Any:
         # Class attributes and static/class methods, reachable as in Ray 0.7
@@ -242,11 +252,16 @@ class ActorMethod:
     def _remote(self, args: tuple | list | None = None, kwargs: dict | None = None,
                 num_return_vals: int | None = None, num_returns: int | None = None,
                 **options):
-        """Ray 0.7's call with options: ``a.f._remote(args=[1], num_return_vals=2)``."""
+        """Ray 0.7's call with options: ``a.f._remote(args=[1], num_return_vals=2)``;
+        ``num_return_vals=0`` returns None (the call runs; its value is dropped)."""
         opts = remote_call_options(f"method {self._name}", METHOD_OPTIONS,
                                    num_return_vals, num_returns, **options)
+        nothing = opts.get("num_returns") == 0
+        if nothing:
+            opts["num_returns"] = 1
         method = self.options(**opts) if opts else self
-        return method.remote(*(args or ()), **(kwargs or {}))
+        ref = method.remote(*(args or ()), **(kwargs or {}))
+        return None if nothing else ref
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"actor method {self._name} cannot be called directly; "

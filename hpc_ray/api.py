@@ -293,30 +293,38 @@ def progress(object_refs: list, desc: str | None = None, timeout: float | None =
 
 # --- cluster state ------------------------------------------------------------------
 
+def _state_context():
+    """The context for the global-state calls, or Ray 0.7's error for them."""
+    if not context.is_set():
+        raise RayError("The ray.global_state API cannot be used before ray.init has been "
+                       "called.")
+    return context.current()
+
+
 def cluster_resources() -> dict:
     """Total resources of all worker ranks: ``{"CPU": n, "GPU": g, custom: ...}``."""
-    return context.current().control("cluster_resources")
+    return _state_context().control("cluster_resources")
 
 
 def available_resources() -> dict:
     """Resources not held by running tasks and actors right now."""
-    return context.current().control("available_resources")
+    return _state_context().control("available_resources")
 
 
 def nodes() -> list[dict]:
     """One dict per node: host name, ranks, resources, store size."""
-    return context.current().control("nodes")
+    return _state_context().control("nodes")
 
 
 def tasks(task_id: str | None = None) -> dict:
     """The task table (or one entry of it, by hex id)."""
-    table = context.current().control("tasks")
+    table = _state_context().control("tasks")
     return table[task_id] if task_id is not None else table
 
 
 def objects(object_id: str | None = None) -> dict:
     """The object table (or one entry of it, by hex id)."""
-    table = context.current().control("objects")
+    table = _state_context().control("objects")
     return table[object_id] if object_id is not None else table
 
 
@@ -367,7 +375,7 @@ def timeline(filename: str | None = None) -> list[dict] | None:
 
     Load the file in chrome://tracing or https://ui.perfetto.dev.
     """
-    ctx = context.current()
+    ctx = _state_context()
     raw = ctx.control("timeline")
     job_id = ctx.job_id
     events = []
@@ -394,7 +402,7 @@ def object_transfer_timeline(filename: str | None = None) -> list[dict] | None:
     between ranks), so the list is empty; with ``filename`` an empty trace is
     written, which chrome://tracing loads.
     """
-    context.current()  # raises before init(), as the other calls do
+    _state_context()  # raises before init(), as the other calls do
     if filename is None:
         return []
     with open(filename, "w") as f:
@@ -419,7 +427,8 @@ def errors(all_jobs: bool = False) -> list[dict]:
     """
     out = []
     for tid, t in tasks().items():
-        if t.get("State") == "FAILED":
+        # An actor ended on purpose (``__ray_terminate__``) is no error.
+        if t.get("State") == "FAILED" and not t["FunctionName"].endswith(".__ray_terminate__"):
             out.append({"type": "task", "task_id": tid, "function": t["FunctionName"],
                         "message": f"task {t['FunctionName']} failed (rank {t['Rank']}); "
                                    f"get() of its result raises the error",

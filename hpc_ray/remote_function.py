@@ -226,11 +226,19 @@ class RemoteFunction:
     def _remote(self, args: tuple | list | None = None, kwargs: dict | None = None,
                 num_return_vals: int | None = None, num_returns: int | None = None,
                 **options):
-        """Ray 0.7's call with options: ``f._remote(args=[1], num_cpus=2)``."""
+        """Ray 0.7's call with options: ``f._remote(args=[1], num_cpus=2)``.
+
+        ``num_return_vals=0`` (0.7) runs the task for its effects and returns
+        None; its value, if any, is dropped (an error shows in ``errors()``).
+        """
         opts = remote_call_options(f"remote function {self._name}", FUNCTION_OPTIONS,
                                    num_return_vals, num_returns, **options)
+        nothing = opts.get("num_returns") == 0
+        if nothing:
+            opts["num_returns"] = 1
         fn = self.options(**opts) if opts else self
-        return fn.remote(*(args or ()), **(kwargs or {}))
+        ref = fn.remote(*(args or ()), **(kwargs or {}))
+        return None if nothing else ref
 
     def __reduce__(self):
         return (_rebuild, (self._function, self._options, self._fn_id))

@@ -14,7 +14,7 @@ Experiments are resumable across jobs: ``resume=True`` continues from the
 experiment directory's state file, and a Slurm warning signal (see
 ``hpc_ray.on_preempt``) checkpoints every running trial before the job ends.
 """
-from . import schedulers, suggest, track, util
+from . import logger, resources, schedulers, suggest, track, util
 from .analysis import Analysis, ExperimentAnalysis
 from .error import TuneError
 from .experiment import Experiment
@@ -30,5 +30,5 @@ __all__ = [
     "Analysis", "Experiment", "ExperimentAnalysis", "StatusReporter", "Trainable", "Trial",
     "TuneError", "choice", "function", "grid_search", "loguniform", "quniform", "randint",
     "randn", "register_env", "register_trainable", "report", "run", "run_experiments",
-    "sample_from", "schedulers", "suggest", "track", "uniform", "util",
+    "sample_from", "schedulers", "suggest", "track", "uniform", "util", "logger", "resources",
 ]

@@ -1,27 +1,68 @@
 """``Experiment``: one experiment's specification (Ray 0.7's ``tune.Experiment``)."""
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any
 
+from . import resources as _res
 from .error import TuneError
 from .registry import get_trainable
+from .trainable import Trainable
 from .trial import Trial
 
-__all__ = ["Experiment", "DEFAULT_RESULTS_DIR"]
+__all__ = ["Experiment", "DEFAULT_RESULTS_DIR", "convert_to_experiment_list"]
 
 DEFAULT_RESULTS_DIR = os.path.expanduser(os.environ.get("TUNE_RESULT_DIR", "~/ray_results"))
+
+#: The keys of an experiment spec (``run_experiments({"name": spec})``): the
+#: arguments of ``Experiment`` (``env`` is 0.7's shorthand for ``config["env"]``).
+SPEC_KEYS = ("run", "stop", "config", "resources_per_trial", "num_samples", "local_dir",
+             "upload_dir", "trial_name_creator", "loggers", "sync_function",
+             "checkpoint_freq", "checkpoint_at_end", "keep_checkpoints_num",
+             "checkpoint_score_attr", "export_formats", "max_failures", "restore",
+             "repeat", "trial_resources", "custom_loggers", "env")
 
 
 def _name_of(trainable) -> str:
     return getattr(trainable, "__name__", None) or type(trainable).__name__
 
 
+def check_trainable(run: Any) -> None:
+    """A function, a ``Trainable`` subclass or a name; anything else is a TuneError."""
+    if isinstance(run, Trainable):
+        raise TuneError(f"run must be a Trainable class, not an instance of it: pass "
+                        f"{type(run).__name__}, not {type(run).__name__}(...)")
+    if isinstance(run, type):
+        if not issubclass(run, Trainable):
+            raise TuneError(f"a trainable class must subclass tune.Trainable, got {run!r}")
+    elif not (isinstance(run, str) or callable(run)):
+        raise TuneError(f"run must be a function, a tune.Trainable subclass or a "
+                        f"registered name, got {type(run).__name__}")
+
+
+def check_stop(stop: Any) -> None:
+    """``stop`` is a dict or a function ``f(trial_id, result) -> bool``."""
+    if stop is None or isinstance(stop, dict):
+        return
+    if not callable(stop):
+        raise ValueError(f"stop must be a dict or a function f(trial_id, result) -> bool, "
+                         f"got {type(stop).__name__}")
+    try:
+        inspect.signature(stop).bind("trial_id", {})
+    except TypeError:
+        raise ValueError(f"a stop function must take (trial_id, result), got "
+                         f"{getattr(stop, '__name__', stop)}{inspect.signature(stop)}") from None
+    except ValueError:
+        pass  # a builtin without a signature: trust it
+
+
 class Experiment:
     """Tracks an experiment's specification.
 
     Args follow ``tune.run``; ``run`` is the trainable (function, class or a
-    registered name).
+    registered name).  A name is looked up when the experiment runs, so it may
+    be registered after the ``Experiment`` is made.
     """
 
     def __init__(self, name: str | None, run, stop: dict | None = None,
@@ -33,12 +74,9 @@ class Experiment:
                  export_formats=None, max_failures: int = 3, restore: str | None = None,
                  repeat: int | None = None, trial_resources: dict | None = None,
                  custom_loggers=None) -> None:
-        if isinstance(run, str):
-            self.trainable_name = run
-            run = get_trainable(run)
-        else:
-            self.trainable_name = _name_of(run)
-        self.run = run
+        check_trainable(run)
+        self._run = run
+        self.trainable_name = run if isinstance(run, str) else _name_of(run)
         if repeat is not None:
             num_samples = repeat
         if trial_resources is not None and resources_per_trial is None:
@@ -47,20 +85,56 @@ class Experiment:
             raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
         if checkpoint_freq < 0:
             raise ValueError(f"checkpoint_freq must be >= 0, got {checkpoint_freq!r}")
-        if stop is not None and not (isinstance(stop, dict) or callable(stop)):
-            raise TypeError(f"stop must be a dict or a function, got {type(stop).__name__}")
+        check_stop(stop)
+        for logger in list(loggers or ()) + list(custom_loggers or ()):
+            if not isinstance(logger, type):
+                raise TypeError(f"loggers must be tune.logger.Logger subclasses, "
+                                f"got {logger!r}")
         self.name = name or self.trainable_name
         self.stop = stop or {}
         self.config = config or {}
-        self.resources_per_trial = _resources(run, self.config, resources_per_trial)
+        self._given_resources = resources_per_trial
+        if resources_per_trial is not None:
+            _res.normalize(resources_per_trial)  # a bad value fails here, not at run
         self.num_samples = num_samples
         self.local_dir = os.path.abspath(os.path.expanduser(local_dir or DEFAULT_RESULTS_DIR))
         self.trial_name_creator = getattr(trial_name_creator, "func", trial_name_creator)
+        self.loggers = tuple(loggers or ()) + tuple(custom_loggers or ())
         self.checkpoint_freq = checkpoint_freq
         self.checkpoint_at_end = checkpoint_at_end
         self.keep_checkpoints_num = keep_checkpoints_num
+        self.export_formats = list(export_formats or [])
         self.max_failures = max_failures
         self.restore = restore
+        self._resources: dict | None = None
+
+    @property
+    def run(self):
+        """The trainable (a registered name is looked up now)."""
+        if isinstance(self._run, str):
+            run = get_trainable(self._run)
+            check_trainable(run)
+            return run
+        return self._run
+
+    @property
+    def resources_per_trial(self) -> dict:
+        if self._resources is None:
+            self._resources = _resources(self.run, self.config, self._given_resources)
+        return self._resources
+
+    @property
+    def spec(self) -> dict:
+        """The experiment as a spec dict (``run_experiments({name: spec})``)."""
+        return {"run": self._run, "stop": self.stop, "config": self.config,
+                "resources_per_trial": self._given_resources,
+                "num_samples": self.num_samples, "local_dir": self.local_dir,
+                "trial_name_creator": self.trial_name_creator, "loggers": self.loggers,
+                "checkpoint_freq": self.checkpoint_freq,
+                "checkpoint_at_end": self.checkpoint_at_end,
+                "keep_checkpoints_num": self.keep_checkpoints_num,
+                "export_formats": self.export_formats, "max_failures": self.max_failures,
+                "restore": self.restore}
 
     @property
     def experiment_dir(self) -> str:
@@ -68,9 +142,20 @@ class Experiment:
 
     @classmethod
     def from_json(cls, name: str, spec: dict) -> "Experiment":
+        """An experiment from a spec dict (``run_experiments({name: spec})``)."""
+        if not isinstance(spec, dict):
+            raise TuneError(f"experiment {name!r}: the spec must be a dict, "
+                            f"got {type(spec).__name__}")
         spec = dict(spec)
         if "run" not in spec:
-            raise TuneError(f"experiment {name!r} has no 'run' entry")
+            raise TuneError(f"experiment {name!r} has no 'run' entry: give the trainable "
+                            f"as spec['run']")
+        unknown = sorted(set(spec) - set(SPEC_KEYS))
+        if unknown:
+            raise TuneError(f"experiment {name!r} has unknown key(s) {unknown} "
+                            f"(valid: {sorted(SPEC_KEYS)})")
+        if "env" in spec:  # Ray 0.7: a top-level env is config["env"]
+            spec["config"] = dict(spec.get("config") or {}, env=spec.pop("env"))
         return cls(name, **spec)
 
     def config_without_search(self) -> dict:
@@ -80,26 +165,20 @@ class Experiment:
         return Trial(self.trainable_name, config, trial_id, tag, self.resources_per_trial,
                      self.stop, self.checkpoint_freq, self.checkpoint_at_end,
                      self.keep_checkpoints_num, self.max_failures, self.experiment_dir,
-                     self.trial_name_creator)
+                     self.trial_name_creator, loggers=self.loggers,
+                     export_formats=self.export_formats)
 
 
-def _resources(run: Any, config: dict, given: dict | None) -> dict:
+def _resources(run: Any, config: dict, given: Any) -> dict:
     if given is None:
         request = getattr(run, "default_resource_request", None)
         given = request(config) if callable(request) and isinstance(run, type) else None
         given = given or {"cpu": 1, "gpu": 0}
-    if not isinstance(given, dict):
-        raise TypeError(f"resources_per_trial must be a dict, got {type(given).__name__}")
-    resources = {str(k).lower() if k in ("CPU", "GPU") else k: v for k, v in given.items()}
-    resources.setdefault("cpu", 1)
-    resources.setdefault("gpu", 0)
-    for key, value in resources.items():
-        if not isinstance(value, (int, float)) or value < 0:
-            raise ValueError(f"resources_per_trial[{key!r}] must be a number >= 0, got {value!r}")
-    return resources
+    return _res.normalize(given)
 
 
 def convert_to_experiment_list(experiments) -> list[Experiment]:
+    """An ``Experiment``, a list of them, or a dict ``{name: spec}`` as a list."""
     if isinstance(experiments, Experiment):
         return [experiments]
     if isinstance(experiments, dict):

@@ -71,6 +71,11 @@ class Trainable:
         self._iterations_since_restore = 0
         self._restored = False
         self.logdir = tempfile.gettempdir()
+        #: ``logger_creator(config)``'s logger, for a Trainable used on its own
+        #: (in a trial, results are logged by the driver instead).
+        self._result_logger = logger_creator(self.config) if logger_creator else None
+        if self._result_logger is not None and getattr(self._result_logger, "logdir", None):
+            self.logdir = self._result_logger.logdir
         if _overrides(self, "setup"):
             self.setup(dict(self.config))
         else:
@@ -110,7 +115,9 @@ class Trainable:
             result.setdefault(R.DONE, True)
             return self._fill(result, 0.0, count=False)
         elapsed = result.get(R.TIME_THIS_ITER_S, time.time() - start)
-        return self._fill(result, elapsed, count=True)
+        result = self._fill(result, elapsed, count=True)
+        self._log_result(result)
+        return result
 
     def _fill(self, result: dict, elapsed: float, count: bool) -> dict:
         if count:
@@ -223,6 +230,9 @@ class Trainable:
 
     def stop(self) -> None:
         """Release the trial's resources (calls ``_stop``/``cleanup``)."""
+        result_logger = getattr(self, "_result_logger", None)
+        if result_logger is not None:
+            result_logger.close()
         if _overrides(self, "cleanup"):
             self.cleanup()
         else:
@@ -258,7 +268,11 @@ class Trainable:
         pass
 
     def _log_result(self, result: dict) -> None:
-        pass
+        """Called with each result of ``train()``; gives it to the logger of
+        ``logger_creator`` when there is one."""
+        result_logger = getattr(self, "_result_logger", None)
+        if result_logger is not None:
+            result_logger.on_result(result)
 
     def _export_model(self, export_formats, export_dir) -> dict:
         return {}

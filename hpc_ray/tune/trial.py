@@ -49,19 +49,26 @@ class Trial:
                  resources: dict | None = None, stopping_criterion: dict | None = None,
                  checkpoint_freq: int = 0, checkpoint_at_end: bool = False,
                  keep_checkpoints_num: int | None = None, max_failures: int = 3,
-                 local_dir: str = "", trial_name_creator=None) -> None:
+                 local_dir: str = "", trial_name_creator=None, loggers=None,
+                 export_formats=None) -> None:
         self.trainable_name = trainable_name
         self.config = dict(config or {})
         self.trial_id = trial_id or Trial.new_id()
         self.experiment_tag = experiment_tag
         self.resources = dict(resources or {"cpu": 1, "gpu": 0})
-        self.stopping_criterion = dict(stopping_criterion or {})
+        #: ``{result field: bound}``, or a function ``f(trial_id, result) -> bool``.
+        self.stopping_criterion = (stopping_criterion if callable(stopping_criterion)
+                                   else dict(stopping_criterion or {}))
         self.checkpoint_freq = checkpoint_freq
         self.checkpoint_at_end = checkpoint_at_end
         self.keep_checkpoints_num = keep_checkpoints_num
         self.max_failures = max_failures
         self.local_dir = local_dir
         self.trial_name_creator = trial_name_creator
+        #: The user's logger classes (``loggers=``), beside the default ones.
+        self.loggers = tuple(loggers or ())
+        #: ``export_formats``: exported by ``Trainable._export_model`` at the end.
+        self.export_formats = list(export_formats or [])
         self.status = Trial.PENDING
         self.logdir: str | None = None
         self.last_result: dict = {}
@@ -83,6 +90,8 @@ class Trial:
         self._successor: "Trial | None" = None
         self._predecessor: "Trial | None" = None
         self._outlived_call = False
+        #: When it was last paused (a counter): paused trials resume oldest first.
+        self._paused_seq = 0
 
     @staticmethod
     def new_id() -> str:
@@ -124,6 +133,18 @@ class Trial:
                 return True
         return False
 
+    def check_stop_keys(self, result: dict) -> None:
+        """A ``stop`` key that the trial's first result lacks would never stop it:
+        a TuneError that names it."""
+        if callable(self.stopping_criterion):
+            return
+        missing = [k for k in self.stopping_criterion if k not in result]
+        if missing:
+            from .error import TuneError
+            raise TuneError(f"stop criterion {missing} of trial {self} is not in its first "
+                            f"result, which has {sorted(result)}: report that key, or "
+                            f"stop on one of these")
+
     def should_checkpoint(self, iteration: int) -> bool:
         return self.checkpoint_freq > 0 and iteration % self.checkpoint_freq == 0
 
@@ -150,6 +171,7 @@ class Trial:
             "checkpoints": [[c.path, c.iteration] for c in self.checkpoints],
             "error_file": self.error_file, "error_msg": self.error_msg,
             "last_result": _jsonable(self.last_result),
+            "loggers": _encode_or_none(self.loggers), "export_formats": self.export_formats,
         }
 
     @classmethod
@@ -158,7 +180,9 @@ class Trial:
                     state["experiment_tag"], state["resources"],
                     _decode(state["stopping_criterion"]), state["checkpoint_freq"],
                     state["checkpoint_at_end"], state["keep_checkpoints_num"],
-                    state["max_failures"], state["local_dir"])
+                    state["max_failures"], state["local_dir"],
+                    loggers=_decode(state["loggers"]) if state.get("loggers") else None,
+                    export_formats=state.get("export_formats"))
         trial.status = state["status"]
         trial.logdir = state["logdir"]
         trial.num_failures = state["num_failures"]
@@ -172,6 +196,15 @@ class Trial:
 
 def _encode(value: Any) -> str:
     return base64.b64encode(cloudpickle.dumps(value)).decode("ascii")
+
+
+def _encode_or_none(value: Any) -> str | None:
+    """Logger classes that do not pickle are left out of the state file (the
+    trials of a resumed experiment then have only the default loggers)."""
+    try:
+        return _encode(value)
+    except Exception:  # noqa: BLE001 - pickling errors come in many types
+        return None
 
 
 def _decode(text: str) -> Any:

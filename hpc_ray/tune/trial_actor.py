@@ -3,12 +3,14 @@
 ::
 
     driver (TrialRunner)                         trial actor (worker rank)
-    setup.remote(config, checkpoint, reuse) ───▶ reset_config(config) or a new
+    setup.remote(config, checkpoint, reuse) ───▶ chdir to the trial's directory;
+                                                 reset_config(config) or a new
                                                  trainable; restore the checkpoint
     train.remote(n, s) ────────────────────────▶ trainable.train() up to n times or
                    ◀── [(result, checkpoint bytes | None)]  s seconds; saves on
                                                             checkpoint iterations
     save.remote() ─────────────────────────────▶ checkpoint bytes (pause, PBT, end)
+    export.remote(formats, logdir) ────────────▶ trainable.export_model() (export_formats)
     stop.remote(), __ray_terminate__ ──────────▶ trainable.stop(); the actor exits
 
 Calls on one actor run in order, so ``setup`` and the first ``train`` are sent
@@ -18,6 +20,8 @@ is raised again by the ``train`` behind it, where the driver is waiting.
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 import tempfile
 import time
 import traceback
@@ -26,9 +30,9 @@ import cloudpickle
 
 from ..transport.serialization import dumps
 from . import result as R
-from .error import TuneError
-from .function_runner import wrap_function
-from .trainable import Trainable
+from .error import ResetConfigError, TuneError
+from .function_runner import FunctionRunner, wrap_function
+from .trainable import Trainable, _overrides, pack_dir
 
 __all__ = ["TrialActor", "pack_trainable", "unpack_trainable"]
 
@@ -56,7 +60,12 @@ class TrialActor:
     def __init__(self, trainable_blob: bytes) -> None:
         self._cls = unpack_trainable(trainable_blob)
         self._trainable: Trainable | None = None
-        self._error: str | None = None
+        #: The setup's error (its class and text), raised again by train().
+        self._error: tuple[type, str] | None = None
+        # Trainables run in their trial's directory; this is where the actor began,
+        # and relative import paths ("" or PYTHONPATH=.) keep meaning what they did.
+        os.environ.setdefault("TUNE_ORIG_WORKING_DIR", os.getcwd())
+        sys.path[:] = [os.path.abspath(p) if not os.path.isabs(p) else p for p in sys.path]
         self._checkpoint_freq = 0
         self._checkpoint_at_end = False
         self._stop_criterion: dict = {}
@@ -65,16 +74,32 @@ class TrialActor:
 
     def setup(self, config: dict, logdir: str | None, checkpoint: bytes | None,
               reuse: bool, checkpoint_freq: int, checkpoint_at_end: bool,
-              stop: dict) -> None:
+              stop: dict, same_trial: bool = False) -> None:
+        """Set up a trial: ``reuse`` the trainable in place when it resets
+        (``reset_config``), else make a new one.  A ``reset_config`` of the
+        user's that says no fails the run when the actor moves to another trial
+        (``reuse_actors``); for the same trial's new config (PBT) the trainable
+        is made anew from the checkpoint, as Ray 0.7 restarts it."""
         self._error = None
         self._live = True
         self._checkpoint_freq = checkpoint_freq
         self._checkpoint_at_end = checkpoint_at_end
         self._stop_criterion = stop
         try:
+            # The trainable runs in its trial's directory, so that relative paths
+            # land beside its results (on a node that does not see the driver's
+            # disk: in the temporary directory).
+            workdir = logdir if logdir and os.path.isdir(logdir) else tempfile.gettempdir()
+            os.chdir(workdir)
             reset = False
             if self._trainable is not None and reuse:
                 reset = bool(self._trainable.reset_config(dict(config)))
+                if not reset and not same_trial and _user_reset(self._trainable):
+                    raise ResetConfigError(
+                        f"{type(self._trainable).__name__}.reset_config() returned False: "
+                        f"with reuse_actors=True a trial's actor takes the next trial "
+                        f"through reset_config(new_config), which must apply the config "
+                        f"and return True; fix it, drop it, or pass reuse_actors=False")
             if reset:
                 t = self._trainable
                 t.config = dict(config)
@@ -85,14 +110,12 @@ class TrialActor:
                 if self._trainable is not None:
                     self._stop_quietly()
                 self._trainable = self._cls(dict(config))
-            if logdir and os.path.isdir(logdir):
-                self._trainable.logdir = logdir
-            else:  # the driver's disk is not shared with this node
-                self._trainable.logdir = tempfile.gettempdir()
+            self._trainable.logdir = workdir
             if checkpoint is not None:
                 self._trainable.restore_from_object(checkpoint)
         except BaseException as err:  # noqa: BLE001 - reported by the next train()
-            self._error = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
+            kind = ResetConfigError if isinstance(err, ResetConfigError) else TuneError
+            self._error = (kind, f"{type(err).__name__}: {err}\n{traceback.format_exc()}")
             raise
 
     def train(self, max_results: int = 1,
@@ -103,7 +126,8 @@ class TrialActor:
         its scheduler decides nothing per result (FIFO): one round trip then
         carries a whole short trial.  A call ends at a checkpoint too."""
         if self._error is not None:
-            raise TuneError(f"the trial could not be set up:\n{self._error}")
+            kind, text = self._error
+            raise kind(f"the trial could not be set up:\n{text}")
         t = self._trainable
         out = []
         start = time.monotonic()
@@ -137,6 +161,20 @@ class TrialActor:
     def save(self) -> tuple[int, bytes]:
         return self._trainable._iteration, self._trainable.save_to_object()
 
+    def export(self, export_formats: list, logdir: str | None
+               ) -> tuple[dict, bytes | None]:
+        """``Trainable.export_model`` into the trial's directory; where this node
+        does not see it, into a temporary one whose files go back as bytes."""
+        if logdir and os.path.isdir(logdir):
+            return self._trainable.export_model(export_formats, logdir), None
+        tmp = tempfile.mkdtemp(prefix="tune-export-")
+        try:
+            exported = self._trainable.export_model(export_formats, tmp)
+            return ({k: os.path.relpath(str(v), tmp) for k, v in exported.items()},
+                    pack_dir(tmp))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
     def stop(self) -> None:
         self._stop_quietly()
         self._trainable = None
@@ -149,6 +187,12 @@ class TrialActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+def _user_reset(trainable: Trainable) -> bool:
+    """The user wrote this ``reset_config`` (a False from it is an answer; from
+    the default one it means "make a new instance")."""
+    return _overrides(trainable, "reset_config") and not isinstance(trainable, FunctionRunner)
 
 
 def _stops(result: dict, criterion) -> bool:

@@ -32,32 +32,28 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import time
 from typing import Iterable
 
 from .. import api as _ray
 from ..actors import kill as _kill
 from ..exceptions import RayError
+from . import checkpoints as _checkpoints
 from . import result as R
-from .error import TuneError
+from .error import ResetConfigError, TuneError
+from .experiment_state import JOURNAL_FILE, STATE_FILE, StateJournal, load_experiment_state
 from .logger import TrialLogger, truncate_results
 from .progress import ProgressReporter
+from .resources import actor_options as _actor_options, demand as _demand, shape as _shape
 from .schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
-from .trainable import pack_dir, unpack_dir
-from .trial import Checkpoint, Trial
+from .trainable import unpack_dir
+from .trial import Trial
 from .trial_actor import TrialActor
 
 __all__ = ["TrialRunner", "STATE_FILE", "JOURNAL_FILE", "load_experiment_state"]
 
 logger = logging.getLogger(__name__)
 
-STATE_FILE = "experiment_state.json"
-JOURNAL_FILE = "experiment_state.journal"
-#: Journal lines per trial before a fresh snapshot replaces the journal: a
-#: snapshot costs O(trials), a line O(1); compacting every few changes per
-#: trial keeps both the files and the write cost linear in the work done.
-_COMPACT_PER_TRIAL = 4
 #: Seconds a driver waits for trials' in-flight iterations on Slurm's warning
 #: (the templates send it 300 s before the end) and on SIGTERM (KillWait, 30 s
 #: by default, is all that is left then).
@@ -72,31 +68,8 @@ _BATCH_SECONDS = 0.25
 _TERM_WAIT_S = 10.0
 
 
-def _shape(resources: dict) -> tuple:
-    return tuple(sorted((k, float(v)) for k, v in resources.items()))
-
-
 def _resource_key(trial: Trial) -> tuple:
     return (trial.trainable_name,) + _shape(trial.resources)
-
-
-def _actor_options(resources: dict) -> dict:
-    custom = {k: v for k, v in resources.items()
-              if k not in ("cpu", "gpu", "extra_cpu", "extra_gpu") and v}
-    options = {"num_cpus": resources.get("cpu", 1), "num_gpus": resources.get("gpu", 0)}
-    if custom:
-        options["resources"] = custom
-    return options
-
-
-def _demand(resources: dict) -> dict:
-    """What a trial holds, in the cluster's resource names."""
-    need = {"CPU": resources.get("cpu", 1) + resources.get("extra_cpu", 0),
-            "GPU": resources.get("gpu", 0) + resources.get("extra_gpu", 0)}
-    for key, value in resources.items():
-        if key not in ("cpu", "gpu", "extra_cpu", "extra_gpu"):
-            need[key] = value
-    return need
 
 
 class TrialRunner:
@@ -121,20 +94,18 @@ class TrialRunner:
         self._idle: list[tuple[tuple, object]] = []
         self._actor_class = _ray.remote(TrialActor)
         self._total = {k: float(v) for k, v in _ray.cluster_resources().items()}
-        self._journal_lines = 0
+        #: Counts pauses: paused trials resume in the order they were paused.
+        self._pause_seq = 0
         self._metadata = dict(metadata or {})
+        os.makedirs(experiment_dir, exist_ok=True)
         self._preempted = False
         self._draining = False
         self._used_cache: dict[str, float] | None = None
-        #: The journal, appended with one os.write per state change, and the
-        #: sequence number of the last line (the snapshot records it too).
-        self._journal_fd: int | None = None
-        self._seq = 0
+        self._journal = StateJournal(experiment_dir, self._metadata)
         #: Trials before this index are all finished (they never come back).
         self._first_open = 0
         self._progress = ProgressReporter(verbose, experiment_dir, self._scheduler,
                                           self._total)
-        os.makedirs(experiment_dir, exist_ok=True)
 
     def _is_function(self, trial: Trial) -> bool:
         return self._trainables[trial.trainable_name][1]
@@ -187,7 +158,7 @@ class TrialRunner:
         self._trials.append(trial)
         self._by_id[trial.trial_id] = trial
         if trial.logdir is None:
-            trial.logdir = os.path.join(self._dir, _dirname(trial))
+            trial.logdir = os.path.join(self._dir, _checkpoints.dirname(trial))
         os.makedirs(trial.logdir, exist_ok=True)
         for name, v in _demand(trial.resources).items():
             if v and v > self._total.get(name, 0.0) + 1e-9:
@@ -225,8 +196,13 @@ class TrialRunner:
         trial.config = new_config
         trial._restore_from = checkpoint_path
         trial._pending_setup = True
-        with open(os.path.join(trial.logdir, "params.json"), "w") as f:
-            json.dump(_jsonable_config(new_config), f, indent=2, sort_keys=True, default=repr)
+        log = self._loggers.get(trial.trial_id)
+        if log is not None:
+            log.update_config(new_config)
+        else:
+            with open(os.path.join(trial.logdir, "params.json"), "w") as f:
+                json.dump(_jsonable_config(new_config), f, indent=2, sort_keys=True,
+                          default=repr)
         self._record(trial)
 
     # --- the loop ---------------------------------------------------------------
@@ -236,7 +212,7 @@ class TrialRunner:
                 and all(t.is_finished() for t in self._trials))
 
     def run(self) -> None:
-        self._snapshot()
+        self._journal.snapshot(self._trials)
         try:
             while not self.is_finished():
                 if self._preempted:
@@ -251,8 +227,8 @@ class TrialRunner:
             raise
         finally:
             self._shutdown_actors()
-            self._snapshot()
-            self._close_journal()
+            self._journal.snapshot(self._trials)
+            self._journal.close()
             for trial in self._trials:
                 self._close_logger(trial)
             self._progress.report(self._trials, force=True)
@@ -298,7 +274,7 @@ class TrialRunner:
     def _start(self, trial: Trial) -> None:
         checkpoint = None
         if trial.has_checkpoint():
-            checkpoint = _read_checkpoint(trial.checkpoint.path)
+            checkpoint = _checkpoints.read(trial.checkpoint.path)
         if trial._needs_truncate:
             # A restart (failure, resume): results after the checkpoint are run
             # again, so drop them from the files first.
@@ -323,7 +299,7 @@ class TrialRunner:
         actor.setup.remote(*_setup_args(trial, checkpoint, reuse))
         trial._pending_setup = False
         trial._restore_from = None
-        self._loggers[trial.trial_id] = TrialLogger(trial)
+        self._loggers[trial.trial_id] = TrialLogger(trial, trial.loggers)
         trial.status = Trial.RUNNING
         self._issue_train(trial)
         self._record(trial)
@@ -333,8 +309,8 @@ class TrialRunner:
             return
         actor = self._actors[trial.trial_id]
         if trial._pending_setup:
-            checkpoint = _read_checkpoint(trial._restore_from) if trial._restore_from else None
-            actor.setup.remote(*_setup_args(trial, checkpoint, True))
+            checkpoint = _checkpoints.read(trial._restore_from) if trial._restore_from else None
+            actor.setup.remote(*_setup_args(trial, checkpoint, True, same_trial=True))
             trial._pending_setup = False
             trial._restore_from = None
         if self._batched(trial):
@@ -363,6 +339,7 @@ class TrialRunner:
                     or trial._successor is not None
                     or trial._predecessor is not None or trial._inflight is None
                     or trial.checkpoint_freq or trial._outlived_call
+                    or trial.export_formats
                     or not self._batched(trial)):
                 continue
             nxt = next((t for t in pending if _resource_key(t) == _resource_key(trial)), None)
@@ -371,7 +348,7 @@ class TrialRunner:
             actor = self._actors[trial.trial_id]
             self._actors[nxt.trial_id] = actor
             trial._successor, nxt._predecessor = nxt, trial
-            self._loggers[nxt.trial_id] = TrialLogger(nxt)
+            self._loggers[nxt.trial_id] = TrialLogger(nxt, nxt.loggers)
             nxt.status = Trial.RUNNING
             ref = actor.start.remote(_setup_args(nxt, None, True), _BATCH_RESULTS,
                                      _BATCH_SECONDS)
@@ -405,6 +382,8 @@ class TrialRunner:
         trial._inflight = None
         try:
             batch = _ray.get(ref)
+        except ResetConfigError as err:
+            raise TuneError(f"trial {trial} could not reuse its actor: {err}") from None
         except RayError as err:
             self._on_error(trial, err)
             return
@@ -429,6 +408,8 @@ class TrialRunner:
         result.setdefault("experiment_tag", trial.experiment_tag)
         if trial.last_result.get(R.TRAINING_ITERATION) is not None and duplicate:
             result[R.TRAINING_ITERATION] = trial.last_result[R.TRAINING_ITERATION]
+        if not trial.last_result and not result.get(R.DONE):
+            trial.check_stop_keys(result)
         if not duplicate:
             self._loggers[trial.trial_id].on_result(result)
         trial.update_last_result(result)
@@ -438,6 +419,7 @@ class TrialRunner:
         if trial.should_stop(result):
             if trial.checkpoint_at_end and checkpoint is None and not self._is_function(trial):
                 self.save_trial(trial)
+            self._export(trial)
             self._scheduler.on_trial_complete(self, trial, result)
             self._search_alg.on_trial_complete(trial.trial_id, result=result)
             self._finish(trial, Trial.TERMINATED)
@@ -449,8 +431,8 @@ class TrialRunner:
             if trial._pending_setup:
                 # PBT exploited and paused it: it resumes from the donor's checkpoint.
                 if trial._restore_from:
-                    self._store_checkpoint(trial, _read_checkpoint(trial._restore_from),
-                                           _checkpoint_iteration(trial._restore_from))
+                    self._store_checkpoint(trial, _checkpoints.read(trial._restore_from),
+                                           _checkpoints.iteration_of(trial._restore_from))
                 trial._pending_setup = False
                 trial._restore_from = None
             else:
@@ -458,12 +440,15 @@ class TrialRunner:
             self._release(trial, reusable=True)
             self._close_logger(trial)
             if trial.status == Trial.RUNNING:  # a scheduler may have unpaused it already
+                self._pause_seq += 1
+                trial._paused_seq = self._pause_seq
                 trial.status = Trial.PAUSED
             self._record(trial)
             return False
         if decision == TrialScheduler.STOP:
             if trial.checkpoint_at_end and checkpoint is None and not self._is_function(trial):
                 self.save_trial(trial)
+            self._export(trial)
             self._search_alg.on_trial_complete(trial.trial_id, result=result)
             self._finish(trial, Trial.TERMINATED)
             return False
@@ -555,24 +540,20 @@ class TrialRunner:
         self._used_cache = None
 
     def _store_checkpoint(self, trial: Trial, data: bytes, iteration: int) -> None:
-        path = os.path.join(trial.logdir, f"checkpoint_{iteration}")
-        tmp = path + ".tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
-        unpack_dir(data, tmp)
-        shutil.rmtree(path, ignore_errors=True)
-        os.replace(tmp, path)  # a checkpoint is complete or absent, never half there
-        trial.checkpoints = [c for c in trial.checkpoints if c.path != path]
-        trial.checkpoint = Checkpoint(path, iteration)
-        trial.checkpoints.append(trial.checkpoint)
-        keep = trial.keep_checkpoints_num
-        dropped = []
-        if keep:
-            while len(trial.checkpoints) > keep:
-                dropped.append(trial.checkpoints.pop(0))
+        dropped = _checkpoints.store(trial, data, iteration)
         self._record(trial)
-        for old in dropped:  # only once the state file no longer names them
-            shutil.rmtree(old.path, ignore_errors=True)
+        _checkpoints.remove(dropped)  # only once the state file no longer names them
+
+    def _export(self, trial: Trial) -> None:
+        """``export_formats``: the trainable exports its model into the trial's
+        directory as the trial ends (files from a node without the driver's
+        disk come back as bytes)."""
+        actor = self._actors.get(trial.trial_id)
+        if not trial.export_formats or actor is None:
+            return
+        _exported, files = _ray.get(actor.export.remote(trial.export_formats, trial.logdir))
+        if files is not None:
+            unpack_dir(files, trial.logdir)
 
     def _checkpoint_all(self, wait_s: float) -> None:
         """Preemption: let in-flight iterations finish, checkpoint every running
@@ -603,42 +584,10 @@ class TrialRunner:
     # --- the experiment state file ----------------------------------------------------
 
     def _record(self, trial: Trial) -> None:
-        """Append ``trial``'s state to the journal (one write: a kill keeps it or not).
-        Every state change comes through here."""
+        """Append ``trial``'s state to the journal.  Every state change comes
+        through here."""
         self._used_cache = None
-        self._seq += 1
-        state = trial.to_state()
-        state["seq"] = self._seq
-        if self._journal_fd is None:
-            self._journal_fd = os.open(os.path.join(self._dir, JOURNAL_FILE),
-                                       os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.write(self._journal_fd, (json.dumps(state) + "\n").encode())
-        self._journal_lines += 1
-        if self._journal_lines > _COMPACT_PER_TRIAL * len(self._trials) + 100:
-            self._snapshot()
-
-    def _snapshot(self) -> None:
-        state = {"version": 1, "timestamp": time.time(), "metadata": self._metadata,
-                 "seq": self._seq, "trials": [t.to_state() for t in self._trials]}
-        path = os.path.join(self._dir, STATE_FILE)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        # The journal's lines are in the snapshot now (a kill before this line
-        # leaves them there: the snapshot's seq tells the reader to skip them).
-        if self._journal_fd is None:
-            open(os.path.join(self._dir, JOURNAL_FILE), "w").close()
-        else:
-            os.ftruncate(self._journal_fd, 0)
-        self._journal_lines = 0
-
-    def _close_journal(self) -> None:
-        if self._journal_fd is not None:
-            os.close(self._journal_fd)
-            self._journal_fd = None
+        self._journal.record(trial, self._trials)
 
     def restore_trials(self, trials: Iterable[Trial]) -> None:
         """Resume: finished trials stay; the others restart from their checkpoints."""
@@ -657,48 +606,12 @@ class TrialRunner:
             log.close()
 
 
-def load_experiment_state(experiment_dir: str) -> tuple[dict, list[Trial]] | None:
-    """The trials of an experiment directory: its snapshot, then its journal."""
-    path = os.path.join(experiment_dir, STATE_FILE)
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        state = json.load(f)
-    trials: dict[str, dict] = {t["trial_id"]: t for t in state["trials"]}
-    seq = state.get("seq", 0)
-    journal = os.path.join(experiment_dir, JOURNAL_FILE)
-    if os.path.exists(journal):
-        with open(journal) as f:
-            for line in f:
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    continue  # the last line, torn by a kill
-                if entry.get("seq", seq + 1) > seq:  # else already in the snapshot
-                    trials[entry["trial_id"]] = entry
-    return state.get("metadata", {}), [Trial.from_state(t) for t in trials.values()]
-
-
-def _setup_args(trial: Trial, checkpoint: bytes | None, reuse: bool) -> tuple:
+def _setup_args(trial: Trial, checkpoint: bytes | None, reuse: bool,
+                same_trial: bool = False) -> tuple:
+    # A stop function is applied here, on the driver: the actor needs only a dict.
+    stop = trial.stopping_criterion if isinstance(trial.stopping_criterion, dict) else {}
     return (trial.config, trial.logdir, checkpoint, reuse, trial.checkpoint_freq,
-            trial.checkpoint_at_end, trial.stopping_criterion)
-
-
-def _read_checkpoint(path: str) -> bytes:
-    return pack_dir(path)
-
-
-def _checkpoint_iteration(path: str) -> int:
-    try:
-        return int(os.path.basename(path.rstrip(os.sep)).rsplit("_", 1)[1])
-    except (IndexError, ValueError):
-        return 0
-
-
-def _dirname(trial: Trial) -> str:
-    tag = trial.experiment_tag.replace("/", "_")[:80]
-    return f"{trial.trainable_name}_{trial.trial_id}_{tag}" if tag else \
-        f"{trial.trainable_name}_{trial.trial_id}"
+            trial.checkpoint_at_end, stop, same_trial)
 
 
 def _jsonable_config(config: dict):

@@ -6,6 +6,7 @@ import os
 
 from .. import api as _ray
 from .. import preempt as _preempt
+from .analysis import ExperimentAnalysis, TrialList
 from .error import TuneError
 from .experiment import Experiment, convert_to_experiment_list
 from .schedulers.trial_scheduler import FIFOScheduler
@@ -13,7 +14,8 @@ from .suggest.basic_variant import BasicVariantGenerator
 from .suggest.search import SuggestionAlgorithm
 from .trial import Trial
 from .trial_actor import pack_trainable
-from .trial_runner import STATE_FILE, JOURNAL_FILE, TrialRunner, load_experiment_state
+from .experiment_state import JOURNAL_FILE, STATE_FILE, load_experiment_state
+from .trial_runner import TrialRunner
 
 __all__ = ["run", "run_experiments"]
 
@@ -39,7 +41,7 @@ def run(run_or_experiment, name: str | None = None, stop: dict | None = None,
         search_alg=None, scheduler=None, with_server: bool = False, server_port: int = 4321,
         verbose: int = 2, resume: bool | str = False, queue_trials: bool = False,
         reuse_actors: bool = True, trial_executor=None, raise_on_failed_trial: bool = True,
-        return_trials: bool = True, ray_auto_init: bool = True) -> list[Trial]:
+        return_trials: bool = True, ray_auto_init: bool = True):
     """Run an experiment: every trial of ``config`` × ``num_samples``, on the worker ranks.
 
     Args:
@@ -48,14 +50,22 @@ def run(run_or_experiment, name: str | None = None, stop: dict | None = None,
             name, or an ``Experiment``.
         name: the experiment's name: its directory is ``local_dir/name``.
         stop: stop a trial when a result reaches any of these values (or a
-            function ``f(trial_id, result) -> bool``).
+            function ``f(trial_id, result) -> bool``; a function that does not
+            take these two arguments is a ``ValueError``).  A key that the
+            trial's first result lacks is a ``TuneError``.
         config: the search space (``grid_search``, ``sample_from``, samplers).
-        resources_per_trial: e.g. ``{"cpu": 1, "gpu": 1}`` (default 1 CPU).
+        resources_per_trial: e.g. ``{"cpu": 1, "gpu": 1, "extra_cpu": 4,
+            "custom_resources": {"R": 1}}`` or a ``tune.resources.Resources``
+            (default: the trainable's ``default_resource_request``, else 1 CPU).
         num_samples: how many times the grid is repeated / the space sampled.
         local_dir: where experiment directories go (default ``~/ray_results``).
+        loggers: ``tune.logger.Logger`` subclasses, used beside the default
+            JSON, CSV and TensorBoard loggers.
         checkpoint_freq: checkpoint every this many iterations (class trainables).
         checkpoint_at_end: checkpoint when a trial ends.
         keep_checkpoints_num: keep only this many newest checkpoints per trial.
+        export_formats: formats ``Trainable._export_model`` exports into the
+            trial's directory when the trial ends.
         max_failures: restart a failed trial (from its last checkpoint, or from
             scratch without one) up to this many times; -1: without limit.
         search_alg: a search algorithm (default ``BasicVariantGenerator``).
@@ -68,11 +78,16 @@ def run(run_or_experiment, name: str | None = None, stop: dict | None = None,
             trainable and resources): through ``reset_config`` when the trainable
             accepts it (function trainables do), else as a fresh instance of
             the class in that process.  Starting an actor costs a process start
-            on the worker rank; reusing one costs nothing.
+            on the worker rank; reusing one costs nothing.  A ``reset_config``
+            of the user's that returns False is a ``TuneError``.
         raise_on_failed_trial: raise ``TuneError`` if any trial ended in ERROR.
+        return_trials: True (Ray 0.7): the list of trials, which also answers
+            ``ExperimentAnalysis``'s methods; False: an ``ExperimentAnalysis``.
 
     Returns:
-        The list of trials.
+        The list of trials (a ``TrialList``: ``.dataframe()``,
+        ``.get_best_config(metric, mode)``, ... work on it), or an
+        ``ExperimentAnalysis`` with ``return_trials=False``.
 
     Raises:
         TuneError: a trial failed (with ``raise_on_failed_trial``), or the
@@ -88,23 +103,32 @@ def run(run_or_experiment, name: str | None = None, stop: dict | None = None,
                                 checkpoint_freq=checkpoint_freq,
                                 checkpoint_at_end=checkpoint_at_end,
                                 keep_checkpoints_num=keep_checkpoints_num,
+                                loggers=loggers, export_formats=export_formats,
                                 max_failures=max_failures, restore=restore)
-    return run_experiments([experiment], search_alg=search_alg, scheduler=scheduler,
-                           verbose=verbose, resume=resume, reuse_actors=reuse_actors,
-                           raise_on_failed_trial=raise_on_failed_trial,
-                           ray_auto_init=ray_auto_init)
+    trials = run_experiments([experiment], search_alg=search_alg, scheduler=scheduler,
+                             verbose=verbose, resume=resume, reuse_actors=reuse_actors,
+                             raise_on_failed_trial=raise_on_failed_trial,
+                             ray_auto_init=ray_auto_init)
+    if return_trials:
+        return trials
+    return ExperimentAnalysis(experiment.experiment_dir, trials=list(trials))
 
 
 def run_experiments(experiments, search_alg=None, scheduler=None, with_server: bool = False,
                     server_port: int = 4321, verbose: int = 2, resume: bool | str = False,
                     queue_trials: bool = False, reuse_actors: bool = False,
                     trial_executor=None, raise_on_failed_trial: bool = True,
-                    ray_auto_init: bool = True) -> list[Trial]:
+                    ray_auto_init: bool = True) -> TrialList:
     """Run one or more experiments (``Experiment`` objects or a dict of specs)
     until every trial is done; see :func:`run` for the arguments.
 
     Returns:
-        The list of trials of every experiment.
+        The list of trials of every experiment (a ``TrialList``).
+
+    Raises:
+        TuneError: a spec has an unknown key, a trainable is unknown or not a
+            trainable, a stop key is missing from a result, a trial failed
+            (with ``raise_on_failed_trial``).
     """
     global _active_runner, _hook_installed
     experiments = convert_to_experiment_list(experiments)
@@ -154,7 +178,7 @@ def run_experiments(experiments, search_alg=None, scheduler=None, with_server: b
     errored = [t for t in trials if t.status == Trial.ERROR]
     if errored and raise_on_failed_trial and not _preempt.preempted():
         raise TuneError(f"trials did not complete: {errored} (see each trial's error.txt)")
-    return trials
+    return TrialList(trials, experiment_dir)
 
 
 def _seed_restore(search_alg, experiment: Experiment) -> None:

@@ -1,12 +1,19 @@
 """The median stopping rule (Vizier, https://research.google.com/pubs/pub46180.html):
 stop a trial whose best result so far is worse than the median of the other
-trials' running averages at the same point in time."""
+trials' running averages at the same point in time.
+
+"The other trials" are those whose results reached that time (running or
+completed: a completed trial's final result counts), each averaged over its
+results from ``grace_period`` to that time: modern Ray's rule.  Ray 0.7.6
+compared against completed trials only, so nothing stopped before
+``min_samples_required`` trials had ended."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..trial import Trial
-from .trial_scheduler import FIFOScheduler, TrialScheduler, _metric_sign, _resolve_metric
+from .trial_scheduler import (FIFOScheduler, TrialScheduler, _metric_sign, _resolve_metric,
+                              paused_in_order)
 
 __all__ = ["MedianStoppingRule"]
 
@@ -53,7 +60,8 @@ class MedianStoppingRule(FIFOScheduler):
             return TrialScheduler.CONTINUE
         if t < self._grace_period:
             return TrialScheduler.CONTINUE
-        others = [self._running_mean(tid, t) for tid in self._results if tid != trial.trial_id]
+        others = [self._running_mean(tid, t) for tid, rows in self._results.items()
+                  if tid != trial.trial_id and rows and rows[-1][0] >= t]
         others = [v for v in others if v is not None]
         if len(others) < self._min_samples:
             return TrialScheduler.CONTINUE
@@ -65,11 +73,16 @@ class MedianStoppingRule(FIFOScheduler):
         return TrialScheduler.CONTINUE
 
     def _running_mean(self, trial_id: str, t: float) -> float | None:
-        values = [v for time, v in self._results[trial_id] if time <= t]
+        values = [v for time, v in self._results[trial_id] if self._grace_period <= time <= t]
         return float(np.mean(values)) if values else None
 
     def on_trial_complete(self, trial_runner, trial: Trial, result: dict) -> None:
         self._completed.add(trial.trial_id)
+        if self._time_attr in result and self._metric in result:
+            history = self._results.setdefault(trial.trial_id, [])
+            point = (result[self._time_attr], self._sign * result[self._metric])
+            if not history or history[-1] != point:  # (the runner may have told us)
+                history.append(point)
 
     def choose_trial_to_run(self, trial_runner) -> Trial | None:
         for trial in trial_runner.get_trials():
@@ -78,8 +91,8 @@ class MedianStoppingRule(FIFOScheduler):
         # Paused (below-median) trials resume once nothing else is left.
         if any(t.status in (Trial.PENDING, Trial.RUNNING) for t in trial_runner.get_trials()):
             return None
-        for trial in trial_runner.get_trials():
-            if trial.status == Trial.PAUSED and trial_runner.has_resources(trial.resources):
+        for trial in paused_in_order(trial_runner.get_trials()):
+            if trial_runner.has_resources(trial.resources):
                 return trial
         return None
 

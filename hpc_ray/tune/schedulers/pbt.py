@@ -163,7 +163,9 @@ class PopulationBasedTraining(FIFOScheduler):
                       and trial_runner.has_resources(t.resources)]
         if not candidates:
             return None
-        return min(candidates, key=lambda t: self._state.get(t, _State()).last_perturbation_time)
+        # Ties (trials paused at the same point) resume in the order they were paused.
+        return min(candidates, key=lambda t: (self._state.get(t, _State()).last_perturbation_time,
+                                              t._paused_seq))
 
     def debug_string(self) -> str:
         return f"PopulationBasedTraining: {self._num_perturbations} perturbs"

@@ -43,6 +43,12 @@ class TrialScheduler:
         return ""
 
 
+def paused_in_order(trials) -> list[Trial]:
+    """The paused trials, in the order they were paused (the oldest resumes first)."""
+    return sorted((t for t in trials if t.status == Trial.PAUSED),
+                  key=lambda t: getattr(t, "_paused_seq", 0))
+
+
 def _metric_sign(mode: str) -> float:
     if mode not in ("min", "max"):
         raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
@@ -66,10 +72,9 @@ class FIFOScheduler(TrialScheduler):
         # usually ask for the same thing.
         fits: dict[tuple, bool] = {}
         trials = getattr(trial_runner, "unfinished_trials", trial_runner.get_trials)()
-        for status in (Trial.PENDING, Trial.PAUSED):
-            for trial in trials:
-                if trial.status != status:
-                    continue
+        for candidates in ((t for t in trials if t.status == Trial.PENDING),
+                           paused_in_order(trials)):
+            for trial in candidates:
                 key = tuple(sorted(trial.resources.items()))
                 if key not in fits:
                     fits[key] = trial_runner.has_resources(trial.resources)

@@ -1,8 +1,10 @@
 """Search algorithms: where trials' configs come from."""
+from ..sample import function, grid_search, sample_from
 from .basic_variant import BasicVariantGenerator
 from .search import SearchAlgorithm, SuggestionAlgorithm
 
-__all__ = ["BasicVariantGenerator", "SearchAlgorithm", "SuggestionAlgorithm", "OptunaSearch"]
+__all__ = ["BasicVariantGenerator", "SearchAlgorithm", "SuggestionAlgorithm", "OptunaSearch",
+           "function", "grid_search", "sample_from"]
 
 
 def __getattr__(name):

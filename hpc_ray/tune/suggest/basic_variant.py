@@ -21,9 +21,10 @@ class BasicVariantGenerator(SearchAlgorithm):
         self._experiments = []
 
     def add_configurations(self, experiments) -> None:
-        if not isinstance(experiments, list):
-            experiments = [experiments]
-        for exp in experiments:
+        """Add the trials of ``experiments``: an ``Experiment``, a list of them,
+        or a dict ``{name: spec}`` as ``run_experiments`` takes."""
+        from ..experiment import convert_to_experiment_list
+        for exp in convert_to_experiment_list(experiments):
             self._experiments.append(exp)
             index = 0
             for _ in range(exp.num_samples):

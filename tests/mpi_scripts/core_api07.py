@@ -1,0 +1,111 @@
+"""Issue 36, core part: Ray 0.7 behaviours outside the runtime.
+
+Global-state calls after shutdown() raise Ray 0.7's error; a remote function
+and an actor class defined before shutdown() work after the next init();
+_remote(num_return_vals=0) returns None; ending an actor on purpose
+(__ray_terminate__, kill, its last handle gone) leaves nothing in errors(),
+while a task that raised does show there.
+"""
+import faulthandler, os, sys
+faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
+
+from _harness import check, expect_raises, init_kwargs, ok, poll_for, report, section, tmp_path
+
+import hpc_ray as ray
+from hpc_ray.exceptions import RayError
+
+ray.init(**init_kwargs())
+
+
+@ray.remote
+def add_one(x):
+    return x + 1
+
+
+@ray.remote
+def touch(path):
+    with open(path, "w") as f:
+        f.write("ran")
+    return "dropped"
+
+
+@ray.remote
+class Counter:
+    def __init__(self):
+        self.n = 0
+
+    def inc(self, path=None):
+        self.n += 1
+        if path:
+            with open(path, "w") as f:
+                f.write(str(self.n))
+        return self.n
+
+
+with section("actor subclass"):
+    def define_subclass():
+        class Sub(Counter):
+            pass
+
+    err = expect_raises(TypeError, define_subclass)
+    check("Inheriting from actor classes is not currently supported" in str(err), err)
+    report("subclass_error", str(err))
+
+with section("first session"):
+    check(ray.get(add_one.remote(1)) == 2)
+    c = Counter.remote()
+    check(ray.get(c.inc.remote()) == 1)
+    del c
+
+ray.shutdown()
+
+with section("after shutdown"):
+    for call in (ray.objects, ray.tasks, ray.cluster_resources, ray.available_resources,
+                 ray.nodes, ray.errors, ray.timeline):
+        err = expect_raises(RayError, call)
+        check(str(err).endswith("ray.init has been called."), (call.__name__, err))
+    report("state_error", str(err))
+
+ray.init(**init_kwargs())
+
+with section("second session"):
+    check(ray.get(add_one.remote(41)) == 42)
+    c = Counter.remote()
+    check(ray.get([c.inc.remote() for _ in range(3)]) == [1, 2, 3])
+
+with section("num_return_vals=0"):
+    marker = tmp_path("touched")
+    check(touch._remote(args=[marker], num_return_vals=0) is None)
+    check(poll_for(lambda: os.path.exists(marker), 20), "the task did not run")
+    marker2 = tmp_path("inc")
+    check(c.inc._remote(args=[marker2], num_return_vals=0) is None)
+    check(poll_for(lambda: os.path.exists(marker2), 20), "the call did not run")
+    check(ray.get(c.inc.remote()) == 5)
+
+with section("actors ended on purpose"):
+    for _ in range(4):  # (how such an end is reported varies from run to run)
+        a = Counter.remote()
+        ray.get(a.inc.remote())
+        a.__ray_terminate__.remote()
+        b = Counter.remote()
+        ray.get(b.inc.remote())
+        ray.kill(b)
+        d = Counter.remote()
+        ray.get(d.inc.remote())
+        del a, b, d
+    ray.get(c.inc.remote())          # the job goes on
+
+    # Nothing shows up, also once the ends have been reported (in batches).
+    check(not poll_for(ray.errors, 1.5), ray.errors())
+    check(ray.errors() == [], ray.errors())
+
+    @ray.remote
+    def fails():
+        raise ValueError("on purpose")
+
+    expect_raises(ValueError, ray.get, fails.remote())
+    errs = ray.errors()
+    check([e["function"].rsplit(".", 1)[-1] for e in errs] == ["fails"], errs)
+
+ray.shutdown()
+ok("core_api07")

@@ -1,0 +1,303 @@
+"""Issue 36: the rest of Ray 0.7's Tune API.
+
+- End to end on worker ranks (tests/mpi_scripts/tune_api.py): tune.run's
+  result, stop functions, user and TensorBoard loggers, the trial's working
+  directory, custom/extra resources, export_formats, late registration,
+  spec errors, reset_config returning False, a SuggestionAlgorithm.
+- Pure parts without MPI: ExperimentAnalysis over a tree of experiments,
+  spec validation, search algorithms' configurations, Resources, tune.track
+  outside Tune, loggers, the median stopping rule, the order paused trials
+  resume in.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import types
+
+import pytest
+
+from hpc_ray import tune
+from hpc_ray.tune.trial import Trial
+
+
+@pytest.mark.mpi
+def test_tune_api_end_to_end(run):
+    values = run("tune_api.py", 3, mode="embedded", timeout=90).assert_ok("tune_api")
+    assert values["best"] == {"x": 2}
+
+
+# --- results on disk ------------------------------------------------------------------
+
+
+def _write_trial(logdir, config, losses):
+    os.makedirs(logdir)
+    with open(os.path.join(logdir, "params.json"), "w") as f:
+        json.dump(config, f)
+    with open(os.path.join(logdir, "result.json"), "w") as f:
+        for i, loss in enumerate(losses, 1):
+            f.write(json.dumps({"training_iteration": i, "loss": loss}) + "\n")
+
+
+def test_analysis_walks_every_experiment_under_a_directory(tmp_path):
+    _write_trial(tmp_path / "exp_a" / "f_1", {"x": 1}, [3.0, 2.0])
+    _write_trial(tmp_path / "exp_a" / "f_2", {"x": 2}, [1.0, 0.5])
+    _write_trial(tmp_path / "exp_b" / "f_3", {"x": 3}, [0.1])
+    (tmp_path / "exp_b" / "f_3" / "checkpoint_1").mkdir()
+    everything = tune.Analysis(str(tmp_path))
+    assert sorted(c["x"] for c in everything.get_all_configs().values()) == [1, 2, 3]
+    assert everything.get_best_config("loss", "min") == {"x": 3}
+    assert everything.get_best_info("loss", "max")["loss"] == 3.0
+    one = tune.ExperimentAnalysis(str(tmp_path / "exp_a"))
+    assert one.get_best_config("loss", "min") == {"x": 2}
+    df = one.dataframe(metric="loss", mode="min")
+    assert sorted(df["loss"]) == [0.5, 2.0] and "config/x" in df.columns
+    assert len(one.dataframe(True)) == 2            # Ray 0.7's dataframe(refresh)
+    paths = everything.get_trial_checkpoints_paths(str(tmp_path / "exp_b" / "f_3"), "loss")
+    assert paths == [(str(tmp_path / "exp_b" / "f_3" / "checkpoint_1"), 0.1)]
+    with pytest.raises(tune.TuneError, match="no experiment directory"):
+        tune.ExperimentAnalysis(str(tmp_path / "missing"))
+
+
+def test_run_result_is_a_list_of_trials_and_an_analysis(tmp_path):
+    from hpc_ray.tune.analysis import TrialList
+
+    trials = []
+    for x, losses in ((1, [2.0]), (2, [0.2])):
+        trial = Trial("f", {"x": x})
+        trial.logdir = str(tmp_path / "exp" / f"f_{x}")
+        _write_trial(trial.logdir, {"x": x}, losses)
+        trials.append(trial)
+    result = TrialList(trials, str(tmp_path / "exp"))
+    assert result == trials and result[0] is trials[0] and len(result) == 2
+    assert result.trials == trials
+    assert result.get_best_config("loss", "min") == {"x": 2}
+    assert result.get_best_trial("loss", "min") is trials[1]
+    assert result.get_best_logdir("loss", "max") == trials[0].logdir
+    with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
+        result.nonsense
+
+
+# --- experiment specs ---------------------------------------------------------------
+
+
+def _train(config, reporter):
+    reporter(loss=1.0)
+
+
+def test_experiment_spec_errors_name_the_problem():
+    from hpc_ray.tune.experiment import Experiment, convert_to_experiment_list
+
+    with pytest.raises(tune.TuneError, match=r"unknown key\(s\) \['stopp'\]"):
+        convert_to_experiment_list({"e": {"run": _train, "stopp": {}}})
+    (exp,) = convert_to_experiment_list({"e": {"run": _train, "env": "Pong-v0",
+                                               "config": {"lr": 0.1}}})
+    assert exp.config == {"lr": 0.1, "env": "Pong-v0"}
+
+    class Model(tune.Trainable):
+        def _train(self):
+            return {}
+
+    with pytest.raises(tune.TuneError, match="not an instance"):
+        Experiment("e", Model())
+    with pytest.raises(ValueError, match=r"must take \(trial_id, result\)"):
+        Experiment("e", _train, stop=lambda result: True)
+    Experiment("e", _train, stop=lambda trial_id, result: False)
+    spec = Experiment("e", _train, config={"a": 1}, num_samples=2).spec
+    (again,) = convert_to_experiment_list({"e": spec})
+    assert (again.config, again.num_samples, again.run) == ({"a": 1}, 2, _train)
+    # A name is looked up when the experiment runs.
+    late = Experiment("e", "defined_later_36")
+    with pytest.raises(tune.TuneError, match="unknown trainable 'defined_later_36'"):
+        late.run
+    tune.register_trainable("defined_later_36", _train)
+    assert late.run is _train
+
+
+def test_resources_per_trial_forms():
+    from hpc_ray.tune.resources import Resources, actor_options, demand, normalize
+
+    flat = normalize({"cpu": 2, "extra_cpu": 1, "custom_resources": {"R": 1},
+                      "extra_custom_resources": {"R": 2}})
+    assert actor_options(flat) == {"num_cpus": 2, "num_gpus": 0, "resources": {"R": 1}}
+    assert demand(flat) == {"CPU": 3, "GPU": 0, "R": 3}
+    res = Resources(cpu=1, gpu=1, extra_gpu=2, custom_resources={"R": 1})
+    assert normalize(res)["extra_gpu"] == 2 and res.gpu_total() == 3
+    assert res.summary_string() == "1 CPUs, 3 GPUs, 1 R"
+    with pytest.raises(ValueError, match=r"resources_per_trial\['cpu'\] must be a number"):
+        normalize({"cpu": -1})
+
+
+# --- search algorithms ----------------------------------------------------------------
+
+
+def test_variant_generator_takes_a_dict_of_specs():
+    from hpc_ray.tune.suggest import BasicVariantGenerator
+    from hpc_ray.tune.suggest.variant_generator import grid_search
+
+    assert tune.suggest.grid_search is grid_search is tune.grid_search
+    gen = BasicVariantGenerator()
+    gen.add_configurations({"e": {"run": _train, "num_samples": 2,
+                                  "config": {"a": grid_search([1, 2, 3])}}})
+    trials = gen.next_trials()
+    assert sorted(t.config["a"] for t in trials) == [1, 1, 2, 2, 3, 3]
+    assert gen.is_finished()
+
+
+def test_suggestion_algorithm_asks_one_at_a_time():
+    from hpc_ray.tune.suggest import SuggestionAlgorithm
+
+    class Counting(SuggestionAlgorithm):          # Ray 0.7's examples skip super().__init__
+        def __init__(self):
+            self._max_concurrent = 1
+            self.n = 0
+
+        def _suggest(self, trial_id):
+            self.n += 1
+            return {"n": self.n} if self.n <= 2 else None
+
+    search = Counting()
+    search.add_configurations({"e": {"run": _train, "num_samples": 3, "config": {"k": 1}}})
+    (first,) = search.next_trials()
+    assert first.config == {"k": 1, "n": 1} and search.next_trials() == []
+    search.on_trial_complete(first.trial_id, result={"loss": 1})
+    (second,) = search.next_trials()
+    assert second.config == {"k": 1, "n": 2}
+    search.on_trial_complete(second.trial_id, result={"loss": 1})
+    assert search.next_trials() == [] and not search.is_finished()   # _suggest said None
+
+
+# --- loggers and tune.track -----------------------------------------------------------
+
+
+def test_user_logger_and_tensorboard_beside_the_defaults(tmp_path, monkeypatch):
+    from hpc_ray.tune.logger import DEFAULT_LOGGERS, Logger, TrialLogger
+
+    seen = []
+
+    class Recorder(Logger):
+        def on_result(self, result):
+            seen.append(result["loss"])
+
+    scalars = []
+
+    class Writer:
+        def __init__(self, logdir, flush_secs=30):
+            pass
+
+        def add_scalar(self, tag, value, global_step=None):
+            scalars.append((tag, value, global_step))
+
+        def flush(self):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setitem(sys.modules, "tensorboardX", types.SimpleNamespace(SummaryWriter=Writer))
+    trial = Trial("f", {"x": 1})
+    trial.logdir = str(tmp_path / "t")
+    log = TrialLogger(trial, DEFAULT_LOGGERS + (Recorder,))
+    log.on_result({"training_iteration": 1, "loss": 0.5, "nested": {"acc": 0.9}})
+    log.close()
+    assert seen == [0.5]
+    assert ("ray/tune/loss", 0.5, 1) in scalars and ("ray/tune/nested/acc", 0.9, 1) in scalars
+    assert sorted(os.listdir(trial.logdir)) == ["params.json", "params.pkl", "progress.csv",
+                                                "result.json"]
+
+
+def test_unified_logger_and_pretty_print(tmp_path):
+    from hpc_ray.tune.logger import NoopLogger, UnifiedLogger, pretty_print
+
+    log = UnifiedLogger({"lr": 0.1}, str(tmp_path / "t"), loggers=[NoopLogger])
+    log.on_result({"training_iteration": 1, "loss": 0.5})
+    log.close()
+    assert json.loads((tmp_path / "t" / "result.json").read_text())["loss"] == 0.5
+    text = pretty_print({"loss": 0.5, "config": {"lr": 0.1}, "info": {"steps": 3}})
+    assert "loss: 0.5" in text and "steps: 3" in text and "lr" not in text
+
+
+def test_trainable_on_its_own_logs_through_logger_creator(tmp_path):
+    from hpc_ray.tune.logger import UnifiedLogger
+
+    class Model(tune.Trainable):
+        def _train(self):
+            return {"loss": 1.0 / (self.iteration + 1)}
+
+    model = Model({"lr": 0.1}, logger_creator=lambda config: UnifiedLogger(
+        config, str(tmp_path / "alone")))
+    model.train()
+    model.train()
+    model.stop()
+    assert model.logdir == str(tmp_path / "alone")
+    text = (tmp_path / "alone" / "result.json").read_text()
+    rows = [json.loads(line) for line in text.splitlines()]
+    assert [r["training_iteration"] for r in rows] == [1, 2]
+
+
+def test_track_outside_tune_writes_a_trial_of_its_own(tmp_path):
+    with pytest.raises(ValueError, match=r"call tune.track.init\(\) first"):
+        tune.track.log(loss=1.0)
+    tune.track.init(experiment_dir=str(tmp_path), trial_name="by_hand")
+    try:
+        tune.track.log(loss=1.0)
+        tune.track.log(loss=0.5)
+        assert tune.track.trial_dir() == str(tmp_path / "by_hand")
+    finally:
+        tune.track.shutdown()
+    with open(tmp_path / "by_hand" / "result.json") as f:
+        rows = [json.loads(line) for line in f]
+    assert [(r["training_iteration"], r["loss"]) for r in rows] == [(1, 1.0), (2, 0.5)]
+    with pytest.raises(ValueError):
+        tune.track.log(loss=1.0)
+
+
+# --- schedulers -----------------------------------------------------------------------
+
+
+class _Runner:
+    def __init__(self, trials):
+        self.trials = trials
+
+    def get_trials(self):
+        return self.trials
+
+    def has_resources(self, resources):
+        return True
+
+
+def test_median_rule_compares_with_trials_that_reached_the_same_time():
+    from hpc_ray.tune.schedulers import MedianStoppingRule, TrialScheduler
+
+    rule = MedianStoppingRule(time_attr="t", metric="m", mode="max", grace_period=2,
+                              min_samples_required=2)
+    a, b, c, d = (Trial("f", {"i": i}) for i in range(4))
+    runner = _Runner([a, b, c, d])
+    for t in range(1, 6):
+        rule.on_trial_result(runner, a, {"t": t, "m": 10.0 if t < 2 else 1.0})
+    # b completed at t=4: its final result counts.
+    for t in range(1, 4):
+        rule.on_trial_result(runner, b, {"t": t, "m": 3.0})
+    rule.on_trial_complete(runner, b, {"t": 4, "m": 3.0})
+    # c stopped at t=2: it did not reach t=4, so it is not compared at t=4.
+    for t in (1, 2):
+        rule.on_trial_result(runner, c, {"t": t, "m": 100.0})
+    # At t=4 the others are a (mean over t=2..4, the 10.0 before the grace
+    # period left out: 1.0) and b (3.0): median 2.0.
+    assert rule.on_trial_result(runner, d, {"t": 4, "m": 1.5}) == TrialScheduler.STOP
+    e = Trial("f", {"i": 5})
+    assert rule.on_trial_result(runner, e, {"t": 4, "m": 2.5}) == TrialScheduler.CONTINUE
+
+
+def test_paused_trials_resume_in_the_order_they_were_paused():
+    from hpc_ray.tune.schedulers import FIFOScheduler
+
+    trials = [Trial("f", {"i": i}) for i in range(3)]
+    for trial, seq in zip(trials, (3, 1, 2)):
+        trial.status, trial._paused_seq = Trial.PAUSED, seq
+    fifo, runner, order = FIFOScheduler(), _Runner(trials), []
+    while (trial := fifo.choose_trial_to_run(runner)) is not None:
+        order.append(trial.config["i"])
+        trial.status = Trial.RUNNING
+    assert order == [1, 2, 0]
