@@ -6,6 +6,7 @@ ignored so that configs written for Ray 0.7 load unchanged.
 from __future__ import annotations
 
 import copy
+import difflib
 
 from ..models.catalog import MODEL_DEFAULTS
 
@@ -100,8 +101,7 @@ def merge_config(defaults: dict, overrides: dict, trainer_name: str = "Trainer",
     for key, value in (overrides or {}).items():
         where = f"{path}{key}"
         if key not in defaults:
-            close = [k for k in defaults if k.lower().replace("_", "") ==
-                     str(key).lower().replace("_", "")]
+            close = difflib.get_close_matches(str(key), list(defaults), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ValueError(
                 f"unknown config parameter {where!r} for {trainer_name}{hint}; valid "

@@ -96,7 +96,7 @@ class TorchPolicy(Policy):
     def apply_gradients(self, gradients) -> None:
         with self.lock:
             for g, p in zip(gradients, self.model.parameters()):
-                p.grad = torch.as_tensor(np.asarray(g), dtype=p.dtype, device=self.device)
+                p.grad = torch.tensor(np.asarray(g), dtype=p.dtype, device=self.device)
             self._optimizer.step()
 
     def _lazy_tensors(self, batch) -> dict[str, torch.Tensor]:
