@@ -71,6 +71,9 @@ class Experiment:
         spec = dict(spec)
         if "run" not in spec:
             raise TuneError(f"experiment {name!r} has no 'run' entry")
+        if "env" in spec:
+            # RLlib's experiment files name the env beside run (Ray 0.7).
+            spec["config"] = dict(spec.get("config") or {}, env=spec.pop("env"))
         return cls(name, **spec)
 
     def config_without_search(self) -> dict:

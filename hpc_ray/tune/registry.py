@@ -51,6 +51,8 @@ def register_env(name: str, env_creator: Callable) -> None:
     from .. import api
 
     def install(_info=None, _name=name, _creator=env_creator):
-        _ENVS[_name] = _creator
+        # Through the module: cloudpickle would ship a copy of a global dict.
+        import importlib
+        importlib.import_module("hpc_ray.tune.registry")._ENVS[_name] = _creator
     install()
     api.run_function_on_all_workers(install)

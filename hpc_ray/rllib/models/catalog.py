@@ -141,22 +141,29 @@ class ModelCatalog:
             raise TypeError(f"model_class must be a class, got {model_class!r}")
 
         def install(name=model_name, cls=model_class):
-            _CUSTOM_MODELS[name] = cls
+            _table("_CUSTOM_MODELS")[name] = cls
         register_everywhere(install)
 
     @staticmethod
     def register_custom_preprocessor(preprocessor_name: str, preprocessor_class: type) -> None:
         """Register a ``Preprocessor`` subclass for ``{"custom_preprocessor": name}``."""
         def install(name=preprocessor_name, cls=preprocessor_class):
-            _CUSTOM_PREPROCESSORS[name] = cls
+            _table("_CUSTOM_PREPROCESSORS")[name] = cls
         register_everywhere(install)
 
     @staticmethod
     def register_custom_action_dist(action_dist_name: str, action_dist_class: type) -> None:
         """Register an ``ActionDistribution`` subclass for ``{"custom_action_dist": name}``."""
         def install(name=action_dist_name, cls=action_dist_class):
-            _CUSTOM_ACTION_DISTS[name] = cls
+            _table("_CUSTOM_ACTION_DISTS")[name] = cls
         register_everywhere(install)
+
+
+def _table(name: str) -> dict:
+    # Through the module: a registration shipped to another process by
+    # cloudpickle would otherwise fill a copy of the global dict.
+    import importlib
+    return getattr(importlib.import_module(__name__), name)
 
 
 def merged_model_config(options: dict | None) -> dict:

@@ -1,0 +1,92 @@
+"""Issue 35: RLlib trainers learn CartPole on rollout workers (actors on the ranks).
+
+Argument: which sections ("ppo", "pg", "a3c", "es", "ars"; default all). Each
+trains with a fixed seed until Ray's regression threshold or its timestep
+budget, and reports the reward reached and the timesteps it took. The PPO
+section also checks the worker set (foreach_worker, MeanStdFilter synced
+across workers) and compute_action after training.
+"""
+import faulthandler, os, sys
+faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
+
+from _harness import check, init_kwargs, ok, report, section
+
+import hpc_ray as ray
+from hpc_ray.rllib.agents import a3c, ars, es, pg, ppo
+
+WHICH = set(sys.argv[1:]) or {"ppo", "pg", "a3c", "es", "ars"}
+ray.init(**init_kwargs())
+
+
+def train_until(trainer, threshold, budget):
+    while True:
+        result = trainer.train()
+        if result["episode_reward_mean"] >= threshold or result["timesteps_total"] >= budget:
+            return result
+
+
+if "ppo" in WHICH:
+    with section("ppo"):
+        # Ray's tuned cartpole-ppo regression config.
+        trainer = ppo.PPOTrainer(env="CartPole-v0", config={
+            "num_workers": 2, "seed": 0, "gamma": 0.99, "lr": 3e-4,
+            "observation_filter": "MeanStdFilter", "num_sgd_iter": 6,
+            "vf_share_layers": True, "vf_loss_coeff": 0.01,
+            "model": {"fcnet_hiddens": [32], "fcnet_activation": "linear"}})
+        result = train_until(trainer, 150, 100_000)
+        report("ppo", [result["episode_reward_mean"], result["timesteps_total"]])
+        indexes = trainer.workers.foreach_worker_with_index(lambda w, i: (i, w.worker_index))
+        check(indexes == [(0, 0), (1, 1), (2, 2)], indexes)
+        trainer.workers.sync_filters()
+        counts = trainer.workers.foreach_worker(lambda w: w.filters["default_policy"].rs.n)
+        report("ppo_filter_counts", counts)
+        check(len(set(counts)) == 1 and counts[0] >= result["timesteps_total"] // 2, counts)
+        import gymnasium as gym
+        env = gym.make("CartPole-v1")
+        obs, _ = env.reset(seed=0)
+        total = 0.0
+        for _ in range(500):
+            obs, r, term, trunc, _ = env.step(int(trainer.compute_action(obs, explore=False)))
+            total += r
+            if term or trunc:
+                break
+        report("ppo_greedy_return", total)
+        trainer.stop()
+
+if "pg" in WHICH:
+    with section("pg"):
+        trainer = pg.PGTrainer(env="CartPole-v0", config={"num_workers": 1, "seed": 0})
+        result = train_until(trainer, 100, 100_000)
+        report("pg", [result["episode_reward_mean"], result["timesteps_total"]])
+        trainer.stop()
+
+if "a3c" in WHICH:
+    with section("a3c"):
+        trainer = a3c.A3CTrainer(env="CartPole-v0", config={
+            "num_workers": 2, "gamma": 0.95, "seed": 0, "min_iter_time_s": 0})
+        result = train_until(trainer, 100, 100_000)
+        report("a3c", [result["episode_reward_mean"], result["timesteps_total"]])
+        trainer.stop()
+
+if "es" in WHICH:
+    with section("es"):
+        trainer = es.ESTrainer(env="CartPole-v0", config={
+            "num_workers": 2, "seed": 0, "noise_size": 2_000_000, "episodes_per_batch": 50,
+            "train_batch_size": 500, "eval_prob": 0.05})
+        infos = ray.get([w.noise_table_info.remote() for w in trainer._workers])
+        report("es_noise", infos)
+        result = train_until(trainer, 150, 500_000)
+        report("es", [result["episode_reward_mean"], result["timesteps_total"]])
+        trainer.stop()
+
+if "ars" in WHICH:
+    with section("ars"):
+        trainer = ars.ARSTrainer(env="CartPole-v0", config={
+            "num_workers": 2, "seed": 0, "noise_size": 2_000_000, "num_rollouts": 50,
+            "rollouts_used": 25, "eval_prob": 0.5})
+        result = train_until(trainer, 50, 500_000)
+        report("ars", [result["episode_reward_mean"], result["timesteps_total"]])
+        trainer.stop()
+
+ray.shutdown()
+ok("rllib_train")
