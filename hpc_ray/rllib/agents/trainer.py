@@ -113,6 +113,8 @@ class Trainer(Trainable):
                     "train_batch_size"):
             value = config[key]
             minimum = 0 if key == "num_workers" else 1
+            if key == "train_batch_size" and value == -1:
+                continue  # DD-PPO: no central train batch
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise ValueError(f"config[{key!r}] must be an int >= {minimum}, got {value!r}")
         if config["batch_mode"] not in ("truncate_episodes", "complete_episodes"):
