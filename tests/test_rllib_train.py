@@ -9,6 +9,7 @@ experiment through ``run_experiments`` with a ``register_env`` env, and
 from __future__ import annotations
 
 import subprocess
+import sys
 import uuid
 
 import pytest
@@ -40,6 +41,41 @@ def test_ppo_learns_under_mpiexec(run):
         "rllib_train")
     reward, steps = values["ppo"]
     assert reward >= 150 and steps <= 100_000, values["ppo"]
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(150)
+def test_ddppo_impala_appo_learn_something(run):
+    values = run("rllib_train.py", 3, "quick", mode="embedded", timeout=120).assert_ok(
+        "rllib_train")
+    first, last, same_weights = values["ddppo"]
+    assert same_weights  # the allreduce keeps every learner's weights identical
+    assert last > max(35, first), values["ddppo"]
+    for alg in ("impala", "appo"):
+        assert values[alg][-1] > 40, (alg, values[alg])
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(150)
+def test_cli_train_yaml_then_rollout(tmp_path):
+    (tmp_path / "exp.yaml").write_text(
+        "cartpole-pg:\n    run: PG\n    env: CartPole-v0\n    stop:\n"
+        "        training_iteration: 2\n    checkpoint_freq: 2\n"
+        "    config:\n        num_workers: 1\n        seed: 0\n")
+    cli = [sys.executable, "-m", "hpc_ray.cli", "rllib"]
+    out = subprocess.run(cli + ["train", "-f", str(tmp_path / "exp.yaml"), "--local-dir",
+                                str(tmp_path / "res"), "--num-cpus", "2"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "1 TERMINATED" in out.stdout
+    [ckpt] = (tmp_path / "res" / "cartpole-pg").glob("*/checkpoint_2/checkpoint-2")
+    out = subprocess.run(cli + ["rollout", str(ckpt), "--run", "PG", "--steps", "300"],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Mean reward over" in out.stdout
+    bad = subprocess.run(cli + ["train", "--env", "CartPole-v0"], capture_output=True,
+                         text=True, timeout=60, cwd=tmp_path)
+    assert bad.returncode == 2 and "--run PPO" in bad.stderr
 
 
 @pytest.mark.mpi

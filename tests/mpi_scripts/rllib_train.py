@@ -13,6 +13,8 @@ from _harness import check, init_kwargs, ok, report, section
 
 import hpc_ray as ray
 from hpc_ray.rllib.agents import a3c, ars, es, pg, ppo
+from hpc_ray.rllib.agents.impala import ImpalaTrainer
+from hpc_ray.rllib.agents.ppo.appo import APPOTrainer
 
 WHICH = set(sys.argv[1:]) or {"ppo", "pg", "a3c", "es", "ars"}
 ray.init(**init_kwargs())
@@ -87,6 +89,29 @@ if "ars" in WHICH:
         result = train_until(trainer, 50, 500_000)
         report("ars", [result["episode_reward_mean"], result["timesteps_total"]])
         trainer.stop()
+
+if "quick" in WHICH:
+    # DD-PPO, IMPALA and APPO learn something in 8-10k steps (the thresholds are
+    # in benchmarks/rllib.py).
+    with section("ddppo"):
+        import numpy as np
+        trainer = ppo.DDPPOTrainer(env="CartPole-v0", config={
+            "num_workers": 2, "seed": 0, "lr": 3e-4, "sample_batch_size": 500,
+            "sgd_minibatch_size": 100, "num_sgd_iter": 6, "vf_share_layers": True,
+            "vf_loss_coeff": 0.01, "model": {"fcnet_hiddens": [32], "fcnet_activation": "linear"}})
+        rewards = [trainer.train()["episode_reward_mean"] for _ in range(8)]
+        weights = trainer.workers.foreach_worker(lambda w: w.get_weights()["default_policy"])
+        same = all(all(np.array_equal(weights[1][k], w[k]) for k in w) for w in weights)
+        report("ddppo", [rewards[0], rewards[-1], same])
+        trainer.stop()
+    for name, cls in (("impala", ImpalaTrainer), ("appo", APPOTrainer)):
+        with section(name):
+            trainer = cls(env="CartPole-v0", config={
+                "num_workers": 2, "seed": 0, "min_iter_time_s": 0,
+                "timesteps_per_iteration": 5000})
+            rewards = [trainer.train()["episode_reward_mean"] for _ in range(2)]
+            report(name, rewards)
+            trainer.stop()
 
 ray.shutdown()
 ok("rllib_train")
