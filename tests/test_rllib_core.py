@@ -326,3 +326,32 @@ def test_build_torch_policy_and_with_updates():
     assert type(trainer.get_policy()).__name__ == "MyTorchPolicy"
     assert trainer.train()["timesteps_total"] >= 200
     trainer.stop()
+
+
+def test_callbacks_custom_metrics_and_evaluation():
+    seen = {"train_results": 0, "samples": 0}
+
+    def on_episode_end(info):
+        episode = info["episode"]
+        episode.custom_metrics["pole_steps"] = episode.length
+
+    def on_sample_end(info):
+        seen["samples"] += info["samples"].count
+
+    def on_train_result(info):
+        seen["train_results"] += 1
+        info["result"]["callback_ok"] = True
+
+    trainer = pg.PGTrainer(env="CartPole-v0", config=dict(
+        LOCAL, train_batch_size=300, evaluation_interval=1, evaluation_num_episodes=3,
+        callbacks={"on_episode_end": on_episode_end, "on_sample_end": on_sample_end,
+                   "on_train_result": on_train_result}))
+    result = trainer.train()
+    metrics = result["custom_metrics"]
+    assert metrics["pole_steps_mean"] == pytest.approx(result["episode_len_mean"])
+    assert result["callback_ok"] and seen["train_results"] == 1
+    assert seen["samples"] >= 300
+    assert result["evaluation"]["episodes_this_iter"] >= 3
+    with pytest.raises(ValueError, match="unknown callback"):
+        pg.PGTrainer(env="CartPole-v0", config=dict(LOCAL, callbacks={"on_step": print}))
+    trainer.stop()

@@ -1,6 +1,7 @@
 """Issue 35: RLlib trainers learn CartPole on rollout workers (actors on the ranks).
 
-Argument: which sections ("ppo", "pg", "a3c", "es", "ars"; default all). Each
+Arguments: which sections ("ppo", "pg", "a3c", "es", "ars", "quick"; default
+the first five). Each
 trains with a fixed seed until Ray's regression threshold or its timestep
 budget, and reports the reward reached and the timesteps it took. The PPO
 section also checks the worker set (foreach_worker, MeanStdFilter synced
@@ -91,8 +92,8 @@ if "ars" in WHICH:
         trainer.stop()
 
 if "quick" in WHICH:
-    # DD-PPO, IMPALA and APPO learn something in 8-10k steps (the thresholds are
-    # in benchmarks/rllib.py).
+    # DD-PPO, A3C, IMPALA and APPO learn something in 4-10k steps (their runs to
+    # the thresholds are in benchmarks/rllib.py, workload "thresholds").
     with section("ddppo"):
         import numpy as np
         trainer = ppo.DDPPOTrainer(env="CartPole-v0", config={
@@ -103,6 +104,12 @@ if "quick" in WHICH:
         weights = trainer.workers.foreach_worker(lambda w: w.get_weights()["default_policy"])
         same = all(all(np.array_equal(weights[1][k], w[k]) for k in w) for w in weights)
         report("ddppo", [rewards[0], rewards[-1], same])
+        trainer.stop()
+    with section("a3c_quick"):
+        trainer = a3c.A3CTrainer(env="CartPole-v0", config={
+            "num_workers": 2, "gamma": 0.95, "seed": 0, "min_iter_time_s": 0})
+        rewards = [trainer.train()["episode_reward_mean"] for _ in range(4)]
+        report("a3c_quick", rewards)
         trainer.stop()
     for name, cls in (("impala", ImpalaTrainer), ("appo", APPOTrainer)):
         with section(name):

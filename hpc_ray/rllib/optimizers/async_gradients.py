@@ -50,9 +50,9 @@ class AsyncGradientsOptimizer(PolicyOptimizer):
                 self._launch(w, ref)
         for _ in range(self.grads_per_step):
             ready, _ = api.wait(list(self._pending), num_returns=1)
-            worker, batch_ref = self._pending.pop(ready[0])
+            worker, _ = self._pending.pop(ready[0])
             grads, info = api.get(ready[0])
-            count = api.get(batch_ref).count
+            count = info["batch_count"]
             local.apply_gradients(grads)
             self.num_steps_sampled += count
             self.num_steps_trained += count

@@ -90,7 +90,8 @@ class TorchPolicy(Policy):
             grads = [p.grad.detach().cpu().numpy().copy() if p.grad is not None
                      else np.zeros(p.shape, np.float32) for p in self.model.parameters()]
             info = {"learner_stats": dict(self.extra_grad_info(postprocessed_batch),
-                                          **grad_info)}
+                                          **grad_info),
+                    "batch_count": len(postprocessed_batch)}
             return grads, info
 
     def apply_gradients(self, gradients) -> None:

@@ -46,11 +46,6 @@ class EvolutionTrainer(Trainer):
     _name = "ES"
     _default_config = DEFAULT_CONFIG
 
-    @classmethod
-    def default_resource_request(cls, config):
-        res = Trainer.default_resource_request.__func__(cls, config)
-        return res
-
     def _init(self, config: dict, env_creator) -> None:
         if config["num_workers"] < 1:
             raise ValueError(f"{self._name} needs num_workers >= 1, got {config['num_workers']}")

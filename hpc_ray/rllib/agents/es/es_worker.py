@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -47,7 +48,7 @@ class ESWorker:
         """How this worker holds the table (for checks: a read-only shared view)."""
         arr = self.noise.noise
         return {"writeable": bool(arr.flags.writeable), "owndata": bool(arr.flags.owndata),
-                "nbytes": int(arr.nbytes)}
+                "nbytes": int(arr.nbytes), "pid": os.getpid()}
 
     def do_rollouts(self, params: np.ndarray, timestep_limit: int | None = None) -> dict:
         cfg = self.config
