@@ -352,6 +352,6 @@ def test_callbacks_custom_metrics_and_evaluation():
     assert result["callback_ok"] and seen["train_results"] == 1
     assert seen["samples"] >= 300
     assert result["evaluation"]["episodes_this_iter"] >= 3
-    with pytest.raises(ValueError, match="unknown callback"):
+    with pytest.raises(ValueError, match="callbacks.on_step.*on_episode_step"):
         pg.PGTrainer(env="CartPole-v0", config=dict(LOCAL, callbacks={"on_step": print}))
     trainer.stop()

@@ -217,8 +217,8 @@ class Sampler:
                         if not dones[i].get(a, False) and not all_done}
             if all_done:
                 self._flush(slot, episode_done=True)
-                self.metrics.append(ep._metrics())
                 self._callback("on_episode_end", env=self.env, episode=ep)
+                self.metrics.append(ep._metrics())
                 self._slots[i] = self._start_episode(i)
                 if self.complete_episodes:
                     self._ready_steps += ep.length - getattr(ep, "_counted", 0)
