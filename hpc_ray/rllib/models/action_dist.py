@@ -43,7 +43,8 @@ class TorchCategorical(ActionDistribution):
 
     def __init__(self, inputs: torch.Tensor) -> None:
         super().__init__(inputs)
-        self.dist = torch.distributions.Categorical(logits=inputs)
+        # No argument validation: it costs more than the forward pass of a small net.
+        self.dist = torch.distributions.Categorical(logits=inputs, validate_args=False)
 
     def sample(self):
         return self.dist.sample()
@@ -73,7 +74,7 @@ class TorchDiagGaussian(ActionDistribution):
         super().__init__(inputs)
         mean, log_std = torch.chunk(inputs, 2, dim=-1)
         self.mean, self.log_std = mean, log_std
-        self.dist = torch.distributions.Normal(mean, torch.exp(log_std))
+        self.dist = torch.distributions.Normal(mean, torch.exp(log_std), validate_args=False)
 
     def sample(self):
         return self.dist.sample()

@@ -48,7 +48,7 @@ class TorchPolicy(Policy):
     def compute_actions(self, obs_batch, state_batches=None, prev_action_batch=None,
                         prev_reward_batch=None, info_batch=None, episodes=None,
                         explore: bool = True, **kwargs):
-        with self.lock, torch.no_grad():
+        with self.lock, torch.inference_mode():
             input_dict = {SampleBatch.CUR_OBS: _tensor(np.asarray(obs_batch), self.device)}
             if prev_action_batch is not None:
                 input_dict[SampleBatch.PREV_ACTIONS] = _tensor(
