@@ -105,27 +105,34 @@ def hpc_ray_es(args) -> dict:
 
     import hpc_ray as ray
     from hpc_ray.rllib.agents import es
-    from hpc_ray.rllib.agents.es import es_worker
+    from hpc_ray.rllib.agents.es.es_worker import ESWorker
+
+    class CopyingWorker(ESWorker):
+        """The counterfactual: each worker keeps a private copy of the table."""
+
+        def __init__(self, config, env_creator, noise, worker_index, *rest):
+            super().__init__(config, env_creator, np.array(noise), worker_index, *rest)
+
+    class CopyingES(es.ESTrainer):
+        _worker_cls = CopyingWorker
+
     ray.init(num_cpus=2)
     out = {"noise_mb": args.noise_size * 4 / 2 ** 20}
-    for mode in ("shared", "copy"):
-        if mode == "copy":
-            # The counterfactual: each worker makes a private copy of the table.
-            original = es_worker.SharedNoiseTable.__init__
-
-            def private(self, noise, _orig=original):
-                _orig(self, np.array(noise))
-            es_worker.SharedNoiseTable.__init__ = private
-        trainer = es.ESTrainer(env="CartPole-v0", config={
-            "num_workers": 2, "seed": 0, "noise_size": args.noise_size,
+    for mode, cls, size in (("shared", es.ESTrainer, args.noise_size),
+                            ("copy", CopyingES, args.noise_size),
+                            ("tiny table", es.ESTrainer, 100_000)):
+        trainer = cls(env="CartPole-v0", config={
+            "num_workers": 2, "seed": 0, "noise_size": size,
             "episodes_per_batch": 20, "train_batch_size": 200})
         trainer.train()
         infos = ray.get([w.noise_table_info.remote() for w in trainer._workers])
-        uss = [psutil.Process(i["pid"]).memory_full_info().uss / 2 ** 20 for i in infos]
-        out[mode] = {"worker_uss_mb": uss, "owndata": [i["owndata"] for i in infos]}
+        mems = [psutil.Process(i["pid"]).memory_full_info() for i in infos]
+        out[mode] = {"worker_uss_mb": [m.uss / 2 ** 20 for m in mems],
+                     "worker_pss_mb": [m.pss / 2 ** 20 for m in mems],
+                     "worker_rss_mb": [m.rss / 2 ** 20 for m in mems],
+                     "owndata": [i["owndata"] for i in infos]}
+        log(f"  {mode}: {out[mode]}")
         trainer.stop()
-        if mode == "copy":
-            es_worker.SharedNoiseTable.__init__ = original
     ray.shutdown()
     return out
 
@@ -242,8 +249,8 @@ def ray_ppo(args) -> dict:
     wall = time.perf_counter() - t0
     algo.stop()
     ray.shutdown()
-    return {"wall_s": wall, "setup_s": setup, "reward": reward, "timesteps": timesteps,
-            "iterations": it, "reached": reward >= 150}
+    return {"wall_s": wall, "setup_s": setup, "reward": float(reward),
+            "timesteps": int(timesteps), "iterations": it, "reached": bool(reward >= 150)}
 
 
 CHILDREN = {("hpc_ray", "sample"): hpc_ray_sample, ("hpc_ray", "ppo"): hpc_ray_ppo,
@@ -300,10 +307,12 @@ def table(results: dict, args) -> str:
                      f"{ratio} |")
     he = h.get("es", {})
     if "shared" in he:
-        lines.append(f"| ES noise table {he['noise_mb']:.0f} MB, 2 workers: worker private "
-                     f"memory (USS, MB) | shared: {', '.join(f'{x:.0f}' for x in he['shared']['worker_uss_mb'])}"
-                     f"; private copies: {', '.join(f'{x:.0f}' for x in he['copy']['worker_uss_mb'])} "
-                     f"| - (no ES in RLlib 2.60) | - |")
+        def mb(mode, key):
+            return ", ".join(f"{x:.0f}" for x in he[mode][key])
+        lines.append(f"| ES, noise table {he['noise_mb']:.0f} MB, 2 workers: each worker's "
+                     f"private memory (USS, MB) | put once: {mb('shared', 'worker_uss_mb')}; "
+                     f"a private copy each: {mb('copy', 'worker_uss_mb')}; a 0.4 MB table: "
+                     f"{mb('tiny table', 'worker_uss_mb')} | - (no ES in RLlib 2.60) | - |")
     th = h.get("thresholds", {})
     if th and "error" not in th:
         lines += ["", "| algorithm (hpc_ray) | threshold / budget | reward | timesteps | "

@@ -45,6 +45,8 @@ class EvolutionTrainer(Trainer):
 
     _name = "ES"
     _default_config = DEFAULT_CONFIG
+    #: The worker class (an extension point, as Ray's ``Worker``).
+    _worker_cls = ESWorker
 
     def _init(self, config: dict, env_creator) -> None:
         if config["num_workers"] < 1:
@@ -60,7 +62,7 @@ class EvolutionTrainer(Trainer):
         self._noise_ref = api.put(create_shared_noise(config["noise_size"],
                                                       config.get("seed") or 123))
         self.noise = SharedNoiseTable(api.get(self._noise_ref))
-        worker_cls = api.remote(num_cpus=config["num_cpus_per_worker"])(ESWorker)
+        worker_cls = api.remote(num_cpus=config["num_cpus_per_worker"])(self._worker_cls)
         self._workers = [worker_cls.remote(config, env_creator, self._noise_ref, i + 1)
                          for i in range(config["num_workers"])]
         self.workers = None
