@@ -355,3 +355,12 @@ def test_callbacks_custom_metrics_and_evaluation():
     with pytest.raises(ValueError, match="callbacks.on_step.*on_episode_step"):
         pg.PGTrainer(env="CartPole-v0", config=dict(LOCAL, callbacks={"on_step": print}))
     trainer.stop()
+
+
+def test_every_documented_trainer_is_registered_and_pickles_by_reference():
+    from hpc_ray.tune.registry import get_trainable
+    for name in ("PG", "A2C", "A3C", "PPO", "APPO", "IMPALA", "ES", "ARS", "DDPPO"):
+        cls = get_trainable(name)
+        assert cls is get_agent_class(name)
+        assert pickle.loads(pickle.dumps(cls)) is cls  # Tune ships the class to trial actors
+        assert cls._name == name

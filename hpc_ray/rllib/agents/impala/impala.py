@@ -60,3 +60,5 @@ ImpalaTrainer = build_trainer(
     name="IMPALA", default_config=DEFAULT_CONFIG, default_policy=None,
     get_policy_class=_policy, validate_config=validate_config,
     make_policy_optimizer=make_aggregators_and_optimizer)
+# Importable under the name it is exported as (pickled by reference).
+ImpalaTrainer.__name__ = ImpalaTrainer.__qualname__ = "ImpalaTrainer"
