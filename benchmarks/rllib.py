@@ -2,8 +2,8 @@
 
 Workloads, each system in a fresh process:
 
-    sample   env steps/s of CartPole sampling on 2 rollout workers (each system's
-             default fully connected model, 256x256): --rounds rounds of
+    sample   env steps/s of CartPole sampling on 2 PPO rollout workers (each
+             system's default fully connected model, 256x256): --rounds rounds of
              ``sample()`` on both workers at once, --fragment steps each
     ppo      wall seconds for PPO to reach a mean episode reward of 150 on
              CartPole-v0 (Ray's tuned cartpole-ppo settings: lr 3e-4, 6 epochs,
@@ -53,10 +53,11 @@ def log(*args) -> None:
 
 def hpc_ray_sample(args) -> dict:
     import hpc_ray as ray
-    from hpc_ray.rllib.agents import pg
+    from hpc_ray.rllib.agents import ppo
     ray.init(num_cpus=2)
     t0 = time.perf_counter()
-    trainer = pg.PGTrainer(env="CartPole-v0", config={
+    # PPO's workers, as on Ray's side (they also compute the value estimates).
+    trainer = ppo.PPOTrainer(env="CartPole-v0", config={
         "num_workers": 2, "sample_batch_size": args.fragment, "seed": 0})
     setup = time.perf_counter() - t0
     workers = trainer.workers.remote_workers()

@@ -37,6 +37,14 @@ class ActionDistribution:
     def required_model_output_shape(action_space, model_config) -> int:
         raise NotImplementedError
 
+    @classmethod
+    def sample_with_logp(cls, inputs: torch.Tensor, explore: bool = True,
+                         rng: np.random.Generator | None = None):
+        """Actions and their log-probabilities as numpy arrays (for acting)."""
+        dist = cls(inputs)
+        actions = dist.sample() if explore else dist.deterministic_sample()
+        return actions.cpu().numpy(), dist.logp(actions).cpu().numpy()
+
 
 class TorchCategorical(ActionDistribution):
     """Categorical distribution for ``Discrete`` actions."""
@@ -64,6 +72,21 @@ class TorchCategorical(ActionDistribution):
     @staticmethod
     def required_model_output_shape(action_space, model_config):
         return int(action_space.n)
+
+    @classmethod
+    def sample_with_logp(cls, inputs, explore=True, rng=None):
+        # In numpy: for the few logits of one step, torch's per-op overhead
+        # (logsumexp, multinomial) costs more than the network's forward pass.
+        logits = inputs.detach().cpu().numpy().astype(np.float64)
+        if explore:
+            gumbel = -np.log(-np.log((rng or np.random).random(logits.shape)))
+            actions = np.argmax(logits + gumbel, axis=-1)
+        else:
+            actions = np.argmax(logits, axis=-1)
+        top = logits.max(axis=-1, keepdims=True)
+        log_norm = top[..., 0] + np.log(np.exp(logits - top).sum(axis=-1))
+        logp = np.take_along_axis(logits, actions[..., None], -1)[..., 0] - log_norm
+        return actions, logp.astype(np.float32)
 
 
 class TorchDiagGaussian(ActionDistribution):

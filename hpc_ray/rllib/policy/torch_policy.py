@@ -59,11 +59,16 @@ class TorchPolicy(Policy):
             state = [_tensor(np.asarray(s), self.device) for s in (state_batches or [])]
             model_out = self.model(input_dict, state)
             logits, _, _, state_out = model_out
-            dist = self.dist_class(logits)
-            actions = dist.sample() if explore else dist.deterministic_sample()
+            fast = getattr(self.dist_class, "sample_with_logp", None)
+            if fast is not None:
+                actions, logp = fast(logits, explore)
+            else:  # a user's distribution without the numpy path
+                dist = self.dist_class(logits)
+                taken = dist.sample() if explore else dist.deterministic_sample()
+                actions, logp = taken.cpu().numpy(), dist.logp(taken).cpu().numpy()
             extra = self.extra_action_out(input_dict, state, model_out)
-            extra.setdefault(SampleBatch.ACTION_LOGP, dist.logp(actions).cpu().numpy())
-            return (actions.cpu().numpy(), [s.cpu().numpy() for s in state_out], extra)
+            extra.setdefault(SampleBatch.ACTION_LOGP, logp)
+            return actions, [s.cpu().numpy() for s in state_out], extra
 
     def extra_action_out(self, input_dict, state_batches, model_out) -> dict:
         """Extra columns from acting (``build_torch_policy``'s ``extra_action_out_fn``)."""
