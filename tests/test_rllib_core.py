@@ -14,7 +14,6 @@ import pickle
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
 import torch.nn as nn
 
 from hpc_ray import tune

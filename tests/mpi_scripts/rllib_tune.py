@@ -11,7 +11,6 @@ import faulthandler, os, sys
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
 
 import json
-import time
 
 import numpy as np
 import yaml

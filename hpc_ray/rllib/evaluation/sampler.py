@@ -164,7 +164,9 @@ class Sampler:
         return out
 
     def _step(self) -> int:
-        """One step of every slot; return the env steps not yet in ready batches."""
+        """One step of every slot; return the env steps it adds to the open
+        trajectories ("truncate_episodes"; "complete_episodes" counts whole
+        episodes into ``_ready_steps`` as they end)."""
         # Act: one batched forward pass per policy over every slot and agent.
         by_policy: dict[str, list[tuple[int, Any]]] = {}
         for i, slot in enumerate(self._slots):
@@ -186,7 +188,7 @@ class Sampler:
                             for a, x in acts.items()} for i, acts in enumerate(actions)]
         obs, rewards, dones, infos = self.env.step_all(env_actions)
         # Record one row per acting agent.
-        finished = 0
+        counted = 0
         for i, slot in enumerate(self._slots):
             ep = slot.episode
             ep.length += 1
@@ -224,8 +226,8 @@ class Sampler:
                     self._ready_steps += ep.length - getattr(ep, "_counted", 0)
                     continue
             if not self.complete_episodes:
-                finished += 1
-        return finished if not self.complete_episodes else 0
+                counted += 1
+        return counted
 
     def _clip(self, pid: str, action):
         bounds = self._bounds.get(pid)

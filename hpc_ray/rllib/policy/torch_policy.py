@@ -8,7 +8,6 @@ numpy columns into tensors without copying them where the dtype allows.
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import numpy as np
 import torch
