@@ -1,9 +1,10 @@
 """Issue 35: RLlib training runs on rollout workers, in embedded mode and under mpiexec.
 
 The thresholds are Ray's regression thresholds for CartPole (fixed seeds):
-PPO >= 150 within 100k timesteps, PG >= 100 within 100k, ES >= 150 within 500k,
-ARS >= 50 within 500k. A3C, DD-PPO, IMPALA and APPO only "learn something"
-here (CI time); their threshold runs are benchmarks/rllib.py's "thresholds". Tune: ``tune.run("PPO")``, a YAML
+PPO >= 150 within 100k timesteps, PG and A3C >= 100 within 100k, IMPALA and
+ES >= 150 within 500k, ARS >= 50 within 500k. DD-PPO and APPO only "learn
+something" here (CI time); their threshold runs are benchmarks/rllib.py's
+"thresholds" workload. Tune: ``tune.run("PPO")``, a YAML
 experiment through ``run_experiments`` with a ``register_env`` env, and
 ``resume=True`` after the whole job was killed.
 """
@@ -23,12 +24,13 @@ from conftest import (LAUNCH_MARKER, SCRIPTS_DIR, _kill_launch, _launch_processe
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_trainers_reach_ray_thresholds_embedded(run):
-    values = run("rllib_train.py", 3, "ppo", "pg", "es", "ars", mode="embedded",
-                 timeout=280).assert_ok("rllib_train")
+    values = run("rllib_train.py", 3, "ppo", "pg", "a3c", "impala", "es", "ars",
+                 mode="embedded", timeout=280).assert_ok("rllib_train")
     reward, steps = values["ppo"]
     assert reward >= 150 and steps <= 100_000, values["ppo"]
     assert values["ppo_greedy_return"] >= 150
-    for alg, threshold, budget in (("pg", 100, 100_000), ("es", 150, 500_000),
+    for alg, threshold, budget in (("pg", 100, 100_000), ("a3c", 100, 100_000),
+                                   ("impala", 150, 500_000), ("es", 150, 500_000),
                                    ("ars", 50, 500_000)):
         reward, steps = values[alg]
         assert reward >= threshold and steps <= budget + 20_000, (alg, values[alg])
@@ -47,16 +49,14 @@ def test_ppo_learns_under_mpiexec(run):
 
 @pytest.mark.mpi
 @pytest.mark.timeout(150)
-def test_ddppo_impala_appo_learn_something(run):
+def test_ddppo_appo_learn_something_and_multiagent_on_workers(run):
     values = run("rllib_train.py", 3, "quick", mode="embedded", timeout=120).assert_ok(
         "rllib_train")
     first, last, same_weights = values["ddppo"]
     assert same_weights  # the allreduce keeps every learner's weights identical
     assert last > max(35, first), values["ddppo"]
-    for alg in ("impala", "appo"):
-        assert values[alg][-1] > 40, (alg, values[alg])
-    a3c = values["a3c_quick"]
-    assert a3c[-1] > max(30, a3c[0]), a3c
+    assert values["appo"][-1] > 40, values["appo"]
+    assert values["multiagent"] == ["p0", "p1"]
 
 
 @pytest.mark.mpi
