@@ -363,3 +363,20 @@ def test_every_documented_trainer_is_registered_and_pickles_by_reference():
         assert cls is get_agent_class(name)
         assert pickle.loads(pickle.dumps(cls)) is cls  # Tune ships the class to trial actors
         assert cls._name == name
+
+
+def test_old_env_names_and_continuous_actions():
+    # Ray 0.7's names: Pendulum-v0 (gymnasium: v1), MountainCar-v0; Box actions
+    # use a diagonal Gaussian, clipped to the bounds before env.step.
+    trainer = ppo.PPOTrainer(env="Pendulum-v0", config=dict(
+        LOCAL, train_batch_size=200, sgd_minibatch_size=100, num_sgd_iter=1))
+    result = trainer.train()
+    assert result["timesteps_total"] == 200 and result["episodes_this_iter"] == 1
+    action = trainer.compute_action(np.zeros(3, np.float32))
+    assert action.shape == (1,)
+    batch = trainer.workers.local_worker().sample()
+    assert batch["actions"].shape == (200, 1) and batch["action_logp"].shape == (200,)
+    trainer.stop()
+    trainer = pg.PGTrainer(env="MountainCar-v0", config=dict(LOCAL, train_batch_size=200))
+    assert trainer.train()["timesteps_total"] == 200
+    trainer.stop()
