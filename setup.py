@@ -29,6 +29,8 @@ setup(
         # Pinned: an open range pulls a multi-GB CUDA build.
         "torch": ["torch==2.13.0"],
         "rl": ["gymnasium", "cpprb"],
+        # hpc_ray.rllib (tests/test_rllib_*.py run in CI with it): PyTorch, pinned.
+        "rllib": ["torch==2.13.0", "gymnasium", "pyyaml"],
         # The seed documents' example programs (examples/*.py): gym environments
         # and the bundled digits data.
         "examples": ["gymnasium", "scikit-learn", "scipy"],

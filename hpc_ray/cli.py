@@ -237,5 +237,64 @@ def logs(job_id: str, follow: bool) -> None:
             f"job {job_id} has no output yet ({state}); use --follow to wait for it")
 
 
+# --- rllib ------------------------------------------------------------------------
+
+
+@main.group()
+def rllib() -> None:
+    """RLlib: train agents from YAML experiment files, replay checkpoints."""
+
+
+@rllib.command("train")
+@click.option("-f", "--config-file", type=click.Path(exists=True, dir_okay=False),
+              help="YAML experiment file (run:, env:, stop:, config:); overrides the flags.")
+@click.option("--run", help="Algorithm: PPO, PG, A2C, A3C, APPO, IMPALA, ES, ARS, DDPPO.")
+@click.option("--env", help="Env name: registered with register_env, or a gymnasium id.")
+@click.option("--config", "config_json", help="Algorithm config as JSON.")
+@click.option("--stop", help="Stopping criteria as JSON, e.g. '{\"episode_reward_mean\": 150}'.")
+@click.option("--checkpoint-freq", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Iterations between checkpoints.")
+@click.option("--checkpoint-at-end", is_flag=True, help="Checkpoint when a trial ends.")
+@click.option("--local-dir", type=click.Path(file_okay=False),
+              help="Results directory.  [default: ~/ray_results]")
+@click.option("--experiment-name", default="default", show_default=True,
+              help="Name of the experiment (with --run).")
+@click.option("--resume", is_flag=True, help="Continue the experiment from its saved state.")
+@click.option("--num-cpus", type=click.IntRange(min=1),
+              help="Embedded mode: worker processes to start (ignored under mpiexec).")
+def rllib_train(config_file, run, env, config_json, stop, checkpoint_freq, checkpoint_at_end,
+                local_dir, experiment_name, resume, num_cpus) -> None:
+    """Train an RLlib agent (like Ray 0.7's ``rllib train``)."""
+    from .rllib.train import experiments_from_args, run_train
+    try:
+        experiments = experiments_from_args(config_file, run, env, config_json, stop,
+                                            checkpoint_freq, checkpoint_at_end, local_dir,
+                                            experiment_name)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    run_train(experiments, resume=resume, num_cpus=num_cpus)
+
+
+@rllib.command("rollout")
+@click.argument("checkpoint", type=click.Path(exists=True))
+@click.option("--run", required=True, help="The algorithm that wrote the checkpoint.")
+@click.option("--env", help="Env name.  [default: the one saved with the checkpoint]")
+@click.option("--steps", type=click.IntRange(min=1), default=10000, show_default=True,
+              help="Env steps to run.")
+@click.option("--config", "config_json", help="Config overrides as JSON.")
+@click.option("--out", type=click.Path(dir_okay=False), help="Pickle the episode rewards here.")
+def rllib_rollout(checkpoint, run, env, steps, config_json, out) -> None:
+    """Replay a checkpointed policy and print each episode's reward."""
+    from .rllib.rollout import rollout
+    try:
+        rewards = rollout(checkpoint, run, env, steps, config_json, out)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    for i, r in enumerate(rewards):
+        click.echo(f"Episode {i}: reward {r:g}")
+    if rewards:
+        click.echo(f"Mean reward over {len(rewards)} episodes: {sum(rewards) / len(rewards):g}")
+
+
 if __name__ == "__main__":
     main()

@@ -26,6 +26,13 @@ def register_trainable(name: str, trainable) -> None:
 
 
 def get_trainable(name: str):
+    if name not in _TRAINABLES:
+        # RLlib's trainers ("PPO", "A3C"...) register themselves on import.
+        import importlib
+        try:
+            importlib.import_module("hpc_ray.rllib")
+        except ImportError:
+            pass
     try:
         return _TRAINABLES[name]
     except KeyError:
@@ -34,7 +41,18 @@ def get_trainable(name: str):
 
 
 def register_env(name: str, env_creator: Callable) -> None:
-    """Register an environment creator (kept for programs written for RLlib)."""
+    """Register an environment creator under ``name`` (for ``hpc_ray.rllib``).
+
+    The registration reaches every worker process of the job (rollout workers
+    and trial actors make the env there), through ``run_function_on_all_workers``.
+    """
     if not callable(env_creator):
         raise TypeError(f"env_creator must be callable, got {env_creator!r}")
-    _ENVS[name] = env_creator
+    from .. import api
+
+    def install(_info=None, _name=name, _creator=env_creator):
+        # Through the module: cloudpickle would ship a copy of a global dict.
+        import importlib
+        importlib.import_module("hpc_ray.tune.registry")._ENVS[_name] = _creator
+    install()
+    api.run_function_on_all_workers(install)

@@ -1,0 +1,243 @@
+"""The env loop of a rollout worker: act, step, record, postprocess.
+
+::
+
+    slots (BaseEnv) ──obs dicts──▶ preprocessor + filter per policy
+        ▲                              │ one compute_actions call per policy,
+        │ actions                      ▼ batched over every slot and agent
+        └──────────────── policy.compute_actions ── extra columns (vf_preds, logp)
+    each step appends one row per acting agent to that agent's trajectory;
+    an episode's end (or the batch's end, in "truncate_episodes" mode) runs
+    policy.postprocess_trajectory on each trajectory (GAE and the like) and the
+    rows go to that policy's part of the sample batch.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..env.base_env import BaseEnv
+from ..policy.sample_batch import MultiAgentBatch, SampleBatch
+from .episode import MultiAgentEpisode, RolloutMetrics
+
+__all__ = ["Sampler"]
+
+_COLUMNS = (SampleBatch.CUR_OBS, SampleBatch.ACTIONS, SampleBatch.REWARDS,
+            SampleBatch.DONES, SampleBatch.NEXT_OBS)
+
+
+class _Trajectory:
+    """One agent's rows since its last postprocessing."""
+
+    __slots__ = ("agent_id", "policy_id", "agent_index", "rows", "extra")
+
+    def __init__(self, agent_id, policy_id: str, agent_index: int) -> None:
+        self.agent_id = agent_id
+        self.policy_id = policy_id
+        self.agent_index = agent_index
+        self.rows: dict[str, list] = {k: [] for k in _COLUMNS}
+        self.extra: dict[str, list] = {}
+
+    def __len__(self) -> int:
+        return len(self.rows[SampleBatch.REWARDS])
+
+    def to_batch(self, eps_id: int, unroll_id: int) -> SampleBatch:
+        n = len(self)
+        cols = {k: np.asarray(v) for k, v in self.rows.items()}
+        cols[SampleBatch.REWARDS] = cols[SampleBatch.REWARDS].astype(np.float32)
+        cols.update({k: np.asarray(v) for k, v in self.extra.items()})
+        cols[SampleBatch.EPS_ID] = np.full(n, eps_id, np.int64)
+        cols[SampleBatch.AGENT_INDEX] = np.full(n, self.agent_index, np.int64)
+        cols[SampleBatch.UNROLL_ID] = np.full(n, unroll_id, np.int64)
+        return SampleBatch(cols)
+
+
+class _Slot:
+    """One sub-env: its episode, its agents' trajectories and filtered observations."""
+
+    def __init__(self, episode: MultiAgentEpisode) -> None:
+        self.episode = episode
+        self.trajectories: dict[Any, _Trajectory] = {}
+        self.obs: dict[Any, np.ndarray] = {}
+
+
+class Sampler:
+    """Steps a ``BaseEnv`` with a worker's policies and returns sample batches.
+
+    Args:
+        base_env: the worker's envs.
+        policies: policy id -> ``Policy``.
+        policy_mapping_fn: agent id -> policy id.
+        preprocessors, obs_filters: policy id -> preprocessor / filter.
+        batch_steps: steps per env per ``sample()`` call.
+        batch_mode: "truncate_episodes" or "complete_episodes".
+        horizon: steps after which an episode is ended (None: the env decides).
+        clip_rewards: clip rewards to their sign.
+        clip_actions: clip ``Box`` actions to the space's bounds.
+        callbacks: the trainer's ``callbacks`` dict.
+        worker: the rollout worker (passed to callbacks).
+    """
+
+    def __init__(self, base_env: BaseEnv, policies: dict, policy_mapping_fn: Callable,
+                 preprocessors: dict, obs_filters: dict, batch_steps: int, batch_mode: str,
+                 horizon: int | None, clip_rewards: bool, clip_actions: bool,
+                 callbacks: dict, worker=None) -> None:
+        self.env = base_env
+        self.policies = policies
+        self.policy_mapping_fn = policy_mapping_fn
+        self.preprocessors = preprocessors
+        self.obs_filters = obs_filters
+        self.batch_steps = batch_steps
+        self.complete_episodes = batch_mode == "complete_episodes"
+        self.horizon = horizon or float("inf")
+        self.clip_rewards = clip_rewards
+        self.clip_actions = clip_actions
+        self.callbacks = callbacks or {}
+        self.worker = worker
+        self.metrics: list[RolloutMetrics] = []
+        self._unroll_id = 0
+        self._ready: dict[str, list[SampleBatch]] = {}
+        self._ready_steps = 0
+        self._slots: list[_Slot] = []
+        self._bounds = {}
+        for pid, policy in policies.items():
+            space = policy.action_space
+            if clip_actions and type(space).__name__ == "Box":
+                self._bounds[pid] = (space.low, space.high)
+
+    # --- episodes -------------------------------------------------------------------
+
+    def _start_episode(self, index: int) -> _Slot:
+        slot = _Slot(MultiAgentEpisode(self.policies, self.policy_mapping_fn))
+        self._callback("on_episode_start", env=self.env, episode=slot.episode)
+        slot.obs = self._filter_obs(slot, self.env.reset_at(index))
+        return slot
+
+    def _filter_obs(self, slot: _Slot, raw: dict) -> dict:
+        out = {}
+        for agent_id, ob in raw.items():
+            pid = slot.episode.policy_for(agent_id)
+            out[agent_id] = self.obs_filters[pid](self.preprocessors[pid].transform(ob))
+            slot.episode._last_obs[agent_id] = ob
+        return out
+
+    def _flush(self, slot: _Slot, episode_done: bool) -> None:
+        """Postprocess every trajectory of ``slot`` into the ready batches."""
+        pre = {a: t.to_batch(slot.episode.episode_id, self._next_unroll())
+               for a, t in slot.trajectories.items() if len(t)}
+        for agent_id, batch in pre.items():
+            traj = slot.trajectories[agent_id]
+            policy = self.policies[traj.policy_id]
+            others = {a: (self.policies[slot.trajectories[a].policy_id], b)
+                      for a, b in pre.items() if a != agent_id}
+            post = policy.postprocess_trajectory(batch, others, slot.episode)
+            self._callback("on_postprocess_traj", agent_id=agent_id, episode=slot.episode,
+                           pre_batch=(policy, batch), post_batch=post, all_pre_batches=others)
+            self._ready.setdefault(traj.policy_id, []).append(post)
+        slot.trajectories = {}
+
+    def _next_unroll(self) -> int:
+        self._unroll_id += 1
+        return self._unroll_id
+
+    # --- the loop ---------------------------------------------------------------------
+
+    def sample(self):
+        """Step until ``batch_steps * num_envs`` env steps are ready; return them."""
+        if not self._slots:
+            self._slots = [self._start_episode(i) for i in range(self.env.num_envs)]
+        target = self.batch_steps * self.env.num_envs
+        steps_open = 0
+        while self._ready_steps < target:
+            steps_open += self._step()
+            if not self.complete_episodes and self._ready_steps + steps_open >= target:
+                for slot in self._slots:
+                    self._flush(slot, episode_done=False)
+                self._ready_steps += steps_open
+                steps_open = 0
+        ready, count = self._ready, self._ready_steps
+        self._ready, self._ready_steps = {}, 0
+        batches = {pid: SampleBatch.concat_samples(bs) for pid, bs in ready.items()}
+        out = MultiAgentBatch.wrap_as_needed(batches, count)
+        self._callback("on_sample_end", worker=self.worker, samples=out)
+        return out
+
+    def _step(self) -> int:
+        """One step of every slot; return the env steps it adds to the open
+        trajectories ("truncate_episodes"; "complete_episodes" counts whole
+        episodes into ``_ready_steps`` as they end)."""
+        # Act: one batched forward pass per policy over every slot and agent.
+        by_policy: dict[str, list[tuple[int, Any]]] = {}
+        for i, slot in enumerate(self._slots):
+            for agent_id in slot.obs:
+                by_policy.setdefault(slot.episode.policy_for(agent_id), []).append(
+                    (i, agent_id))
+        actions: list[dict] = [{} for _ in self._slots]
+        extras: dict[tuple, dict] = {}
+        for pid, where in by_policy.items():
+            obs = np.stack([self._slots[i].obs[a] for i, a in where])
+            acts, _, extra = self.policies[pid].compute_actions(obs)
+            for row, (i, agent_id) in enumerate(where):
+                act = acts[row]
+                actions[i][agent_id] = act
+                extras[(i, agent_id)] = {k: v[row] for k, v in extra.items()}
+        env_actions = actions
+        if self._bounds:
+            env_actions = [{a: self._clip(self._slots[i].episode.policy_for(a), x)
+                            for a, x in acts.items()} for i, acts in enumerate(actions)]
+        obs, rewards, dones, infos = self.env.step_all(env_actions)
+        # Record one row per acting agent.
+        counted = 0
+        for i, slot in enumerate(self._slots):
+            ep = slot.episode
+            ep.length += 1
+            ep._add_rewards(rewards[i])
+            ep._last_infos.update(infos[i])
+            ep._last_actions.update(actions[i])
+            all_done = bool(dones[i].get("__all__")) or ep.length >= self.horizon
+            new_obs = self._filter_obs(slot, obs[i])
+            for agent_id, act in actions[i].items():
+                traj = slot.trajectories.get(agent_id)
+                if traj is None:
+                    pid = ep.policy_for(agent_id)
+                    traj = slot.trajectories[agent_id] = _Trajectory(
+                        agent_id, pid, len(slot.trajectories))
+                rew = float(rewards[i].get(agent_id, 0.0))
+                if self.clip_rewards:
+                    rew = float(np.sign(rew))
+                rows = traj.rows
+                rows[SampleBatch.CUR_OBS].append(slot.obs[agent_id])
+                rows[SampleBatch.ACTIONS].append(act)
+                rows[SampleBatch.REWARDS].append(rew)
+                rows[SampleBatch.DONES].append(all_done or bool(dones[i].get(agent_id, False)))
+                rows[SampleBatch.NEXT_OBS].append(new_obs.get(agent_id, slot.obs[agent_id]))
+                for k, v in extras[(i, agent_id)].items():
+                    traj.extra.setdefault(k, []).append(v)
+            self._callback("on_episode_step", env=self.env, episode=ep)
+            slot.obs = {a: o for a, o in new_obs.items()
+                        if not dones[i].get(a, False) and not all_done}
+            if all_done:
+                self._flush(slot, episode_done=True)
+                self._callback("on_episode_end", env=self.env, episode=ep)
+                self.metrics.append(ep._metrics())
+                self._slots[i] = self._start_episode(i)
+                if self.complete_episodes:
+                    self._ready_steps += ep.length - getattr(ep, "_counted", 0)
+                    continue
+            if not self.complete_episodes:
+                counted += 1
+        return counted
+
+    def _clip(self, pid: str, action):
+        bounds = self._bounds.get(pid)
+        return action if bounds is None else np.clip(action, bounds[0], bounds[1])
+
+    def _callback(self, name: str, **info) -> None:
+        fn = self.callbacks.get(name)
+        if fn is not None:
+            fn(info)
+
+    def get_metrics(self) -> list[RolloutMetrics]:
+        out, self.metrics = self.metrics, []
+        return out

@@ -1,0 +1,7 @@
+"""Models, preprocessors and action distributions."""
+from .action_dist import ActionDistribution, Categorical, DiagGaussian
+from .catalog import MODEL_DEFAULTS, ModelCatalog
+from .preprocessors import Preprocessor
+
+__all__ = ["ModelCatalog", "MODEL_DEFAULTS", "Preprocessor", "ActionDistribution",
+           "Categorical", "DiagGaussian"]

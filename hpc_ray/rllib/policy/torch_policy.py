@@ -1,0 +1,175 @@
+"""``TorchPolicy``: a model, a loss and an action distribution in PyTorch.
+
+Acting (``compute_actions``) runs under ``torch.no_grad()`` on the rollout
+worker; learning (``learn_on_batch``, or ``compute_gradients`` then
+``apply_gradients`` for async and allreduce algorithms) turns a sample batch's
+numpy columns into tensors without copying them where the dtype allows.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import torch
+
+from .policy import Policy
+from .sample_batch import SampleBatch
+
+__all__ = ["TorchPolicy"]
+
+
+class TorchPolicy(Policy):
+    """A PyTorch policy: subclasses (or ``build_torch_policy``) supply the pieces.
+
+    Args:
+        observation_space: the (preprocessed) observation space.
+        action_space: the action space.
+        model: a ``TorchModel`` returning ``(logits, features, values, state)``.
+        loss: ``loss(policy, batch_tensors) -> scalar tensor``.
+        action_distribution_cls: the action distribution over the model's logits.
+    """
+
+    def __init__(self, observation_space, action_space, model, loss,
+                 action_distribution_cls) -> None:
+        self.observation_space = observation_space
+        self.action_space = action_space
+        if not hasattr(self, "config"):
+            self.config = {}
+        self.lock = threading.RLock()
+        self.device = torch.device("cpu")
+        self.model = model.to(self.device)
+        self._loss = loss
+        self.dist_class = action_distribution_cls
+        self._optimizer = self.optimizer()
+
+    # --- acting -----------------------------------------------------------------------
+
+    def compute_actions(self, obs_batch, state_batches=None, prev_action_batch=None,
+                        prev_reward_batch=None, info_batch=None, episodes=None,
+                        explore: bool = True, **kwargs):
+        with self.lock, torch.inference_mode():
+            input_dict = {SampleBatch.CUR_OBS: _tensor(np.asarray(obs_batch), self.device)}
+            if prev_action_batch is not None:
+                input_dict[SampleBatch.PREV_ACTIONS] = _tensor(
+                    np.asarray(prev_action_batch), self.device)
+            if prev_reward_batch is not None:
+                input_dict[SampleBatch.PREV_REWARDS] = _tensor(
+                    np.asarray(prev_reward_batch), self.device)
+            state = [_tensor(np.asarray(s), self.device) for s in (state_batches or [])]
+            model_out = self.model(input_dict, state)
+            logits, _, _, state_out = model_out
+            fast = getattr(self.dist_class, "sample_with_logp", None)
+            if fast is not None:
+                actions, logp = fast(logits, explore)
+            else:  # a user's distribution without the numpy path
+                dist = self.dist_class(logits)
+                taken = dist.sample() if explore else dist.deterministic_sample()
+                actions, logp = taken.cpu().numpy(), dist.logp(taken).cpu().numpy()
+            extra = self.extra_action_out(input_dict, state, model_out)
+            extra.setdefault(SampleBatch.ACTION_LOGP, logp)
+            return actions, [s.cpu().numpy() for s in state_out], extra
+
+    def extra_action_out(self, input_dict, state_batches, model_out) -> dict:
+        """Extra columns from acting (``build_torch_policy``'s ``extra_action_out_fn``)."""
+        return {}
+
+    # --- learning ---------------------------------------------------------------------
+
+    def learn_on_batch(self, postprocessed_batch) -> dict:
+        with self.lock:
+            loss = self._loss(self, self._lazy_tensors(postprocessed_batch))
+            self._optimizer.zero_grad()
+            loss.backward()
+            grad_info = self.extra_grad_process()
+            self._optimizer.step()
+            return {"learner_stats": dict(self.extra_grad_info(postprocessed_batch),
+                                          **grad_info)}
+
+    def compute_gradients(self, postprocessed_batch) -> tuple[list[np.ndarray], dict]:
+        with self.lock:
+            loss = self._loss(self, self._lazy_tensors(postprocessed_batch))
+            self._optimizer.zero_grad()
+            loss.backward()
+            grad_info = self.extra_grad_process()
+            grads = [p.grad.detach().cpu().numpy().copy() if p.grad is not None
+                     else np.zeros(p.shape, np.float32) for p in self.model.parameters()]
+            info = {"learner_stats": dict(self.extra_grad_info(postprocessed_batch),
+                                          **grad_info),
+                    "batch_count": len(postprocessed_batch)}
+            return grads, info
+
+    def apply_gradients(self, gradients) -> None:
+        with self.lock:
+            for g, p in zip(gradients, self.model.parameters()):
+                p.grad = torch.tensor(np.asarray(g), dtype=p.dtype, device=self.device)
+            self._optimizer.step()
+
+    def _lazy_tensors(self, batch) -> dict[str, torch.Tensor]:
+        out = {}
+        for key, value in batch.items():
+            if isinstance(value, np.ndarray) and value.dtype != object:
+                out[key] = _tensor(value, self.device)
+        return out
+
+    # --- state ------------------------------------------------------------------------
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        with self.lock:
+            return {k: v.detach().cpu().numpy().copy()
+                    for k, v in self.model.state_dict().items()}
+
+    def set_weights(self, weights: dict) -> None:
+        with self.lock:
+            self.model.load_state_dict(
+                {k: torch.as_tensor(np.array(v)) for k, v in weights.items()})
+
+    def get_state(self) -> dict:
+        return {"weights": self.get_weights(),
+                "optimizer": self._optimizer.state_dict() if self._optimizer else None}
+
+    def set_state(self, state) -> None:
+        if isinstance(state, dict) and "weights" in state:
+            self.set_weights(state["weights"])
+            if state.get("optimizer") is not None and self._optimizer is not None:
+                self._optimizer.load_state_dict(state["optimizer"])
+        else:
+            self.set_weights(state)
+
+    def get_initial_state(self) -> list:
+        return [s.detach().cpu().numpy() for s in self.model.state_init()]
+
+    def export_model(self, export_dir: str) -> None:
+        import os
+        os.makedirs(export_dir, exist_ok=True)
+        torch.save(self.model, os.path.join(export_dir, "model.pt"))
+
+    def export_checkpoint(self, export_dir: str) -> None:
+        import os
+        os.makedirs(export_dir, exist_ok=True)
+        torch.save(self.get_state(), os.path.join(export_dir, "checkpoint.pt"))
+
+    # --- hooks (build_torch_policy fills them) ------------------------------------------
+
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer: Adam at ``config["lr"]`` unless overridden."""
+        return torch.optim.Adam(self.model.parameters(), lr=self.config.get("lr", 1e-4))
+
+    def extra_grad_process(self) -> dict:
+        """Called after ``backward()`` (gradient clipping); returns stats."""
+        return {}
+
+    def extra_grad_info(self, batch) -> dict:
+        """Learner stats after a loss computation."""
+        return {}
+
+
+def _tensor(array: np.ndarray, device) -> torch.Tensor:
+    if array.dtype == np.float64:
+        array = array.astype(np.float32)
+    elif array.dtype == np.bool_:
+        array = array.astype(np.float32)
+    if not array.flags.writeable:
+        # Read-only views from the object store: torch warns on them, and no
+        # op here writes in place, but copy to be safe for user losses.
+        array = array.copy()
+    return torch.from_numpy(array).to(device)

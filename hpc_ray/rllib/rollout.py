@@ -1,0 +1,58 @@
+"""``hpc-ray rllib rollout``: replay a checkpointed policy (Ray 0.7 ``rollout.py``).
+
+    hpc-ray rllib rollout ~/ray_results/ppo/PPO_0/checkpoint_5/checkpoint-5 \\
+        --run PPO --env CartPole-v0 --steps 10000
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+
+__all__ = ["rollout"]
+
+
+def _saved_config(checkpoint: str) -> dict:
+    """The trial's config next to a Tune checkpoint (params.pkl), if any."""
+    folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
+    for parent in (folder, os.path.dirname(folder)):
+        path = os.path.join(parent, "params.pkl")
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                return pickle.load(f)
+    return {}
+
+
+def rollout(checkpoint: str, run: str, env: str | None = None, steps: int = 10000,
+            config: str | None = None, out: str | None = None) -> list[float]:
+    """Run the checkpoint's policy for ``steps`` env steps; return each episode's reward.
+
+    Raises:
+        ValueError: no env given and none saved with the checkpoint.
+    """
+    from .agents.registry import get_agent_class
+    from .env.gym_compat import GymCompat
+    cfg = _saved_config(checkpoint)
+    cfg.update(json.loads(config or "{}"))
+    env_name = env or cfg.get("env")
+    if not env_name:
+        raise ValueError("no env: give --env (the checkpoint has no params.pkl beside it)")
+    cfg["num_workers"] = 0
+    cfg.pop("env", None)
+    trainer = get_agent_class(run)(env=env_name, config=cfg)
+    trainer.restore(checkpoint)
+    env_obj = GymCompat(trainer.env_creator(cfg.get("env_config", {})))
+    rewards, done, total, taken = [], True, 0.0, 0
+    while taken < steps:
+        if done:
+            obs, total = env_obj.reset(), 0.0
+        obs, r, done, _ = env_obj.step(trainer.compute_action(obs))
+        total += float(r)
+        taken += 1
+        if done:
+            rewards.append(total)
+    trainer.stop()
+    if out:
+        with open(out, "wb") as f:
+            pickle.dump(rewards, f)
+    return rewards
