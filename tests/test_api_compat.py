@@ -68,8 +68,10 @@ def test_object_ids_from_bytes():
     assert ray.ObjectID(raw20) == ray.ObjectID(raw20)
     assert ray.ObjectID.nil().is_nil() and ray.ObjectRef(b"\xff" * 28).is_nil()
     assert not ray.ObjectID.from_random().is_nil()
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match="20 or 28 bytes"):
         ray.ObjectID(b"12345")
+    with pytest.raises(TypeError):
+        ray.ObjectID("not bytes")
 
 
 def test_argument_checks_need_no_runtime():

@@ -46,3 +46,16 @@ def test_docs_sgd_utils_import_path():
         stats = train(batches, model, criterion, optimizer)
     assert stats["batch_processed"] == 32
     assert validate(batches, model, criterion)["validation_loss"] < first / 10
+
+
+def test_a_second_session_makes_no_id_of_the_first():
+    # A driver's ids are (rank 0, serial 0, counter): a counter that started again
+    # at init() made the first session's ids again, so a handle of that session
+    # dropped in the next could end a new actor (the helper's reproduction:
+    # ``class A`` reassigned after a re-init).
+    from hpc_ray.runtime import context
+
+    context.set_id_prefix(0, 0)
+    first = context.new_ids(3)
+    context.set_id_prefix(0, 0)          # what the next init() does
+    assert context.new_ids(1) >= first + 3

@@ -42,10 +42,14 @@ COUNTER_BITS = 40
 
 
 def set_id_prefix(rank: int, serial: int) -> None:
-    """Ids are ``(rank, executor serial, counter)``, so every process makes unique ids alone."""
-    global _prefix, _next
+    """Ids are ``(rank, executor serial, counter)``, so every process makes unique ids alone.
+
+    The counter goes on from where it was: a driver that calls ``init()`` again
+    (same rank and serial) makes no id of its first session again, so a ref or
+    handle of that session dropped in the next cannot release or end a new
+    object or actor."""
+    global _prefix
     _prefix = ((rank << 20) | serial) << COUNTER_BITS
-    _next = 1
 
 
 def new_ids(n: int) -> int:
@@ -273,9 +277,11 @@ _MARK_28 = 224
 
 
 def _id_from_binary(binary) -> int:
-    if not isinstance(binary, (bytes, bytearray)) or len(binary) not in (20, 28):
-        raise TypeError(f"an ObjectRef is made from 20 or 28 bytes (Ray 0.7 / modern ids), "
-                        f"got {binary!r:.60}")
+    if not isinstance(binary, (bytes, bytearray)):
+        raise TypeError(f"an ObjectRef is made from bytes, got {type(binary).__name__}")
+    if len(binary) not in (20, 28):
+        raise ValueError(f"an ObjectRef is made from 20 or 28 bytes (Ray 0.7 / modern "
+                         f"ids), got {len(binary)}")
     value = int.from_bytes(binary, "big")
     return value | (1 << _MARK_28) if len(binary) == 28 else value
 

@@ -56,6 +56,10 @@ with section("first session"):
     c = Counter.remote()
     check(ray.get(c.inc.remote()) == 1)
     del c
+    # Kept past shutdown(): dropped in the next session, they must not release
+    # or end what that session makes (ids go on counting, not start again).
+    old_handle = Counter.remote()
+    old_ref = ray.put("first session")
 
 ray.shutdown()
 
@@ -70,6 +74,14 @@ ray.init(**init_kwargs())
 
 with section("second session"):
     check(ray.get(add_one.remote(41)) == 42)
+    c = Counter.remote()
+    check(ray.get([c.inc.remote() for _ in range(3)]) == [1, 2, 3])
+    kept = ray.put("second session")
+    del old_handle, old_ref
+    import gc
+    gc.collect()
+    check(ray.get([c.inc.remote() for _ in range(2)]) == [4, 5])   # not ended
+    check(ray.get(kept) == "second session")
     c = Counter.remote()
     check(ray.get([c.inc.remote() for _ in range(3)]) == [1, 2, 3])
 
