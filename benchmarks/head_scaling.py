@@ -58,7 +58,7 @@ sys.path.insert(0, SRC)
 
 #: Batches one HeadLoop.poll_once() receives at most (transport.comm.recv_control).
 RECV_LIMIT = 64
-#: Specs the driver hands to the head per drain_refs() (runtime.driver.SUBMIT_BATCH).
+#: Specs the driver hands to the head per drain_refs() (runtime.headloop.SUBMIT_BATCH).
 SUBMIT_BATCH = 256
 #: Synthetic task duration reported in TASK_DONE (t1 - t0): sets the head's prefetch depth.
 TASK_SECONDS = 1e-4

@@ -122,7 +122,7 @@ class DriverDirectCalls:
 
     def _prune_head_calls(self, actor_id: int) -> None:
         """The driver's calls through the head that have finished (the head is here)."""
-        from .driver import drain_refs
+        from .headloop import drain_refs
         head = self.head
         calls = self.peer.head_calls_of(actor_id)
         with deferred(), head.lock:
@@ -133,7 +133,7 @@ class DriverDirectCalls:
 
     def _promote(self, oids) -> None:
         """Direct results about to leave the driver become objects at the head."""
-        from .driver import drain_refs
+        from .headloop import drain_refs
         peer = self.peer
         head = self.head
         for oid in oids:
@@ -270,7 +270,7 @@ class DriverDirectCalls:
         pinned = [res for res in got.values() if type(res) is peer_calls.Result
                   and res.pins is not None]
         if pinned:
-            from .driver import drain_refs
+            from .headloop import drain_refs
             with deferred(), self.head.lock:
                 drain_refs(self.head)     # our holds of their nested refs
             for res in pinned:

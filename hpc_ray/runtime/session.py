@@ -11,7 +11,8 @@ from ..transport import direct
 from . import launch
 from ..exceptions import RayError
 from . import context
-from .driver import DriverContext, HeadLoop
+from .driver import DriverContext
+from .headloop import HeadLoop
 from .head import Head
 
 logger = logging.getLogger(__name__)

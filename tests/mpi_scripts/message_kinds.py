@@ -4,7 +4,7 @@ Run as a plain script (importing the comm loop initialises MPI, which the pytest
 process itself never does)."""
 import pickle
 
-from hpc_ray.runtime.driver import HeadLoop
+from hpc_ray.runtime.headloop import HeadLoop
 from hpc_ray.runtime.head import Head
 from hpc_ray.transport import messages as m
 from hpc_ray.transport.serialization import RAW, SHM

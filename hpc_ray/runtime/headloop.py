@@ -1,0 +1,591 @@
+"""Rank 0's comm thread (``HeadLoop``): the head's I/O over MPI and direct channels.
+
+    user thread ─ DriverContext.submit/get/put/wait ─▶ Head (lock) ─ outbox ─┐
+                     ▲ Head.cond.notify_all()                                 ▼
+    comm thread (HeadLoop): recv batches ─▶ Head.handle ─▶ schedule ─▶ isend batches
+                             FETCH requests from other nodes ─▶ raw Isend from the store
+
+Who calls MPI on rank 0: whichever thread holds ``HeadLoop.progress``, and only
+inside ``HeadLoop.poll_once`` (one round: receive, handle, send, progress the
+transfers). Normally that is the comm thread. A user thread waiting in
+``get``/``wait`` takes the same lock and runs rounds itself for a while
+(``DRIVER_SPINS``), so a sync round trip involves no hand-over between threads;
+meanwhile ``driver_polling`` tells the comm thread to stay idle, and when the
+waiter gives up polling it wakes the comm thread. That one lock is the whole
+hand-over: no other code on rank 0 calls MPI, except ``MPI_Abort`` when
+shutdown cannot reach the workers. MPI sees serialized calls from several
+threads (``MPI_THREAD_SERIALIZED`` use; mpi4py asks for ``MPI_THREAD_MULTIPLE``).
+``tests/mpi_scripts/driver_threads.py`` hammers it from many user threads.
+
+A handler that raises on one message fails what that message concerns and the
+job goes on (``HeadLoop.handler_failed``); a bug in the scheduler breaks the
+head once (``schedule``), and shutdown still reaches every rank.
+
+Actors' executors on rank 0's host connect to it over direct channels
+(``transport/direct.py``): the calls the head dispatches to such an actor go
+out and come back there, read and written in the same rounds as MPI.
+
+The driver's threads hand HOLDs and submissions over through lock-free deques
+(``_held``, ``_submitted``), drained under the head's lock by ``drain_refs``.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import select
+import sys
+import threading
+import time
+import traceback
+
+from mpi4py import MPI
+
+from .. import _config
+from ..exceptions import RayError
+from ..transport import direct
+from ..transport import messages as m
+from ..transport.comm import (Backoff, CommThreadBell, Fetcher, Sender, control_waiting,
+                              deep_tier, recv_control, tighten_timer_slack)
+from . import context
+from .head import Head
+from .interrupts import deferred
+
+logger = logging.getLogger(__name__)
+
+#: Rounds of I/O the driver thread runs itself, back to back (yielding its core
+#: after each empty one), while it waits before it sleeps and leaves the polling
+#: to the comm thread. Only while such rounds pay off: as an executor's busy-poll
+#: (``transport/spin.py``), the driver spins while a moving average of its waits
+#: that ended within the spin stays above ``spin.KEEP``, and on one wait in
+#: ``spin.PROBE_EVERY`` otherwise. Waits for tasks longer than the spin (two
+#: caller tasks of 200 direct actor calls each) spun 2-4 ms of a core away from
+#: the tasks each time: 13-14 us of the driver's CPU per call instead of 10.
+DRIVER_SPINS = 200
+#: Longest the comm thread waits for a driver thread it woke to take the GIL
+#: (``HeadLoop._loop``); the woken thread ends the wait as soon as it runs.
+HANDOVER_WAIT = 0.001
+#: Longest the driver thread blocks on the direct channels at a time while it
+#: waits for a direct call's result, before it polls MPI again: what that wait
+#: can add to a result arriving over MPI meanwhile.
+DIRECT_WAIT = 0.0002
+#: The same when every task the head knows of is such a call: MPI brings no
+#: result then, only requests of other processes, which this much delays.
+DIRECT_WAIT_ONLY = 0.002
+#: How often the comm rounds look at the direct channels while no result is due
+#: on them (a select per round would add a system call to every MPI-only round).
+CHANNEL_CHECK = 0.001
+#: A submission this soon after a driver thread left get()/wait() does not wake
+#: the comm thread (see DriverContext.submit).
+SUBMIT_QUIET = 0.0002
+#: With no activity for this many seconds, the comm thread polls MPI only every
+#: QUIET_CAP (``HPC_RAY_HEAD_IDLE_POLL_MS``; else every 1 ms at most), and sleeps
+#: on rank 0's doorbell in between (``comm.CommThreadBell``): a worker rank on
+#: this host that sends after a pause rings it first (``comm.Sender``), and the
+#: driver's threads ring it in ``wake()``. A message from a rank on another host
+#: waits up to QUIET_CAP. Without a doorbell (off Linux) the comm thread goes
+#: quiet only while no task is in flight. Each idle poll costs 50-150 us of CPU
+#: on this kind of VM: at 1 ms, ~10% of a core taken from the tasks that run
+#: meanwhile. When the whole job is on this host, every sender rings it while
+#: it sleeps (``comm.SleepFlags``): once its spins and a short warm phase are
+#: done it sleeps from 1 ms, doubling up to ``comm.DEEP_CAP_ONE_HOST`` (unless
+#: ``HPC_RAY_HEAD_IDLE_POLL_MS`` is set).
+QUIET_AFTER = 1.0
+QUIET_CAP = 0.005
+HEAD_IDLE_POLL_MS = _config.os_environ_get("HEAD_IDLE_POLL_MS", None, float)
+#: Seconds shutdown() waits for every worker rank to confirm it has stopped
+#: (a rank first stops its executors, which takes up to 2 s).
+STOP_WAIT = 20.0
+
+
+class HeadLoop(threading.Thread):
+    """The comm thread of rank 0."""
+
+    def __init__(self, comm: MPI.Comm, head: Head, arena, listener=None,
+                 session_id: str | None = None, one_host: bool = False,
+                 flags=None) -> None:
+        super().__init__(name="hpc_ray-head", daemon=True)
+        self.comm = comm
+        self.head = head
+        #: Rings the doorbell of a worker rank it sends to after a pause (comm.Doorbell).
+        self.sender = Sender(comm, session_id, flags)
+        self.fetcher = Fetcher(comm, self.sender, arena)
+        self.event = threading.Event()
+        #: What the quiet comm thread sleeps on (see QUIET_AFTER).
+        self.bell = CommThreadBell(session_id, flags)
+        self.stop_requested = False
+        #: Worker ranks that sent STOPPED, and how long to wait for the others.
+        self.stopped: set[int] = set()
+        self.stop_deadline = 0.0
+        self.fetch_requests: list = []
+        self.error: str | None = None
+        deep_after, deep_cap = deep_tier(one_host and self.bell.usable, QUIET_AFTER,
+                                         QUIET_CAP, HEAD_IDLE_POLL_MS)
+        self.backoff = Backoff(deep_after=deep_after, deep_cap=deep_cap,
+                               flagged=self.bell.flags is not None)
+        #: Held by whichever thread runs poll_once(): MPI calls never overlap.
+        self.progress = threading.Lock()
+        #: True while the driver thread polls in get()/wait(); the comm thread idles.
+        self.driver_polling = False
+        #: Driver threads asleep on the head's condition in get()/wait() now.
+        self.driver_sleepers = 0
+        #: A round woke such a thread (``_loop`` hands it the GIL: HANDOVER_WAIT).
+        self.woke_sleeper = False
+        #: When a driver thread last left get()/wait() (see DriverContext.submit).
+        self.waited_at = 0.0
+        self.last_flush = 0.0
+        #: Executors' lines (LOG), printed after the round, outside the head's lock.
+        self.logs: list = []
+        self._handlers = self._make_handlers()
+        #: Direct channels of actors' executors on this host: fd -> Channel.
+        self.listener = listener
+        self.channels: dict[int, direct.Channel] = {}
+        self.channel_of: dict[int, direct.Channel] = {}    # actor id -> its channel
+        #: Whether results are due on the channels (read them every round then);
+        #: otherwise they are looked at every CHANNEL_CHECK seconds (new channels,
+        #: closed ones, results that went the slow way).
+        self.expect_direct = False
+        self.channels_read = 0.0
+        #: The channels wait_direct() found readable: the next round reads them
+        #: without asking select() again.
+        self.ready_channels: list | None = None
+        #: Whether the last round received anything (not only sent).
+        self.received = False
+
+    def _make_handlers(self) -> dict:
+        """Kind -> handler(src, msg) for every kind in ``messages.TO_HEAD``."""
+        head = self.head
+        return {
+            m.TASK_DONE: lambda src, msg: head.task_done(src, *msg[1:]),
+            m.TASK_FAILED: lambda src, msg: head.task_failed(src, *msg[1:]),
+            m.PROCESS_ENDED: lambda src, msg: head.process_ended(src, *msg[1:]),
+            m.SUBMIT: lambda src, msg: head.submit(msg[1]),
+            m.PUT: self._on_put,
+            m.GET: lambda src, msg: head.remote_get(src, msg[1], msg[2]),
+            m.WAIT: lambda src, msg: head.remote_wait(src, msg[1], msg[2], msg[3]),
+            m.WAIT_NOW: lambda src, msg: head.remote_wait_now(src, msg[1]),
+            m.ALLOC: self._on_alloc,
+            m.HOLD: lambda src, msg: head.hold(msg[1]),
+            m.RELEASE: lambda src, msg: head.release(msg[1]),
+            m.BLOCKED: lambda src, msg: head.blocked(src, msg[1]),
+            m.ADD_LOCATION: lambda src, msg: head.add_location(msg[1], msg[2]),
+            m.ACTOR_READY: lambda src, msg: head.actor_ready(msg[1], msg[2]),
+            m.ACTOR_DIED: lambda src, msg: head.actor_died(msg[1], msg[2], msg[3]),
+            m.CONTROL_CALL: self._on_control,
+            m.PROFILE: lambda src, msg: head.add_events(msg[1]),
+            m.DIRECT_DONE: lambda src, msg: head.direct_report(msg[1]),
+            m.FREE_BLOCKS: lambda src, msg: head.free_blocks(src, msg[1]),
+            m.FETCH: lambda src, msg: self.fetcher.serve(src, msg[2], msg[3]),
+            m.RETURNED: lambda src, msg: head.tasks_returned(src, msg[1]),
+            m.STOPPED: self._on_stopped,
+            m.LOG: lambda src, msg: self.logs.append((src, msg[1])),
+        }
+
+    # --- handlers ---------------------------------------------------------------
+
+    def _on_put(self, src: int, msg: tuple) -> None:
+        _, oid, rec, contained = msg
+        self.head.hold((oid,))
+        self.head.put_object(oid, rec, contained)
+
+    def _on_alloc(self, src: int, msg: tuple) -> None:
+        node = self.head.node_of[src]
+        size = msg[2]
+        off = self.head.alloc(node, size)
+        self.head.send(src, (m.REPLY, msg[1], (node, off, self.head.store_size)))
+
+    def _on_stopped(self, src: int, msg: tuple) -> None:
+        self.stopped.add(src)
+        self.head.worker_stopped(src)
+
+    def _on_control(self, src: int, msg: tuple) -> None:
+        from . import control
+        _, req, name, args = msg
+        if name == "collective_join":
+            self.head.collective_join(src, req, *args)
+            return
+        try:
+            result = (True, control.call(self.head, name, args))
+        except Exception as exc:  # returned to the caller, raised there
+            result = (False, exc)
+        self.head.send(src, (m.REPLY, req, result))
+
+    # --- loop -------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        except BaseException:
+            self.fail(traceback.format_exc())
+        finally:
+            self.close_channels()
+            self.sender.close_bell()
+            self.bell.close()
+
+    def fail(self, tb: str) -> None:
+        """The head hit a bug: say so once, and fail everything pending."""
+        if self.error is None:
+            self.error = tb
+            sys.stderr.write(f"### hpc_ray head (rank 0) failed:\n{tb}")
+        with self.head.lock:
+            self.head.mark_broken("the head failed:\n" + tb)
+
+    def handler_failed(self, src: int, msg: tuple) -> None:
+        """One message's handler raised (a bug in the head): log it, fail what the
+        message concerns, and go on with the job (``Head.handler_failed``)."""
+        tb = traceback.format_exc()
+        logger.error("hpc_ray head (rank 0): handling a message from rank %d failed; "
+                     "the job goes on without it:\n%s", src, tb)
+        self.head.handler_failed(src, msg, tb)
+
+    def poll_from_driver(self) -> bool:
+        """poll_once() for the driver thread: a head bug becomes a RayError, not a hang."""
+        try:
+            active = self.poll_once()
+            self.woke_sleeper = False   # (only the comm thread's loop waits for the woken)
+            return active
+        except Exception:
+            self.fail(traceback.format_exc())
+            raise RayError("the hpc_ray head failed; see the traceback on stderr:\n"
+                           + (self.error or "")) from None
+
+    def poll_once(self) -> bool:
+        """One round of the head's I/O; the caller holds ``self.progress``.
+
+        Returns whether anything happened. Called by the comm thread, and by the
+        driver thread itself while it waits in get()/wait(): a sync round trip then
+        involves no hand-over between threads.
+        """
+        head = self.head
+        sender = self.sender
+        active = False
+        batches = recv_control(self.comm)
+        hellos = gone = None
+        if self.listener is not None and (self.expect_direct or
+                                          time.monotonic() - self.channels_read > CHANNEL_CHECK):
+            hellos, gone = self._read_channels(batches)
+        self.received = bool(batches)
+        with head.lock:
+            drain_refs(head)
+            if hellos or gone:
+                self._channels_changed(hellos, gone)
+            if batches:
+                active = any(m.reply_due(msgs) for _, msgs in batches)
+                handlers = self._handlers
+                for src, msgs in batches:
+                    for msg in msgs:
+                        try:
+                            handlers[msg[0]](src, msg)
+                        except Exception:
+                            self.handler_failed(src, msg)
+                if not head.closing:
+                    schedule(head)
+                if self.driver_sleepers:
+                    head.cond.notify_all()
+                    self.woke_sleeper = True
+            out = head.take_outbox() if head.outbox else None
+            if head.direct_out:
+                direct_out, head.direct_out = head.direct_out, {}
+            else:
+                direct_out = None
+            self.expect_direct = bool(direct_out or head.direct_pids
+                                      and head.direct_calls_running())
+            logs = None
+            if self.logs:
+                logs, self.logs = self.logs, []
+            if self.fetch_requests:
+                reqs, self.fetch_requests = self.fetch_requests, []
+            else:
+                reqs = None
+        if out:
+            active = True
+            for rank, msgs in out.items():
+                sender.send(rank, msgs)
+            self.last_flush = time.monotonic()
+        if direct_out:
+            active = True
+            channel_of = self.channel_of
+            for actor_id, msgs in direct_out.items():
+                ch = channel_of.get(actor_id)
+                if ch is not None:
+                    ch.send(msgs)
+                # else its process is gone: the rank's crash report requeues the calls
+        if logs:
+            for src, entries in logs:
+                context.print_worker_logs(src, entries)
+        if reqs:
+            for oid, plan, done in reqs:
+                self.fetcher.start(oid, plan[1], plan[2], plan[3],
+                                   lambda o, rec, done=done: self._fetched(o, rec, done),
+                                   m.FETCH)
+        sender.progress()
+        if self.fetcher.progress():
+            active = self.received = True
+        return active
+
+    # --- direct channels -----------------------------------------------------------
+
+    def _read_channels(self, batches: list) -> tuple[list, list]:
+        """Accept new channels; add what arrived on the others to ``batches``
+        as (actor's rank, msgs). Returns (hellos, channels closed)."""
+        self.channels_read = time.monotonic()
+        hellos: list = []
+        gone: list = []
+        listener = self.listener.fileno()
+        writers = [fd for fd, ch in self.channels.items() if ch.outbuf]
+        ready = self.ready_channels
+        self.ready_channels = None
+        if ready and not writers:
+            writable = ()
+        else:
+            try:
+                ready, writable, _ = select.select([listener, *self.channels], writers, [], 0)
+            except (OSError, ValueError):
+                ready, writable = [listener, *self.channels], []
+        for fd in writable:
+            self.channels[fd].write_some()
+        for fd in ready:
+            if fd == listener:
+                for ch in direct.accept(self.listener):
+                    self.channels[ch.fd] = ch
+                continue
+            ch = self.channels.get(fd)
+            if ch is None:   # closed since wait_direct() saw it
+                continue
+            got = ch.read()
+            if got is None:
+                del self.channels[fd]
+                ch.close()
+                gone.append(ch)
+                continue
+            for msgs in got:
+                if msgs and msgs[0][0] == m.DIRECT_HELLO:
+                    _, ch.actor_id, ch.pid, ch.rank = msgs[0]
+                    hellos.append(ch)
+                    msgs = msgs[1:]
+                if msgs:
+                    batches.append((ch.rank, msgs))
+        return hellos, gone
+
+    def _channels_changed(self, hellos: list, gone: list) -> None:
+        """Tell the head which actor processes have a channel (head lock held)."""
+        pids = self.head.direct_pids
+        for ch in gone:
+            if self.channel_of.get(ch.actor_id) is ch:
+                del self.channel_of[ch.actor_id]
+                if pids.get(ch.actor_id) == ch.pid:
+                    del pids[ch.actor_id]
+        for ch in hellos:
+            old = self.channel_of.get(ch.actor_id)
+            if old is not None and old.fd in self.channels:
+                del self.channels[old.fd]
+                old.close()
+            self.channel_of[ch.actor_id] = ch
+            pids[ch.actor_id] = ch.pid
+
+    def wait_direct(self, timeout: float) -> None:
+        """Block until a direct channel has something to read, or ``timeout``."""
+        try:
+            self.ready_channels = select.select(list(self.channels), [], [], timeout)[0]
+        except (OSError, ValueError):
+            pass
+
+    def close_channels(self) -> None:
+        for ch in self.channels.values():
+            ch.close()
+        self.channels.clear()
+        self.channel_of.clear()
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+
+    def _loop(self) -> None:
+        tighten_timer_slack()  # per thread on Linux: this comm thread only
+        head = self.head
+        backoff = self.backoff
+        event = self.event
+        progress = self.progress
+        last_check = time.monotonic()
+        reply_soon = True
+        while True:
+            active = False
+            if self.driver_polling:
+                # The driver thread is polling for its own get(): stay out of its way
+                # (two pollers only trade the GIL and the lock back and forth).
+                event.wait(0.0005)
+                event.clear()
+                continue
+            if progress.acquire(timeout=0.01):
+                try:
+                    active = self.poll_once()
+                    if self.stop_requested and self._stopped_cleanly():
+                        return
+                finally:
+                    progress.release()
+            now = time.monotonic()
+            if now - last_check > 1.0:
+                last_check = now
+                with head.lock:
+                    head.retry_pending_actors()
+                    if head.crowded_nodes and head.ready.count:
+                        # Tiny tasks held back for ranks that have stopped
+                        # making progress (scheduler.concentrate) go elsewhere.
+                        schedule(head)
+            if active:
+                backoff.reset()
+                self.bell.stale = True
+                reply_soon = None
+                if self.woke_sleeper:
+                    # The woken thread needs the GIL, and a spinning comm thread
+                    # hardly lets go of it: time.sleep(0) releases it for a
+                    # moment only, gone again before the woken thread runs, and
+                    # that thread then waits for the switch interval (5 ms) or
+                    # the end of the spin. Traced: the last result of a batch
+                    # reached get() 0.11-1.1 ms after the head read it, after as
+                    # many as 22 polls. Block instead, until the woken thread
+                    # has run (it sets the event) or HANDOVER_WAIT.
+                    event.wait(HANDOVER_WAIT)
+                    event.clear()
+                    self.woke_sleeper = False
+            else:
+                if reply_soon is None:
+                    reply_soon = not head.cpus_all_running()
+                # (A dict's length, read without the lock: at worst one poll late.)
+                t = backoff.next_timeout(reply_soon, (not head.tasks or self.bell.usable)
+                                         and not self.fetcher.moving())
+                if t and head.direct_reports:
+                    # Quiet enough to wait: read the callers' reports first
+                    # (Head.direct_report), then look once more.
+                    with head.lock:
+                        head.settle_direct_reports()
+                    continue
+                if t > backoff.cap and self.bell.usable:
+                    if self.bell.sleep(t, event, self._work_waiting):
+                        backoff.rung()    # a message is on its way: poll MPI at once
+                    event.clear()
+                elif t:
+                    event.wait(t)
+                    event.clear()
+                else:
+                    # Spinning, but hand over the GIL: a driver thread woken by
+                    # notify_all() would otherwise wait a whole switch interval.
+                    time.sleep(0)
+
+    def _work_waiting(self) -> bool:
+        """Whether a round has work now: something submitted or due to be sent,
+        or a control message waiting in MPI (True when a driver thread holds
+        MPI: it is polling, so the comm thread should not sleep long). Asked
+        by a comm thread about to sleep, after it said so (``bell.sleeping``,
+        its flag): a driver thread that submits without waking it (``submit``)
+        did so before this look, or sees it sleeping and wakes it."""
+        head = self.head
+        if _submitted or head.outbox or head.direct_out or self.fetch_requests:
+            return True
+        if not self.progress.acquire(False):
+            return True
+        try:
+            return control_waiting(self.comm)
+        finally:
+            self.progress.release()
+
+    def _stopped_cleanly(self) -> bool:
+        """After SHUTDOWN: every message sent, and every worker rank's last one received.
+
+        MPI_Finalize must not find a message that no one received: under srun
+        (PMI-2) the MPICH wheel's Finalize then hangs in the other ranks (with
+        mpiexec it does not). So rank 0 keeps receiving until each live worker
+        rank has sent STOPPED, its last message, which MPI delivers after all
+        the rank's earlier ones.
+        """
+        head = self.head
+        if head.outbox or self.sender.pending:
+            return False
+        waiting = [r for r in head.workers if r not in self.stopped]
+        if not waiting:
+            return True
+        if time.monotonic() < self.stop_deadline:
+            return False
+        sys.stderr.write(f"hpc_ray: worker ranks {waiting} did not confirm the shutdown "
+                         f"within {STOP_WAIT:.0f} s; the MPI job may not end cleanly\n")
+        return True
+
+    def _fetched(self, oid: int, rec: tuple, done: threading.Event) -> None:
+        with self.head.lock:
+            self.head.add_location(oid, rec)
+        done.set()
+
+    def request_fetch(self, oid: int, plan: tuple) -> threading.Event:
+        done = threading.Event()
+        self.fetch_requests.append((oid, plan, done))
+        self.wake()
+        return done
+
+    def wake(self) -> None:
+        """Wake the comm thread from its wait (called from the driver's threads).
+
+        Event.set() takes the Event's Condition in Python code: a Ctrl-C there
+        could leave its lock held, and the comm thread's next wait() would then
+        block for good; so it runs as a deferred() section.
+        """
+        with deferred():
+            self.event.set()
+            self.bell.ring_if_sleeping()
+
+
+def drain_refs(head: Head) -> None:
+    """Apply the driver's pending HOLDs, submissions, then RELEASEs (lock held).
+
+    A ref made by a submission may already have died, and its RELEASE must find
+    the object the submission creates. The driver thread appends concurrently,
+    so the releases are taken *first*: every one of them was made after the
+    HOLDs and submissions it depends on were queued, and those are all applied
+    before it.
+    """
+    released = context.released
+    rel = []
+    while released:
+        rel.append(released.popleft())
+    peer = _peer[0]
+    if rel and peer is not None and (peer.pending or peer.results):
+        # Results of direct calls (``forget`` says which): the head never knew them.
+        mine = {oid for oid in rel if peer.forget(oid)}
+        if mine:
+            rel = [oid for oid in rel if oid not in mine]
+    if _held:
+        ids = []
+        while _held:
+            ids.append(_held.popleft())
+        head.hold(ids)
+    if _submitted:
+        while _submitted:
+            head.submit(_submitted.popleft())
+        schedule(head)
+    if rel:
+        head.release(rel)
+
+
+def schedule(head: Head) -> None:
+    """``head.schedule()`` (lock held), unless the head is broken. A bug in the
+    scheduler breaks the head once: every pending task fails with its traceback,
+    later ones fail at submission, the caller gets a RayError, and the job can
+    still shut down cleanly (nothing calls the scheduler again)."""
+    if head.broken:
+        return
+    try:
+        head.schedule()
+    except Exception:
+        tb = traceback.format_exc()
+        logger.error("hpc_ray head (rank 0) failed in its scheduler:\n%s", tb)
+        head.mark_broken("the head failed:\n" + tb)
+        raise RayError("the hpc_ray head failed; see the traceback on stderr:\n"
+                       + tb) from None
+
+
+#: HOLDs of refs the driver unpickled, applied at the next drain_refs().
+_held: collections.deque = collections.deque()
+#: Specs the driver submitted, handed to the head in batches by drain_refs():
+#: one lock acquisition and one scheduling pass per batch, not per task.
+_submitted: collections.deque = collections.deque()
+#: Hand submissions over at least this often, even while no one waits.
+SUBMIT_BATCH = 256
+#: The driver's PeerCaller (direct calls), for drain_refs().
+_peer: list = [None]
