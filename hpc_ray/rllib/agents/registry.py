@@ -16,10 +16,11 @@ ALGORITHMS = {
     "IMPALA": ("hpc_ray.rllib.agents.impala", "ImpalaTrainer"),
     "ES": ("hpc_ray.rllib.agents.es", "ESTrainer"),
     "ARS": ("hpc_ray.rllib.agents.ars", "ARSTrainer"),
+    "DQN": ("hpc_ray.rllib.agents.dqn", "DQNTrainer"),
 }
 
 #: Ray 0.7 algorithms that hpc_ray.rllib does not have.
-MISSING = ("DQN", "APEX", "DDPG", "APEX_DDPG", "TD3", "SAC", "MARWIL", "QMIX")
+MISSING = ("APEX", "DDPG", "APEX_DDPG", "TD3", "SAC", "MARWIL", "QMIX")
 
 
 def get_agent_class(alg: str) -> type:
