@@ -14,6 +14,9 @@ from .json_writer import unpack_column
 
 __all__ = ["JsonReader"]
 
+#: Lines read per file open: more holds more batches in memory between reads.
+_LINES_PER_READ = 16
+
 
 class JsonReader(InputReader):
     """Reads batches from JSON files, a random file at a time, line by line, for ever.
@@ -46,10 +49,12 @@ class JsonReader(InputReader):
         seed = self.ioctx.config.get("seed")
         self._rng = np.random.default_rng(
             None if seed is None else seed + 7 * self.ioctx.worker_index)
-        self.cur_file = None
+        self._lines: list[str] = []
+        self._file: str | None = None
+        self._offset = 0
 
     def next(self):
-        """The next batch (files are reopened from the start when exhausted)."""
+        """The next batch (files are reread from the start when exhausted)."""
         for _ in range(len(self.files) * 2 + 2):
             line = self._next_line()
             if line.strip():
@@ -57,14 +62,24 @@ class JsonReader(InputReader):
         raise ValueError(f"no batches in the input files {self.files}")
 
     def _next_line(self) -> str:
-        if self.cur_file is None:
-            self.cur_file = open(self.files[self._rng.integers(len(self.files))])
-        line = self.cur_file.readline()
-        if not line:
-            self.cur_file.close()
-            self.cur_file = None
-            return ""
-        return line
+        if not self._lines:
+            self._fill()
+        return self._lines.pop() if self._lines else ""
+
+    def _fill(self) -> None:
+        # A few lines at a time, the file closed in between: a reader holds no
+        # open file however long it lives.
+        if self._file is None:
+            self._file = self.files[self._rng.integers(len(self.files))]
+            self._offset = 0
+        with open(self._file) as f:
+            f.seek(self._offset)
+            lines = [f.readline() for _ in range(_LINES_PER_READ)]
+            self._offset = f.tell()
+        lines = [line for line in lines if line]
+        if len(lines) < _LINES_PER_READ:
+            self._file = None
+        self._lines = lines[::-1]
 
     def read_all_files(self):
         """Every batch of every file once, in order."""
