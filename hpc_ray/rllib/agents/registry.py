@@ -17,11 +17,12 @@ ALGORITHMS = {
     "ES": ("hpc_ray.rllib.agents.es", "ESTrainer"),
     "ARS": ("hpc_ray.rllib.agents.ars", "ARSTrainer"),
     "DQN": ("hpc_ray.rllib.agents.dqn", "DQNTrainer"),
+    "APEX": ("hpc_ray.rllib.agents.dqn", "ApexTrainer"),
     "MARWIL": ("hpc_ray.rllib.agents.marwil", "MARWILTrainer"),
 }
 
 #: Ray 0.7 algorithms that hpc_ray.rllib does not have.
-MISSING = ("APEX", "DDPG", "APEX_DDPG", "TD3", "SAC", "QMIX")
+MISSING = ("DDPG", "APEX_DDPG", "TD3", "SAC", "QMIX")
 
 
 def get_agent_class(alg: str) -> type:
