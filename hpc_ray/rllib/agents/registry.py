@@ -18,11 +18,14 @@ ALGORITHMS = {
     "ARS": ("hpc_ray.rllib.agents.ars", "ARSTrainer"),
     "DQN": ("hpc_ray.rllib.agents.dqn", "DQNTrainer"),
     "APEX": ("hpc_ray.rllib.agents.dqn", "ApexTrainer"),
+    "DDPG": ("hpc_ray.rllib.agents.ddpg", "DDPGTrainer"),
+    "TD3": ("hpc_ray.rllib.agents.ddpg", "TD3Trainer"),
+    "APEX_DDPG": ("hpc_ray.rllib.agents.ddpg", "ApexDDPGTrainer"),
     "MARWIL": ("hpc_ray.rllib.agents.marwil", "MARWILTrainer"),
 }
 
 #: Ray 0.7 algorithms that hpc_ray.rllib does not have.
-MISSING = ("DDPG", "APEX_DDPG", "TD3", "SAC", "QMIX")
+MISSING = ("SAC", "QMIX")
 
 
 def get_agent_class(alg: str) -> type:

@@ -165,6 +165,12 @@ def epsilon_at(config: dict, timestep: int, worker_index: int = 0,
         return 0.4 ** (1 + (worker_index - 1) / (num_workers - 1) * 7)
     if config["per_worker_exploration"]:
         return 0.0  # the local worker only learns
+    if "exploration_final_scale" in config:  # DDPG/TD3: a noise scale
+        if not config["exploration_should_anneal"]:
+            return 1.0
+        return linear_schedule(
+            timestep, config["exploration_fraction"] * config["schedule_max_timesteps"],
+            1.0, config["exploration_final_scale"])
     return linear_schedule(timestep,
                            config["exploration_fraction"] * config["schedule_max_timesteps"],
                            1.0, config["exploration_final_eps"])
