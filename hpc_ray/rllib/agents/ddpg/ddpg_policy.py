@@ -90,6 +90,7 @@ class DDPGTorchPolicy(TorchPolicy):
         self.pure_steps_left = int(config["pure_exploration_steps"])
         self.ou_state = np.zeros(act_dim, np.float32)
         self.num_updates = 0
+        self._last_actor_loss = float("nan")
         self._rng = np.random.default_rng(config.get("seed"))
         TorchPolicy.__init__(self, observation_space, action_space, model,
                              DDPGTorchPolicy._critic_loss, None)
@@ -207,7 +208,9 @@ class DDPGTorchPolicy(TorchPolicy):
                 actor_loss.backward()
                 self._clip(list(self.model.actor.parameters()))
                 self._actor_opt.step()
-                self._stats["actor_loss"] = float(actor_loss.detach())
+                self._last_actor_loss = float(actor_loss.detach())
+            # TD3 updates the actor every policy_delay steps: report its latest loss.
+            self._stats["actor_loss"] = self._last_actor_loss
             return {"learner_stats": dict(self._stats), "td_error": self._td_error.numpy()}
 
     def update_target(self, tau: float | None = None) -> None:
