@@ -207,7 +207,7 @@ def test_ppo_output_then_marwil_learns_cartpole_from_it(tmp_path):
 
 def test_offpolicy_trainers_are_registered_with_tune():
     from hpc_ray.tune.registry import get_trainable
-    for name in ("DQN", "MARWIL"):
+    for name in ("DQN", "APEX", "DDPG", "TD3", "APEX_DDPG", "MARWIL", "QMIX"):
         cls = get_trainable(name)
         assert cls is get_agent_class(name) and cls._name == name
         assert pickle.loads(pickle.dumps(cls)) is cls

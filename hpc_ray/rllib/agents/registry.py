@@ -21,11 +21,12 @@ ALGORITHMS = {
     "DDPG": ("hpc_ray.rllib.agents.ddpg", "DDPGTrainer"),
     "TD3": ("hpc_ray.rllib.agents.ddpg", "TD3Trainer"),
     "APEX_DDPG": ("hpc_ray.rllib.agents.ddpg", "ApexDDPGTrainer"),
+    "QMIX": ("hpc_ray.rllib.agents.qmix", "QMixTrainer"),
     "MARWIL": ("hpc_ray.rllib.agents.marwil", "MARWILTrainer"),
 }
 
 #: Ray 0.7 algorithms that hpc_ray.rllib does not have.
-MISSING = ("SAC", "QMIX")
+MISSING = ("SAC", "APEX_QMIX", "MADDPG")
 
 
 def get_agent_class(alg: str) -> type:
