@@ -97,6 +97,9 @@ class Trainer(Trainable):
             np.random.seed(merged["seed"])
             torch.manual_seed(merged["seed"])
         self._episode_history: list = []
+        if merged["output"] == "logdir" and self.logdir == tempfile.gettempdir():
+            # A trainer made outside Tune has no log directory of its own yet.
+            self.logdir = _default_logdir(self._name, self._env_id)
         self._init(merged, self.env_creator)
         if merged["evaluation_interval"]:
             eval_cfg = merge_config(merged, dict(merged["evaluation_config"]),

@@ -159,17 +159,37 @@ class DQNTorchPolicy(TorchPolicy):
         with self.lock, torch.inference_mode():
             q, _ = self.model(_tensor(np.asarray(obs_batch), self.device))
             q = q.numpy()
+        probs = self._probs(q, explore)
         if self.config["soft_q"] and explore:
-            z = q / self.config["softmax_temp"]
-            z = np.exp(z - z.max(-1, keepdims=True))
-            cum = np.cumsum(z / z.sum(-1, keepdims=True), -1)
-            actions = (cum < self._rng.random((len(q), 1))).sum(-1)
+            cum = np.cumsum(probs, -1)
+            actions = np.minimum((cum < self._rng.random((len(q), 1))).sum(-1), q.shape[1] - 1)
         else:
             actions = q.argmax(-1)
             if explore and self.epsilon > 0:
                 rand = self._rng.random(len(q)) < self.epsilon
                 actions = np.where(rand, self._rng.integers(0, q.shape[1], len(q)), actions)
-        return actions.astype(np.int64), [], {"q_values": q}
+        # The behaviour probability of each action: what off-policy estimators need.
+        prob = np.take_along_axis(probs, actions[:, None], -1)[:, 0].astype(np.float32)
+        return actions.astype(np.int64), [], {"q_values": q, SampleBatch.ACTION_PROB: prob}
+
+    def _probs(self, q: np.ndarray, explore: bool = True) -> np.ndarray:
+        """Action probabilities: softmax(Q / temp) with soft_q, else epsilon-greedy."""
+        if self.config["soft_q"] and explore:
+            z = q / self.config["softmax_temp"]
+            z = np.exp(z - z.max(-1, keepdims=True))
+            return z / z.sum(-1, keepdims=True)
+        eps = self.epsilon if explore else 0.0
+        probs = np.full(q.shape, eps / q.shape[1])
+        probs[np.arange(len(q)), q.argmax(-1)] += 1.0 - eps
+        return probs
+
+    def action_prob(self, batch) -> np.ndarray:
+        """This policy's probability of each of ``batch``'s actions (for IS/WIS)."""
+        with self.lock, torch.inference_mode():
+            q, _ = self.model(_tensor(np.asarray(batch[SampleBatch.CUR_OBS]), self.device))
+        probs = self._probs(q.numpy())
+        return np.take_along_axis(probs, np.asarray(batch[SampleBatch.ACTIONS],
+                                                    np.int64)[:, None], -1)[:, 0]
 
     # --- postprocessing --------------------------------------------------------------
 
