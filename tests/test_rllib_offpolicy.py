@@ -161,6 +161,27 @@ def test_json_writer_reader_round_trip(tmp_path):
         JsonReader(str(tmp_path / "nothing-*.json"))
 
 
+def test_dqn_output_then_mixed_input_and_estimates(tmp_path):
+    quick = dict(FAST_DQN, timesteps_per_iteration=300, learning_starts=100)
+    writer = dqn.DQNTrainer(env="CartPole-v0", config=dict(quick, output=str(tmp_path)))
+    writer.train()
+    writer.stop()
+    assert glob.glob(str(tmp_path / "output-*_worker-0_0.json"))
+    # Half simulation, half the files; "simulation" also reports real episodes.
+    mixed = dqn.DQNTrainer(env="CartPole-v0", config=dict(
+        quick, input={"sampler": 0.5, str(tmp_path): 0.5}, input_evaluation=["simulation"]))
+    result = mixed.train()
+    assert result["timesteps_total"] >= 300 and result["episodes_this_iter"] > 0
+    mixed.stop()
+    # DQN logs its behaviour probabilities: IS/WIS estimate the learned policy.
+    offline = dqn.DQNTrainer(env="CartPole-v0", config=dict(
+        quick, input=str(tmp_path), soft_q=True, shuffle_buffer_size=4))
+    result = offline.train()
+    assert set(result["off_policy_estimator"]) == {"is", "wis"}
+    assert result["off_policy_estimator"]["is"]["V_prev"] > 0
+    offline.stop()
+
+
 def test_ppo_output_then_marwil_learns_cartpole_from_it(tmp_path):
     out = str(tmp_path / "cartpole-out")
     writer_cfg = {"num_workers": 0, "seed": 0, "output": out, "train_batch_size": 2000,
