@@ -87,6 +87,14 @@ def test_qmix_finds_the_two_step_optimum_and_restores(tmp_path):
     other.stop()
 
 
+def test_independent_learners_settle_for_seven():
+    trainer = QMixTrainer(env="grouped_twostep", config=dict(CONFIG, mixer=None))
+    for _ in range(4):
+        result = trainer.train()
+    assert result["episode_reward_mean"] == 7.0, result["episode_reward_mean"]
+    trainer.stop()
+
+
 def test_qmix_bad_configs_name_the_fix():
     with pytest.raises(ValueError, match="'qmix', 'vdn' or None"):
         QMixTrainer(env="grouped_twostep", config=dict(CONFIG, mixer="sum"))
