@@ -47,6 +47,12 @@ class RolloutWorker:
         worker_index: 0 for the local worker, 1.. for remote ones.
         callbacks: the ``callbacks`` dict.
         seed: seeds numpy, random, torch and the envs (plus ``worker_index``).
+        log_dir: where ``"output": "logdir"`` writes.
+        input_creator: ``IOContext -> InputReader`` (default: from the config's
+            ``"input"``; None or "sampler": simulate).
+        input_evaluation: off-policy estimators for offline input ("is", "wis",
+            "simulation"; default: the config's ``"input_evaluation"``).
+        output_creator: ``IOContext -> OutputWriter`` (default: from ``"output"``).
     """
 
     def __init__(self, env_creator: Callable, policy, policy_mapping_fn=None,
