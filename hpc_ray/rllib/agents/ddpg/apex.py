@@ -37,3 +37,4 @@ def _validate(config: dict) -> None:
 ApexDDPGTrainer = ApexTrainer.with_updates(
     name="APEX_DDPG", default_policy=DDPGTorchPolicy, default_config=APEX_DDPG_DEFAULT_CONFIG,
     validate_config=_validate)
+ApexDDPGTrainer.__name__ = ApexDDPGTrainer.__qualname__ = "ApexDDPGTrainer"

@@ -80,3 +80,5 @@ ApexTrainer = build_trainer(
     make_policy_optimizer=make_async_optimizer, after_init=_after_init,
     before_train_step=_before_step, after_optimizer_step=update_target_if_needed,
     after_train_result=_add_info, mixins=[DQNStateMixin])
+# Importable (and so picklable by reference, as Tune ships it) under this name.
+ApexTrainer.__name__ = ApexTrainer.__qualname__ = "ApexTrainer"

@@ -100,3 +100,4 @@ def make_optimizer(workers, config: dict) -> SyncReplayOptimizer:
 QMixTrainer = DQNTrainer.with_updates(
     name="QMIX", default_policy=QMixTorchPolicy, default_config=DEFAULT_CONFIG,
     validate_config=validate_config, make_policy_optimizer=make_optimizer)
+QMixTrainer.__name__ = QMixTrainer.__qualname__ = "QMixTrainer"
