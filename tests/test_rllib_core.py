@@ -90,7 +90,7 @@ def test_unknown_and_bad_config_keys_are_rejected():
     with pytest.raises(ValueError, match="register_env"):
         pg.PGTrainer(env="NoSuchEnv-v9", config=LOCAL)
     with pytest.raises(ValueError, match="available"):
-        get_agent_class("DQN")
+        get_agent_class("SAC")
 
 
 def test_tensorflow_only_apis_name_the_torch_way():

@@ -16,10 +16,17 @@ ALGORITHMS = {
     "IMPALA": ("hpc_ray.rllib.agents.impala", "ImpalaTrainer"),
     "ES": ("hpc_ray.rllib.agents.es", "ESTrainer"),
     "ARS": ("hpc_ray.rllib.agents.ars", "ARSTrainer"),
+    "DQN": ("hpc_ray.rllib.agents.dqn", "DQNTrainer"),
+    "APEX": ("hpc_ray.rllib.agents.dqn", "ApexTrainer"),
+    "DDPG": ("hpc_ray.rllib.agents.ddpg", "DDPGTrainer"),
+    "TD3": ("hpc_ray.rllib.agents.ddpg", "TD3Trainer"),
+    "APEX_DDPG": ("hpc_ray.rllib.agents.ddpg", "ApexDDPGTrainer"),
+    "QMIX": ("hpc_ray.rllib.agents.qmix", "QMixTrainer"),
+    "MARWIL": ("hpc_ray.rllib.agents.marwil", "MARWILTrainer"),
 }
 
 #: Ray 0.7 algorithms that hpc_ray.rllib does not have.
-MISSING = ("DQN", "APEX", "DDPG", "APEX_DDPG", "TD3", "SAC", "MARWIL", "QMIX")
+MISSING = ("SAC", "APEX_QMIX", "MADDPG")
 
 
 def get_agent_class(alg: str) -> type:

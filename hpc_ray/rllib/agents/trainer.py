@@ -21,6 +21,7 @@ from ...tune.trainable import Trainable
 from ..env.gym_compat import make_env_creator
 from ..evaluation.metrics import collect_episodes, summarize_episodes
 from ..evaluation.worker_set import WorkerSet
+from ..offline.creators import validate_offline_config
 from ..policy.policy import TF_ONLY
 from ..policy.sample_batch import DEFAULT_POLICY_ID
 from .config import CALLBACK_NAMES, COMMON_CONFIG, merge_config
@@ -96,11 +97,18 @@ class Trainer(Trainable):
             np.random.seed(merged["seed"])
             torch.manual_seed(merged["seed"])
         self._episode_history: list = []
+        if merged["output"] == "logdir" and self.logdir == tempfile.gettempdir():
+            # A trainer made outside Tune has no log directory of its own yet.
+            self.logdir = _default_logdir(self._name, self._env_id)
         self._init(merged, self.env_creator)
         if merged["evaluation_interval"]:
             eval_cfg = merge_config(merged, dict(merged["evaluation_config"]),
                                     type(self).__name__)
             eval_cfg["batch_mode"] = "complete_episodes"
+            # Evaluation simulates unless its own config says otherwise.
+            for key, value in (("input", "sampler"), ("output", None)):
+                if key not in merged["evaluation_config"]:
+                    eval_cfg[key] = value
             self._evaluation_workers = WorkerSet(self.env_creator, self._policy, eval_cfg, 0)
 
     def _validate_common(self, config: dict) -> None:
@@ -126,9 +134,7 @@ class Trainer(Trainable):
                              f"'MeanStdFilter', got {config['observation_filter']!r}")
         if not 0.0 <= float(config["gamma"]) <= 1.0:
             raise ValueError(f"config['gamma'] must be in [0, 1], got {config['gamma']!r}")
-        if config["input"] != "sampler" or config["output"] is not None:
-            raise ValueError("offline input/output (config 'input'/'output') is not "
-                             "supported by hpc_ray.rllib; leave input='sampler', output=None")
+        validate_offline_config(config)
         for name, fn in (config["callbacks"] or {}).items():
             if name not in CALLBACK_NAMES:
                 raise ValueError(f"unknown callback {name!r} (known: {list(CALLBACK_NAMES)})")

@@ -27,7 +27,20 @@ class MultiAgentEnv:
     def step(self, action_dict: dict) -> tuple[dict, dict, dict, dict]:
         raise NotImplementedError
 
-    def with_agent_groups(self, groups, obs_space=None, act_space=None):
-        raise NotImplementedError(
-            "agent groups (QMIX) are not supported by hpc_ray.rllib; map agents to "
-            "policies with multiagent.policy_mapping_fn instead")
+    def with_agent_groups(self, groups: dict, obs_space=None, act_space=None):
+        """This env with groups of agents acting as single agents (for QMIX).
+
+        A group's observation is the list of its agents' observations, its action
+        a list of their actions, its reward the sum of theirs (each agent's own
+        kept in ``infos[group]["_group_rewards"]``), and it is done when all are.
+
+        Args:
+            groups: group id -> list of agent ids, e.g. ``{"group_1": [0, 1]}``.
+            obs_space: the group's observation space (a ``Tuple`` of the agents').
+            act_space: the group's action space (a ``Tuple`` of the agents').
+
+        Returns:
+            a ``MultiAgentEnv`` whose agents are the groups (and any ungrouped agent).
+        """
+        from .group_agents_wrapper import _GroupAgentsWrapper
+        return _GroupAgentsWrapper(self, groups, obs_space, act_space)

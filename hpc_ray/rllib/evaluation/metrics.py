@@ -35,7 +35,18 @@ def summarize_episodes(episodes: list[RolloutMetrics],
         episodes: the episodes to average over (the smoothing window).
         new_episodes: the episodes of this iteration (``episodes_this_iter``).
     """
-    new_episodes = episodes if new_episodes is None else new_episodes
+    from ..offline.off_policy_estimator import OffPolicyEstimate
+    estimates = [e for e in (new_episodes if new_episodes is not None else episodes)
+                 if isinstance(e, OffPolicyEstimate)]
+    episodes = [e for e in episodes if not isinstance(e, OffPolicyEstimate)]
+    new_episodes = episodes if new_episodes is None else [
+        e for e in new_episodes if not isinstance(e, OffPolicyEstimate)]
+    by_name = collections.defaultdict(lambda: collections.defaultdict(list))
+    for est in estimates:
+        for k, v in est.metrics.items():
+            by_name[est.estimator_name][k].append(v)
+    off_policy = {name: {k: float(np.mean(v)) for k, v in ms.items()}
+                  for name, ms in by_name.items()}
     rewards = [e.episode_reward for e in episodes]
     lengths = [e.episode_length for e in episodes]
     policy_rewards = collections.defaultdict(list)
@@ -62,7 +73,7 @@ def summarize_episodes(episodes: list[RolloutMetrics],
         "policy_reward_mean": {p: float(np.mean(r)) for p, r in policy_rewards.items()},
         "custom_metrics": custom_metrics,
         "sampler_perf": {},
-        "off_policy_estimator": {},
+        "off_policy_estimator": off_policy,
         "num_metric_batches_dropped": 0,
     }
 

@@ -47,6 +47,12 @@ class RolloutWorker:
         worker_index: 0 for the local worker, 1.. for remote ones.
         callbacks: the ``callbacks`` dict.
         seed: seeds numpy, random, torch and the envs (plus ``worker_index``).
+        log_dir: where ``"output": "logdir"`` writes.
+        input_creator: ``IOContext -> InputReader`` (default: from the config's
+            ``"input"``; None or "sampler": simulate).
+        input_evaluation: off-policy estimators for offline input ("is", "wis",
+            "simulation"; default: the config's ``"input_evaluation"``).
+        output_creator: ``IOContext -> OutputWriter`` (default: from ``"output"``).
     """
 
     def __init__(self, env_creator: Callable, policy, policy_mapping_fn=None,
@@ -109,6 +115,35 @@ class RolloutWorker:
             self.filters, batch_steps, batch_mode, episode_horizon or _env_horizon(self.env),
             bool(clip_rewards), clip_actions, self.callbacks, worker=self)
         self.batch_steps = batch_steps
+        self._setup_offline(log_dir, input_creator, input_evaluation, output_creator)
+
+    def _setup_offline(self, log_dir, input_creator, input_evaluation, output_creator) -> None:
+        """The "input"/"output" config: readers and writers are made here, in the
+        worker's own process, from the config (no closures cross processes)."""
+        from ..offline.creators import make_input_creator, make_output_creator
+        from ..offline.io_context import IOContext
+        from ..offline.off_policy_estimator import ESTIMATORS
+        cfg = self.policy_config
+        self.io_context = IOContext(log_dir, cfg, self.worker_index, self)
+        if input_creator is None and "input" in cfg:
+            input_creator = make_input_creator(cfg)
+        if output_creator is None and cfg.get("output") is not None:
+            output_creator = make_output_creator(cfg)
+        self.input_reader = input_creator(self.io_context) if input_creator else None
+        self.output_writer = output_creator(self.io_context) if output_creator else None
+        if input_evaluation is None:
+            input_evaluation = cfg.get("input_evaluation") or []
+        self.reward_estimators = []
+        self._simulate = False
+        if self.input_reader is not None:
+            policy = self.policy_map.get(DEFAULT_POLICY_ID)
+            for name in input_evaluation:
+                if name == "simulation":
+                    self._simulate = True
+                elif policy is not None:
+                    self.reward_estimators.append(
+                        ESTIMATORS[name](policy, cfg.get("gamma", 0.99)))
+        self._postprocess_inputs = bool(cfg.get("postprocess_inputs", False))
 
     def _policy_specs(self, policy) -> dict:
         env = self.async_env
@@ -133,15 +168,44 @@ class RolloutWorker:
         Returns:
             a ``SampleBatch`` (single-agent) or a ``MultiAgentBatch``.
         """
-        return self.sampler.sample()
+        if self.input_reader is None:
+            batch = self.sampler.sample()
+        else:
+            batch = self.input_reader.next()
+            if self._postprocess_inputs:
+                batch = self._postprocess(batch)
+            for est in self.reward_estimators:
+                est.process(batch)
+            if self._simulate:
+                self.sampler.sample()  # for the episode metrics only
+        if self.output_writer is not None:
+            self.output_writer.write(batch)
+        return batch
+
+    def _postprocess(self, batch):
+        """``postprocess_trajectory`` by the current policies, episode by episode."""
+        if isinstance(batch, MultiAgentBatch):
+            return MultiAgentBatch({pid: self._postprocess_one(self.policy_map[pid], b)
+                                    for pid, b in batch.policy_batches.items()}, batch.count)
+        return self._postprocess_one(self.policy_map[DEFAULT_POLICY_ID], batch)
+
+    @staticmethod
+    def _postprocess_one(policy, batch: SampleBatch) -> SampleBatch:
+        if SampleBatch.EPS_ID not in batch:
+            return policy.postprocess_trajectory(batch.copy())
+        return SampleBatch.concat_samples(
+            [policy.postprocess_trajectory(ep.copy()) for ep in batch.split_by_episode()])
 
     def sample_with_count(self):
         batch = self.sample()
         return batch, batch.count
 
     def get_metrics(self) -> list:
-        """The episodes finished since the last call."""
-        return self.sampler.get_metrics()
+        """The episodes finished since the last call, and the off-policy estimates."""
+        out = list(self.sampler.get_metrics())
+        for est in self.reward_estimators:
+            out.extend(est.get_metrics())
+        return out
 
     # --- learning ---------------------------------------------------------------------
 
@@ -233,6 +297,9 @@ class RolloutWorker:
 
     def stop(self) -> None:
         self.async_env.stop()
+        close = getattr(self.output_writer, "close", None)
+        if close is not None:
+            close()
 
 
 #: Ray 0.6's name of RolloutWorker, still documented in 0.7.

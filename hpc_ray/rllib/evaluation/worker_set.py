@@ -78,7 +78,7 @@ class WorkerSet:
             env_config=cfg.get("env_config", {}), model_config=cfg.get("model", {}),
             policy_config=cfg, worker_index=worker_index,
             callbacks=cfg.get("callbacks", {}), seed=cfg.get("seed"),
-            soft_horizon=cfg.get("soft_horizon", False))
+            soft_horizon=cfg.get("soft_horizon", False), log_dir=self._logdir)
         if cls is RolloutWorker:
             return RolloutWorker(**kwargs)
         return cls.remote(**kwargs)

@@ -1,6 +1,12 @@
 """Policy optimizers: how samples and gradients move between workers."""
 from .async_gradients import AsyncGradientsOptimizer
+from .async_replay import AsyncReplayOptimizer
 from .policy_optimizer import PolicyOptimizer
+from .replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
+from .sync_batch_replay import SyncBatchReplayOptimizer
+from .sync_replay import SyncReplayOptimizer
 from .sync_samples import SyncSamplesOptimizer
 
-__all__ = ["PolicyOptimizer", "SyncSamplesOptimizer", "AsyncGradientsOptimizer"]
+__all__ = ["PolicyOptimizer", "SyncSamplesOptimizer", "AsyncGradientsOptimizer",
+           "SyncReplayOptimizer", "SyncBatchReplayOptimizer", "AsyncReplayOptimizer",
+           "ReplayBuffer", "PrioritizedReplayBuffer"]
