@@ -76,3 +76,14 @@ def test_ddpg_bad_configs_name_the_fix():
     from hpc_ray.rllib.agents.dqn import ApexTrainer
     with pytest.raises(ValueError, match="num_workers >= 1"):
         ApexTrainer(env="CartPole-v0", config={"num_workers": 0, "num_gpus": 0})
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+def test_apex_under_mpiexec(run):
+    # The same Ape-X run with the rollout workers and replay shards on mpiexec ranks.
+    values = run("rllib_offpolicy.py", 3, "apex", mode="mpiexec", timeout=110).assert_ok(
+        "rllib_offpolicy")
+    reward, steps = values["apex"]
+    assert reward >= 100 and steps <= 40_000, values["apex"]
+    assert len(values["apex_shards"]) == 2 and min(values["apex_shards"]) > 0
