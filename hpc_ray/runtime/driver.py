@@ -32,13 +32,13 @@ from ..transport.serialization import RAW
 from . import context, interrupts, peer_calls, values
 from .driver_calls import DriverDirectCalls
 from .head import Head
-from .interrupts import deferred
-
 from .headloop import (DIRECT_WAIT, DIRECT_WAIT_ONLY, DRIVER_SPINS, STOP_WAIT,
                        SUBMIT_BATCH, SUBMIT_QUIET, HeadLoop, _held, _peer, _submitted,
                        drain_refs, schedule)
+from .interrupts import deferred
 
 logger = logging.getLogger(__name__)
+
 
 class DriverContext(DriverDirectCalls, context.ContextBase):
     """The API on rank 0: calls go straight into the head under its lock, and
