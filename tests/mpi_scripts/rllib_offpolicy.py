@@ -7,12 +7,12 @@ with two policies on workers: policies_to_train, shared and separate weights).
 import faulthandler, os, sys
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
 
+from _rllib_envs import register_two_cartpoles
 from _harness import check, init_kwargs, ok, report, section
 
 import numpy as np
 
 import hpc_ray as ray
-from hpc_ray.rllib import MultiAgentEnv, register_env
 from hpc_ray.rllib.agents.ddpg import ApexDDPGTrainer
 from hpc_ray.rllib.agents.dqn import ApexTrainer, DQNTrainer
 
@@ -23,31 +23,7 @@ SMALL = {"model": {"fcnet_hiddens": [64]}, "hiddens": [64], "lr": 1e-3, "seed": 
          "min_iter_time_s": 0}
 
 
-class TwoCartPoles(MultiAgentEnv):
-    """Agents 0 and 1, each with its own CartPole; ends when both have fallen."""
-
-    def __init__(self, config):
-        import gymnasium as gym
-        self.envs = [gym.make("CartPole-v1") for _ in range(2)]
-        self.observation_space = self.envs[0].observation_space
-        self.action_space = self.envs[0].action_space
-
-    def reset(self):
-        self.dones = set()
-        return {i: e.reset()[0] for i, e in enumerate(self.envs)}
-
-    def step(self, action_dict):
-        obs, rew, done = {}, {}, {}
-        for i, action in action_dict.items():
-            o, r, term, trunc, _ = self.envs[i].step(int(action))
-            obs[i], rew[i], done[i] = o, r, term or trunc
-            if done[i]:
-                self.dones.add(i)
-        done["__all__"] = len(self.dones) == 2
-        return obs, rew, done, {}
-
-
-register_env("two_cartpoles", lambda config: TwoCartPoles(config))
+register_two_cartpoles()
 
 if "apex" in WHICH:
     with section("apex"):

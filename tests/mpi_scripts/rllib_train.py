@@ -10,10 +10,10 @@ across workers) and compute_action after training.
 import faulthandler, os, sys
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
 
+from _rllib_envs import register_two_cartpoles
 from _harness import check, init_kwargs, ok, report, section
 
 import hpc_ray as ray
-from hpc_ray.rllib import MultiAgentEnv, register_env
 from hpc_ray.rllib.agents import a3c, ars, es, pg, ppo
 from hpc_ray.rllib.agents.impala import ImpalaTrainer
 from hpc_ray.rllib.agents.ppo.appo import APPOTrainer
@@ -22,31 +22,7 @@ WHICH = set(sys.argv[1:]) or {"ppo", "pg", "a3c", "impala", "es", "ars"}
 ray.init(**init_kwargs())
 
 
-class TwoCartPoles(MultiAgentEnv):
-    """Agents 0 and 1, each with its own CartPole; ends when both have fallen."""
-
-    def __init__(self, config):
-        import gymnasium as gym
-        self.envs = [gym.make("CartPole-v1") for _ in range(2)]
-        self.observation_space = self.envs[0].observation_space
-        self.action_space = self.envs[0].action_space
-
-    def reset(self):
-        self.dones = set()
-        return {i: e.reset()[0] for i, e in enumerate(self.envs)}
-
-    def step(self, action_dict):
-        obs, rew, done = {}, {}, {}
-        for i, action in action_dict.items():
-            o, r, term, trunc, _ = self.envs[i].step(int(action))
-            obs[i], rew[i], done[i] = o, r, term or trunc
-            if done[i]:
-                self.dones.add(i)
-        done["__all__"] = len(self.dones) == 2
-        return obs, rew, done, {}
-
-
-register_env("two_cartpoles", lambda config: TwoCartPoles(config))
+register_two_cartpoles()
 
 
 def train_until(trainer, threshold, budget):

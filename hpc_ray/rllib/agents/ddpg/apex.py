@@ -3,28 +3,13 @@ from __future__ import annotations
 
 import copy
 
-from ..dqn.apex import ApexTrainer
+from ..dqn.apex import APEX_OVERRIDES, ApexTrainer
 from .ddpg import DEFAULT_CONFIG as DDPG_CONFIG, DDPGTorchPolicy, validate_ddpg_config
 
 __all__ = ["ApexDDPGTrainer", "APEX_DDPG_DEFAULT_CONFIG"]
 
 APEX_DDPG_DEFAULT_CONFIG = copy.deepcopy(DDPG_CONFIG)
-APEX_DDPG_DEFAULT_CONFIG.update({
-    "optimizer": {"max_weight_sync_delay": 400, "num_replay_buffer_shards": 4,
-                  "debug": False},
-    "n_step": 3,
-    "num_gpus": 0,
-    "num_workers": 32,
-    "buffer_size": 2000000,
-    "learning_starts": 50000,
-    "train_batch_size": 512,
-    "sample_batch_size": 50,
-    "target_network_update_freq": 500000,
-    "timesteps_per_iteration": 25000,
-    "per_worker_exploration": True,
-    "worker_side_prioritization": True,
-    "min_iter_time_s": 30,
-})
+APEX_DDPG_DEFAULT_CONFIG.update(copy.deepcopy(APEX_OVERRIDES), num_gpus=0)
 
 
 def _validate(config: dict) -> None:

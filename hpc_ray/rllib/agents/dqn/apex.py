@@ -10,8 +10,8 @@ from .dqn import (DEFAULT_CONFIG as DQN_CONFIG, DQNStateMixin, DQNTrainer, add_e
 
 __all__ = ["ApexTrainer", "APEX_DEFAULT_CONFIG", "make_async_optimizer"]
 
-APEX_DEFAULT_CONFIG = copy.deepcopy(DQN_CONFIG)
-APEX_DEFAULT_CONFIG.update({
+#: What Ape-X changes in its base algorithm's config (Ape-X DDPG applies it too).
+APEX_OVERRIDES = {
     "optimizer": {"max_weight_sync_delay": 400, "num_replay_buffer_shards": 4,
                   "debug": False},
     "n_step": 3,
@@ -26,7 +26,10 @@ APEX_DEFAULT_CONFIG.update({
     "per_worker_exploration": True,
     "worker_side_prioritization": True,
     "min_iter_time_s": 30,
-})
+}
+
+APEX_DEFAULT_CONFIG = copy.deepcopy(DQN_CONFIG)
+APEX_DEFAULT_CONFIG.update(copy.deepcopy(APEX_OVERRIDES))
 
 _OPTIMIZER_KEYS = ("max_weight_sync_delay", "num_replay_buffer_shards", "debug")
 
