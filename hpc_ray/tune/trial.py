@@ -14,6 +14,7 @@ from typing import Any
 import cloudpickle
 
 from . import result as R
+from .resources import shape
 
 __all__ = ["Trial", "Checkpoint"]
 
@@ -110,6 +111,18 @@ class Trial:
     @property
     def trial_name(self) -> str:
         return str(self)
+
+    def setup_args(self, checkpoint: bytes | None, reuse: bool,
+                   same_trial: bool = False) -> tuple:
+        """The arguments of ``TrialActor.setup`` for this trial. A stop function is
+        applied on the driver: the actor needs only a dict."""
+        stop = self.stopping_criterion if isinstance(self.stopping_criterion, dict) else {}
+        return (self.config, self.logdir, checkpoint, reuse, self.checkpoint_freq,
+                self.checkpoint_at_end, stop, same_trial)
+
+    def resource_key(self) -> tuple:
+        """Trials with equal keys can run in one another's actors (``reuse_actors``)."""
+        return (self.trainable_name,) + shape(self.resources)
 
     def is_finished(self) -> bool:
         return self.status in (Trial.TERMINATED, Trial.ERROR)

@@ -47,7 +47,7 @@ from .progress import ProgressReporter
 from .resources import actor_options as _actor_options, demand as _demand, shape as _shape
 from .schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 from .trainable import unpack_dir
-from .trial import Trial
+from .trial import Trial, _jsonable
 from .trial_actor import TrialActor
 
 __all__ = ["TrialRunner", "STATE_FILE", "JOURNAL_FILE", "load_experiment_state"]
@@ -66,10 +66,6 @@ _STOP_TIMEOUT_S = 10.0
 _BATCH_RESULTS = 1000
 _BATCH_SECONDS = 0.25
 _TERM_WAIT_S = 10.0
-
-
-def _resource_key(trial: Trial) -> tuple:
-    return (trial.trainable_name,) + _shape(trial.resources)
 
 
 class TrialRunner:
@@ -201,7 +197,7 @@ class TrialRunner:
             log.update_config(new_config)
         else:
             with open(os.path.join(trial.logdir, "params.json"), "w") as f:
-                json.dump(_jsonable_config(new_config), f, indent=2, sort_keys=True,
+                json.dump(_jsonable(new_config), f, indent=2, sort_keys=True,
                           default=repr)
         self._record(trial)
 
@@ -280,7 +276,7 @@ class TrialRunner:
             # again, so drop them from the files first.
             trial._needs_truncate = False
             trial.last_result = truncate_results(trial.logdir, trial.checkpoint.iteration)
-        key = _resource_key(trial)
+        key = trial.resource_key()
         actor = None
         for i, (k, idle) in enumerate(self._idle):
             if k[1:] == key[1:]:
@@ -296,7 +292,7 @@ class TrialRunner:
             blob = self._trainables[trial.trainable_name][0]
             actor = self._actor_class.options(**_actor_options(trial.resources)).remote(blob)
         self._actors[trial.trial_id] = actor
-        actor.setup.remote(*_setup_args(trial, checkpoint, reuse))
+        actor.setup.remote(*trial.setup_args(checkpoint, reuse))
         trial._pending_setup = False
         trial._restore_from = None
         self._loggers[trial.trial_id] = TrialLogger(trial, trial.loggers)
@@ -310,7 +306,7 @@ class TrialRunner:
         actor = self._actors[trial.trial_id]
         if trial._pending_setup:
             checkpoint = _checkpoints.read(trial._restore_from) if trial._restore_from else None
-            actor.setup.remote(*_setup_args(trial, checkpoint, True, same_trial=True))
+            actor.setup.remote(*trial.setup_args(checkpoint, True, same_trial=True))
             trial._pending_setup = False
             trial._restore_from = None
         if self._batched(trial):
@@ -342,7 +338,7 @@ class TrialRunner:
                     or trial.export_formats
                     or not self._batched(trial)):
                 continue
-            nxt = next((t for t in pending if _resource_key(t) == _resource_key(trial)), None)
+            nxt = next((t for t in pending if t.resource_key() == trial.resource_key()), None)
             if nxt is None:
                 return
             actor = self._actors[trial.trial_id]
@@ -350,7 +346,7 @@ class TrialRunner:
             trial._successor, nxt._predecessor = nxt, trial
             self._loggers[nxt.trial_id] = TrialLogger(nxt, nxt.loggers)
             nxt.status = Trial.RUNNING
-            ref = actor.start.remote(_setup_args(nxt, None, True), _BATCH_RESULTS,
+            ref = actor.start.remote(nxt.setup_args(None, True), _BATCH_RESULTS,
                                      _BATCH_SECONDS)
             nxt._inflight = ref
             self._inflight[ref] = nxt
@@ -507,7 +503,7 @@ class TrialRunner:
         if actor is None:
             return
         if reusable and self._reusable(trial):
-            self._idle.append((_resource_key(trial), actor))
+            self._idle.append((trial.resource_key(), actor))
             self._used_cache = None
         elif reusable:
             self._terminate(actor)
@@ -604,16 +600,3 @@ class TrialRunner:
         log = self._loggers.pop(trial.trial_id, None)
         if log is not None:
             log.close()
-
-
-def _setup_args(trial: Trial, checkpoint: bytes | None, reuse: bool,
-                same_trial: bool = False) -> tuple:
-    # A stop function is applied here, on the driver: the actor needs only a dict.
-    stop = trial.stopping_criterion if isinstance(trial.stopping_criterion, dict) else {}
-    return (trial.config, trial.logdir, checkpoint, reuse, trial.checkpoint_freq,
-            trial.checkpoint_at_end, stop, same_trial)
-
-
-def _jsonable_config(config: dict):
-    from .trial import _jsonable
-    return _jsonable(config)
