@@ -241,3 +241,14 @@ def test_rounds_pool_reps_and_show_each_rounds_ratio(monkeypatch):
     bad = rnd([1.0], [1.0], 0.5)
     bad["hpc_ray"].results["actor_sync"] = Result("timeout", detail="hung")
     assert merge_rounds(rounds + [bad])["hpc_ray"].results["actor_sync"].status == "timeout"
+
+
+def test_neighbour_prints_the_share_a_cpu_bound_process_keeps():
+    cmd = [sys.executable, str(BENCH_DIR / "neighbour.py"), "--modes", "embedded",
+           "--rounds", "1", "--window", "0.5"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    row = next(ln for ln in res.stdout.splitlines() if ln.startswith("| hpc_ray | embedded |"))
+    kept, _, calls, cpu = (c.strip() for c in row.strip("| \n").split("|")[2:])
+    # The neighbour ran in both halves, and the job made calls while it ran.
+    assert float(kept) > 0 and float(calls) > 0 and float(cpu) >= 0, res.stdout
