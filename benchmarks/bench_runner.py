@@ -141,6 +141,8 @@ def child_command(script: str, system: str, names: list[str], opts) -> list[str]
             "--reps", str(opts.reps), "--warmup", str(opts.warmup),
             "--timeout", str(opts.timeout), "--stat", opts.stat]
     py = sys.executable
+    if system == "ray" and getattr(opts, "ray_python", None):
+        py = opts.ray_python   # Ray in a venv of its own
     if system == "hpc_ray_mpi":
         return mpiexec_cmd(3) + [py, "-m", "hpc_ray"] + tail + ["--system", "hpc_ray"]
     if system == "futures_mpi":

@@ -593,6 +593,9 @@ def parse_args(argv: list[str]):
                    help="run every system this many times, in turn (hpc_ray, ray, hpc_ray, "
                         "ray, ...), and pool each system's reps: a slow stretch of the "
                         "machine then falls on both sides of a ratio (default 1)")
+    p.add_argument("--ray-python", default=os.environ.get("RAY_PYTHON"), metavar="PYTHON",
+                   help="an interpreter with ray installed, for the ray system "
+                        "(default: $RAY_PYTHON, else this one)")
     p.add_argument("--save", action="store_true",
                    help="also write the tables to benchmarks/results/<date>.md (and every "
                         "rep to <date>.json)")
