@@ -182,3 +182,16 @@ def test_turning_a_mechanism_off_for_an_a_b_run():
                          timeout=60, env=env)
     assert out.stdout.startswith("[]"), out.stderr
     assert "ignoring HPC_RAY_WAIT_OFF='spin,fast'" in out.stderr
+
+
+def test_a_sender_stops_draining_at_its_deadline():
+    """``Sender.drain`` at shutdown: a send nobody receives does not hold the
+    rank forever; it says whether every send completed."""
+    from mpi4py import MPI
+
+    from hpc_ray.transport.comm import Sender
+    sender = Sender(MPI.COMM_SELF)
+    sender.send_sync(0, ["hello"])
+    assert sender.drain(0.05) is False
+    assert MPI.COMM_SELF.recv(source=0) == ["hello"]
+    assert sender.drain(5.0) is True
