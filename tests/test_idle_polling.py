@@ -1,6 +1,6 @@
 """Idle ranks poll MPI rarely, and a sender on their host rings them awake:
-the back-off's deep tier (``comm.Backoff``), the doorbell (``comm.Doorbell``)
-and when a ``Sender`` rings it. Measured in benchmarks/idle.py."""
+the back-off's deep tier (``wait.Backoff``), the doorbell (``wait.Doorbell``)
+and when a ``comm.Sender`` rings it. Measured in benchmarks/idle.py."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mpi4py import MPI
 
-from hpc_ray.transport import comm
+from hpc_ray.transport import comm, wait
 from hpc_ray.transport.comm import (DEEP_AFTER_ONE_HOST, DEEP_CAP_ONE_HOST, RING_AFTER,
                                     RUNG_POLLS, Backoff, CommThreadBell, Doorbell, Sender)
 from hpc_ray.runtime.worker import DEEP_AFTER, DEEP_CAP, polling_backoff
@@ -27,7 +27,8 @@ class Clock:
 
 def _with_clock(monkeypatch) -> Clock:
     clock = Clock()
-    monkeypatch.setattr(comm, "monotonic", clock)
+    monkeypatch.setattr(comm, "monotonic", clock)    # Sender's rings
+    monkeypatch.setattr(wait, "monotonic", clock)    # Backoff
     return clock
 
 
@@ -85,7 +86,7 @@ def test_a_ring_polls_at_once_but_leaves_a_deep_sleeper_deep(monkeypatch):
 def test_backoff_bounds_hold_after_every_event(events):
     clock = Clock()
     real = comm.monotonic
-    comm.monotonic = clock
+    comm.monotonic = wait.monotonic = clock
     try:
         backoff = Backoff(cap=0.001, spin_limit=3, warm=0.01, deep_after=1.0, deep_cap=0.01)
         last_active = clock.now
@@ -110,7 +111,7 @@ def test_backoff_bounds_hold_after_every_event(events):
                 else:
                     assert backoff.short <= t <= 0.001   # never past cap unless long idle
     finally:
-        comm.monotonic = real
+        comm.monotonic = wait.monotonic = real
 
 
 class _Rings:
@@ -137,7 +138,7 @@ def test_on_one_host_no_message_waits_past_the_cap_for_a_deep_sleeper(gaps, rank
     assert RING_AFTER < DEEP_AFTER_ONE_HOST
     clock = Clock()
     real = comm.monotonic
-    comm.monotonic = clock
+    comm.monotonic = wait.monotonic = clock
     sender = Sender(MPI.COMM_SELF)
     sender.bell = rings = _Rings()
     sender.session_id = "model"
@@ -172,7 +173,7 @@ def test_on_one_host_no_message_waits_past_the_cap_for_a_deep_sleeper(gaps, rank
                 nxt += 1
             now = wake
     finally:
-        comm.monotonic = real
+        comm.monotonic = wait.monotonic = real
 
 
 def test_a_ring_wakes_the_doorbell_and_drain_empties_it():

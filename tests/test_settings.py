@@ -40,11 +40,13 @@ def test_every_setting_is_in_the_readme():
 
 def test_a_bad_value_warns_and_keeps_the_default():
     code = ("import warnings, hpc_ray.transport.spin as spin, hpc_ray.runtime.peer_calls as p;"
-            "print(spin.BUDGET, p.ENABLED)")
+            "import hpc_ray.transport.wait as w; print(spin.BUDGET, p.ENABLED, w.SLEEP_CAP)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, env={**__import__("os").environ,
-                                          "HPC_RAY_SPIN_US": "fast", "HPC_RAY_DIRECT_CALLS": "no"})
+                                          "HPC_RAY_SPIN_US": "fast", "HPC_RAY_DIRECT_CALLS": "no",
+                                          "HPC_RAY_SLEEP_CAP_US": "soon"})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["0.0003", "True"]
+    assert out.stdout.split() == ["0.0003", "True", "0.001"]
     assert "ignoring HPC_RAY_SPIN_US='fast'" in out.stderr
+    assert "ignoring HPC_RAY_SLEEP_CAP_US='soon'" in out.stderr
     assert "ignoring HPC_RAY_DIRECT_CALLS='no'" in out.stderr

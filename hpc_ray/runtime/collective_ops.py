@@ -15,10 +15,19 @@ for. When an ordinary actor's executor dies, its rank posts one header saying
 pending; the others' next operation in the group completes that exchange and
 fails with a RayError naming the member, and the group is broken from then on
 (on every member: destroy it and make a new one).
+
+Every wait for a nonblocking operation goes through ``wait.wait_until`` with a
+liveness check: a member rank on this host whose process is gone, or a driver
+on this host that is gone, ends the wait with a RayError instead of a spin that
+never ends (the members' pids are gathered when the group is made). A member
+rank on another host that dies is MPI's to report (mpiexec ends the job). The
+blocking forms (``_call`` with ``polite`` False) are MPI's own waits, as raw
+mpi4py's are.
 """
 from __future__ import annotations
 
 import os
+import socket
 import zlib
 from typing import Any
 
@@ -26,7 +35,9 @@ import numpy as np
 
 from ..exceptions import RayError
 from ..transport.tags import group_creation_tag
+from ..transport.wait import wait_until
 from . import collective_buffers
+from .collective_shm import _alive
 
 _OPS = ("sum", "prod", "min", "max", "mean")
 #: Header status: the member is there; its actor is gone (the header its rank
@@ -61,6 +72,7 @@ def rank_create_group(loop, name: str, mpi_ranks: list[int], owner=None) -> None
     comm = world.Create_group(world.Get_group().Incl(mpi_ranks), group_creation_tag(name))
     loop.groups[name] = (comm, comm.Get_rank())
     loop.group_owners[name] = owner
+    _members(loop)[name] = comm.allgather((socket.gethostname(), os.getpid()))
     if owner is None:
         _setup_due(loop).add(name)
     loop.broken_groups.pop(name, None)
@@ -72,6 +84,14 @@ def _setup_due(loop) -> set:
     if due is None:
         due = loop.collective_setup_due = set()
     return due
+
+
+def _members(loop) -> dict:
+    """Each group's members' (host, pid), for the liveness check of its waits."""
+    members = getattr(loop, "collective_members", None)
+    if members is None:
+        members = loop.collective_members = {}
+    return members
 
 
 def rank_setup(loop, comm, group: str, info: tuple) -> tuple[int, list]:
@@ -87,6 +107,7 @@ def rank_destroy_group(loop, name: str) -> None:
     _setup_due(loop).discard(name)
     g = loop.groups.pop(name, None)
     loop.group_owners.pop(name, None)
+    _members(loop).pop(name, None)
     loop.broken_groups.pop(name, None)
     if g is not None:
         g[0].Free()
@@ -97,6 +118,7 @@ def rank_abandon_groups(loop, owner) -> None:
     for name in [n for n, o in loop.group_owners.items() if o is owner]:
         comm, _ = loop.groups.pop(name)
         del loop.group_owners[name]
+        _members(loop).pop(name, None)
         if loop.broken_groups.pop(name, None) is None:
             _post_gone(loop, comm)
 
@@ -165,7 +187,7 @@ def _exchange_headers(loop, comm, group: str, op: str, arr: np.ndarray) -> None:
     every = np.empty((comm.Get_size(), 2), np.int64)
     # Nonblocking on every member: it must match the header a gone member's rank
     # posts with Iallgather (a blocking collective never matches a nonblocking one).
-    _wait(comm.Iallgather(mine, every), _polite(loop))
+    _wait(comm.Iallgather(mine, every), _polite(loop), loop, group, op, (mine, every))
     gone = [int(r) for r in np.flatnonzero(every[:, 0] == _GONE)]
     if gone:
         msg = (f"{op} in collective group {group!r}: the actor of member(s) {gone} is "
@@ -214,20 +236,48 @@ def _polite(loop) -> bool:
     return flag
 
 
-def _call(comm, name: str, polite: bool, *args, **kw) -> None:
+def _call(loop, comm, group: str, name: str, polite: bool, *args, **kw) -> None:
     """``comm.<name>(...)`` blocking, or its nonblocking form waited for politely."""
     if not polite:
         getattr(comm, name)(*args, **kw)
         return
-    _wait(getattr(comm, "I" + name[0].lower() + name[1:])(*args, **kw), True)
+    req = getattr(comm, "I" + name[0].lower() + name[1:])(*args, **kw)
+    _wait(req, True, loop, group, name, args)
 
 
-def _wait(req, polite: bool) -> None:
-    if not polite:
-        req.Wait()
-        return
-    while not req.Test():
-        os.sched_yield()
+def _wait(req, polite: bool, loop, group: str, op: str, buffers) -> None:
+    """Until ``req`` completes: spinning (``polite`` False: a core per rank) or
+    backing off to sleeps, and raising a RayError once a member rank on this
+    host, or the driver, is gone (``req`` and its ``buffers`` are then kept
+    in ``loop.abandoned``: MPI may still write into them)."""
+    try:
+        wait_until(req.Test, alive=_liveness(loop, group, op),
+                   spin=None if polite else float("inf"), what=f"{op} in group {group!r}")
+    except RayError:
+        loop.abandoned.append((req, buffers))
+        raise
+
+
+def _liveness(loop, group: str, op: str):
+    """A check that raises a RayError when the driver, or a member of ``group``
+    whose rank is on this host, is gone; the group is then broken here."""
+    host = socket.gethostname()
+    on_host = [(i, pid) for i, (h, pid) in enumerate(_members(loop).get(group, ()))
+               if h == host and pid != os.getpid()]
+    driver = getattr(loop, "driver_pid", None)
+
+    def alive() -> None:
+        if driver and not _alive(driver):
+            raise RayError(f"{op} in collective group {group!r}: the driver (pid {driver}) "
+                           f"is gone; this rank stops waiting for the other members")
+        dead = [i for i, pid in on_host if not _alive(pid)]
+        if dead:
+            msg = (f"{op} in collective group {group!r}: the rank of member(s) {dead} is "
+                   f"gone (its process died); the group is broken on every member: "
+                   f"destroy it (destroy_collective_group) and create a new one")
+            loop.broken_groups[group] = msg
+            raise RayError(msg)
+    return alive
 
 
 def _apply(loop, comm, group: str, op: str, arr: np.ndarray, reduce_op: str = "sum",
@@ -243,23 +293,23 @@ def _apply(loop, comm, group: str, op: str, arr: np.ndarray, reduce_op: str = "s
         return None
     work = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
     if op == "allreduce":
-        _call(comm, "Allreduce", polite, MPI.IN_PLACE, work, op=_mpi_op(reduce_op))
+        _call(loop, comm, group, "Allreduce", polite, MPI.IN_PLACE, work, op=_mpi_op(reduce_op))
         if reduce_op == "mean":
             _divide(work, comm.Get_size())
     elif op == "reduce":
         mop = _mpi_op(reduce_op)
         if comm.Get_rank() == root:
-            _call(comm, "Reduce", polite, MPI.IN_PLACE, work, op=mop, root=root)
+            _call(loop, comm, group, "Reduce", polite, MPI.IN_PLACE, work, op=mop, root=root)
             if reduce_op == "mean":
                 _divide(work, comm.Get_size())
         else:
-            _call(comm, "Reduce", polite, work, None, op=mop, root=root)
+            _call(loop, comm, group, "Reduce", polite, work, None, op=mop, root=root)
     elif op == "broadcast":
-        _call(comm, "Bcast", polite, work, root=root)
+        _call(loop, comm, group, "Bcast", polite, work, root=root)
     elif op == "allgather":
         if out is None:
             out = np.empty((comm.Get_size(),) + work.shape, dtype=work.dtype)
-        _call(comm, "Allgather", polite, work, out)
+        _call(loop, comm, group, "Allgather", polite, work, out)
         return out
     else:
         raise ValueError(f"unknown collective {op!r}")

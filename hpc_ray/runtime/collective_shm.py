@@ -31,7 +31,7 @@ members whose store was full, or ``HPC_RAY_COLLECTIVE_SHM=0`` keep the rank
 path (``collective_buffers``).
 
 A member that dies is noticed by the others while they wait: its pid is gone
-(checked every ``PID_CHECK`` seconds of waiting) or its block no longer holds
+(checked every ``wait.CHECK_EVERY`` seconds of waiting) or its block no longer holds
 its token (its rank gave the block back to the store, which may reuse it). They
 raise a RayError naming the group, which stays broken on every member that
 noticed, as on the rank path.
@@ -47,12 +47,12 @@ import ctypes
 import os
 import platform
 import sys
-import time
 import zlib
 
 import numpy as np
 
 from ..exceptions import ObjectStoreFullError, RayError
+from ..transport.wait import wait_until
 
 #: Bytes of each member's block for data: the chunk size. Larger chunks cost
 #: fewer rounds of flags but fall out of cache (measured on 3 members, 16 MB:
@@ -63,14 +63,13 @@ SLOT = 2 << 20
 SMALL = 64 << 10
 #: Header bytes before the data: token, counter, signature (a cache line).
 HEADER = 64
-#: Seconds of waiting between checks that the other members' processes live.
-PID_CHECK = 0.02
-#: A wait yields the CPU between looks for this long (members of a step arrive
-#: within about this much of each other), then sleeps between looks, doubling
-#: from ``SLEEP_MIN`` up to ``SLEEP_MAX``, so that a member waiting for a long
-#: computation of another does not keep a core busy.
+#: A wait looks without sleeping (yielding the core between looks) for this
+#: long, since the members of a step arrive within about this much of each
+#: other; then it sleeps between looks, doubling up to ``wait.SLEEP_CAP``, so
+#: that a member waiting for a long computation of another does not keep a
+#: core busy. It checks that the member it waits for lives every
+#: ``wait.CHECK_EVERY`` (``wait.wait_until``).
 SPIN = 0.002
-SLEEP_MIN, SLEEP_MAX = 2e-5, 1e-3
 
 _UFUNCS = {"sum": np.add, "mean": np.add, "prod": np.multiply, "min": np.minimum,
            "max": np.maximum}
@@ -141,26 +140,16 @@ class ShmGroup:
             h, token = self.hdrs[j], self.tokens[j]
             if h[1] >= target and h[0] == token:
                 continue
-            now = time.monotonic()
-            check, spin_until, nap = now + PID_CHECK, now + SPIN, SLEEP_MIN
-            looks = 0
-            while h[1] < target or h[0] != token:
+
+            def arrived() -> bool:
                 if h[0] != token:
                     self._gone(j, op)
-                looks += 1
-                if looks & 63:
-                    os.sched_yield()
-                    continue
-                now = time.monotonic()
-                if now > check:
-                    if not _alive(self.pids[j]):
-                        self._gone(j, op)
-                    check = now + PID_CHECK
-                if now > spin_until:
-                    time.sleep(nap)
-                    nap = min(2 * nap, SLEEP_MAX)
-                else:
-                    os.sched_yield()
+                return h[1] >= target
+
+            def alive() -> None:
+                if not _alive(self.pids[j]):
+                    self._gone(j, op)
+            wait_until(arrived, alive=alive, spin=SPIN, what=f"{op} member {j}")
 
     def _gone(self, j: int, op: str):
         self.broken = (f"{op} in collective group {self.name!r}: the actor of member(s) "

@@ -42,10 +42,11 @@ from mpi4py import MPI
 
 from .. import _config
 from ..exceptions import RayError
-from ..transport import direct
+from ..transport import direct, wait
 from ..transport import messages as m
-from ..transport.comm import (Backoff, CommThreadBell, Fetcher, Sender, control_waiting,
-                              deep_tier, recv_control, tighten_timer_slack)
+from ..transport.comm import (CommThreadBell, Fetcher, Sender, control_waiting, deep_tier,
+                              recv_control, tighten_timer_slack)
+from ..transport.wait import Backoff
 from . import context
 from .head import Head
 from .interrupts import deferred
@@ -55,15 +56,17 @@ logger = logging.getLogger(__name__)
 #: Rounds of I/O the driver thread runs itself, back to back (yielding its core
 #: after each empty one), while it waits before it sleeps and leaves the polling
 #: to the comm thread. Only while such rounds pay off: as an executor's busy-poll
-#: (``transport/spin.py``), the driver spins while a moving average of its waits
-#: that ended within the spin stays above ``spin.KEEP``, and on one wait in
-#: ``spin.PROBE_EVERY`` otherwise. Waits for tasks longer than the spin (two
+#: (``wait.Spinner``), the driver spins while a moving average of its waits
+#: that ended within the spin stays above ``wait.KEEP``, and on one wait in
+#: ``wait.PROBE_EVERY`` otherwise. Waits for tasks longer than the spin (two
 #: caller tasks of 200 direct actor calls each) spun 2-4 ms of a core away from
 #: the tasks each time: 13-14 us of the driver's CPU per call instead of 10.
 DRIVER_SPINS = 200
 #: Longest the comm thread waits for a driver thread it woke to take the GIL
 #: (``HeadLoop._loop``); the woken thread ends the wait as soon as it runs.
+#: ``HPC_RAY_WAIT_OFF=handover`` turns this wait off (``wait.MECHANISMS``).
 HANDOVER_WAIT = 0.001
+HANDOVER = wait.enabled("handover")
 #: Longest the driver thread blocks on the direct channels at a time while it
 #: waits for a direct call's result, before it polls MPI again: what that wait
 #: can add to a result arriving over MPI meanwhile.
@@ -434,7 +437,7 @@ class HeadLoop(threading.Thread):
                 backoff.reset()
                 self.bell.stale = True
                 reply_soon = None
-                if self.woke_sleeper:
+                if self.woke_sleeper and HANDOVER:
                     # The woken thread needs the GIL, and a spinning comm thread
                     # hardly lets go of it: time.sleep(0) releases it for a
                     # moment only, gone again before the woken thread runs, and
@@ -445,7 +448,7 @@ class HeadLoop(threading.Thread):
                     # has run (it sets the event) or HANDOVER_WAIT.
                     event.wait(HANDOVER_WAIT)
                     event.clear()
-                    self.woke_sleeper = False
+                self.woke_sleeper = False
             else:
                 if reply_soon is None:
                     reply_soon = not head.cpus_all_running()
@@ -465,9 +468,10 @@ class HeadLoop(threading.Thread):
                 elif t:
                     event.wait(t)
                     event.clear()
-                else:
-                    # Spinning, but hand over the GIL: a driver thread woken by
-                    # notify_all() would otherwise wait a whole switch interval.
+                elif HANDOVER:
+                    # Polling again at once, but hand over the GIL: a driver thread
+                    # woken by notify_all() would otherwise wait a whole switch
+                    # interval.
                     time.sleep(0)
 
     def _work_waiting(self) -> bool:

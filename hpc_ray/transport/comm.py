@@ -1,5 +1,6 @@
-"""The pieces every rank's comm loop is made of: back-off, batched sends, receives,
-and cross-node object copies.
+"""The pieces every rank's comm loop is made of: batched sends, the rings that
+wake a sleeping loop, receives, and cross-node object copies. How a loop waits
+(``Backoff``, ``Doorbell``) is ``wait.py``'s; those names are re-exported here.
 
 Only the thread that owns a rank's MPI traffic calls into this module (the comm
 thread on rank 0, the main loop on worker ranks), so no lock is taken here. The
@@ -17,7 +18,6 @@ import mmap
 import os
 import select
 import socket
-import time
 from time import monotonic
 from typing import Callable
 
@@ -25,6 +25,8 @@ from mpi4py import MPI
 
 from . import messages
 from .tags import Tag
+from .wait import (FLAGGED_FIRST, FLAGGED_WARM, RUNG_POLLS, Backoff, Doorbell,  # noqa: F401
+                   WaitTimeout, doorbell_address, wait_until)
 
 logger = logging.getLogger(__name__)
 
@@ -43,135 +45,6 @@ def tighten_timer_slack(nanoseconds: int = 1000) -> None:
         ctypes.CDLL(None).prctl(29, nanoseconds)  # PR_SET_TIMERSLACK
     except (OSError, AttributeError):
         pass
-
-
-#: Polls at once after a ring (``Backoff.rung``).
-RUNG_POLLS = 2
-
-
-class Backoff:
-    """How long an idle loop should block before polling again.
-
-    Right after activity the loop polls again at once (a sync round trip should
-    not pay a sleep); for ``warm`` seconds after the last activity it sleeps only
-    ``short`` seconds at a time, because the next message of a request/reply
-    exchange is due within a round trip; after that the sleep doubles up to
-    ``cap``. An idle rank then wakes about 1000 times a second at ~20 us each:
-    ~2% of a core. After ``deep_after`` seconds without activity (0: never) the
-    sleep goes on doubling up to ``deep_cap``: a rank idle that long is woken by
-    a doorbell (``Doorbell``) where its sender is on its host, and otherwise
-    waits at most ``deep_cap`` for the next message.
-
-    A loop whose every sender rings it whenever it sleeps (``flagged``: the
-    whole job on one host, with ``SleepFlags``) climbs fast: once its spins
-    (and its warm phase, where a reply is due) are done it sleeps from
-    ``FLAGGED_FIRST`` up, doubling to ``deep_cap`` (``flagged_sleep`` says so,
-    and the loop raises its flag for those sleeps), unless ``deep`` is False
-    (bytes on their way that need its polls). It climbs rather than sleeping
-    ``deep_cap`` at once because a message sent just before its flag went up
-    may reach MPI's queues only after its last look (over a netmod, between
-    spawned ranks and rank 0): the climb finds it within about twice that
-    delay; a ring starts the climb again for the same reason.
-    """
-
-    __slots__ = ("tval", "cap", "spins", "spin_limit", "short", "warm", "last_active",
-                 "deep_after", "deep_cap", "flagged", "flagged_sleep")
-
-    def __init__(self, cap: float = 0.001, spin_limit: int = 20, short: float = 2e-5,
-                 warm: float | None = None, deep_after: float = 0.0, deep_cap: float = 0.0,
-                 flagged: bool = False) -> None:
-        self.tval = 0.0
-        self.cap = cap
-        self.spins = 0
-        self.spin_limit = spin_limit
-        self.short = short
-        #: (Default: 10 ms, or ``FLAGGED_WARM`` where every sender rings.)
-        self.warm = warm if warm is not None else FLAGGED_WARM if flagged else 0.01
-        self.deep_after = deep_after
-        self.deep_cap = max(cap, deep_cap)
-        self.flagged = flagged
-        #: Whether the last ``next_timeout`` was a sleep every sender rings.
-        self.flagged_sleep = False
-        self.last_active = monotonic()
-
-    def reset(self) -> None:
-        self.tval = 0.0
-        self.spins = 0
-        self.last_active = monotonic()
-
-    def rung(self) -> None:
-        """A doorbell rang: a message is on its way (sent before the ring). Poll
-        at once, twice, but it is no activity yet: a message that needs no
-        quick follow-up (a caller's summary for the head) leaves the loop where
-        it was in its back-off, deep sleep included."""
-        self.spins = min(self.spins, self.spin_limit - RUNG_POLLS)
-        if self.flagged:
-            self.tval = 0.0   # the message may not be in MPI yet: climb again
-
-    def next_timeout(self, reply_soon: bool = True, deep: bool = True) -> float:
-        """How long the caller should block now (0 while still spinning).
-        ``reply_soon=False`` skips the warm phase: the caller knows that no
-        message it could act on sooner is due. ``deep=False`` stays at ``cap``
-        however long the quiet: a message is due some time (a task's result)."""
-        self.flagged_sleep = False
-        if self.spins < self.spin_limit:
-            self.spins += 1
-            return 0.0
-        quiet = monotonic() - self.last_active
-        if reply_soon and quiet < self.warm:
-            return self.short
-        if self.flagged and deep:
-            self.flagged_sleep = True
-            self.tval = min(self.deep_cap, max(FLAGGED_FIRST, self.tval * 2))
-            return self.tval
-        cap = self.deep_cap if deep and self.deep_after and quiet > self.deep_after else self.cap
-        self.tval = min(cap, max(self.short, self.tval * 2))
-        return self.tval
-
-
-def doorbell_address(session_id: str, rank: int) -> str:
-    return f"hpc_ray-{session_id}-rank-{rank}"
-
-
-class Doorbell:
-    """A rank's wake-up: an abstract Unix datagram socket its loop selects on.
-
-    MPI cannot wake a blocked process, so an idle rank polls it; one idle for
-    ``Backoff.deep_after`` polls only every ``deep_cap``. A process on the same
-    host that sends it a message after a pause rings first (``Sender``), so the
-    message is read at once instead. Worker ranks and rank 0's comm thread each
-    have one. The socket has no file to clean up, and off Linux (or when the
-    name is taken) there is none: the rank just polls.
-    """
-
-    def __init__(self, session_id: str, rank: int) -> None:
-        self.sock: socket.socket | None = None
-        if not hasattr(socket, "AF_UNIX") or not session_id:
-            return
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        try:
-            sock.bind("\0" + doorbell_address(session_id, rank))
-            sock.setblocking(False)
-        except OSError:
-            sock.close()
-            return
-        self.sock = sock
-
-    def fileno(self) -> int:
-        return self.sock.fileno() if self.sock is not None else -1
-
-    def drain(self) -> None:
-        """Read every ring that came (they carry nothing but the wake-up)."""
-        while True:
-            try:
-                self.sock.recv(64)
-            except OSError:   # BlockingIOError: none left
-                return
-
-    def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
 
 
 class SleepFlags:
@@ -339,16 +212,6 @@ DEEP_AFTER_ONE_HOST = 0.01
 #: and its sleep). An idle job of 4 ranks used 0.125 CPU-seconds a second with
 #: 10 ms (5 ms for the head), 0.030 with 50 ms (benchmarks/idle.py).
 DEEP_CAP_ONE_HOST = 0.05
-#: The warm phase of a loop with ``SleepFlags`` (``Backoff.warm``): after activity
-#: where a reply is due, it polls every 20 us this long before its flagged sleeps.
-#: Waking a loop asleep on its doorbell costs more than a 20 us poll on a VM
-#: (an idle vCPU halts): with no warm phase, sync tasks under mpiexec ran at
-#: 1,300-3,100 a second against 3,400-5,000 with the 10 ms one, and at 1 ms at
-#: 3,700-5,600 (benchmarks/results/flags-ab-2026-11-26.md).
-FLAGGED_WARM = 0.001
-#: A flagged loop's first sleep; the next ones double up to its deep cap
-#: (``Backoff``). Each costs one wake-up (about 6 per quiet spell up to 50 ms).
-FLAGGED_FIRST = 0.001
 _NEVER = float("-inf")
 
 
@@ -438,11 +301,18 @@ class Sender:
                 still.append(item)
         self.pending = still
 
-    def drain(self, timeout: float = 5.0) -> None:
-        deadline = monotonic() + timeout
-        while (self.pending or self.unmatched_count()) and monotonic() < deadline:
+    def drain(self, timeout: float = 5.0) -> bool:
+        """Wait up to ``timeout`` for every send to complete (at shutdown: a
+        receiver that is gone never completes one); whether they all did."""
+        def sent() -> bool:
             self.progress()
-            time.sleep(1e-4)
+            return not (self.pending or self.unmatched_count())
+        try:
+            wait_until(sent, timeout, what="sends to complete")
+        except WaitTimeout:
+            logger.debug("%d sends still pending after %.1f s", len(self.pending), timeout)
+            return False
+        return True
 
 
 def control_waiting(comm: MPI.Comm) -> bool:
