@@ -25,6 +25,7 @@ def test_core_api07_faults(run, mode, n):
     result = run("core_api07_faults.py", n, mode=mode, timeout=120)
     values = result.assert_ok("core_api07_faults")
     assert values["checkpoint_balance"] == 17
+    assert values["checkpoint_errors"] == 2
     assert values["never_starts_signals"] == 1
     assert values["fails_on_restart_signals"] == 1
     assert values["task_readers"] == [[0, 1, 2]] * 6

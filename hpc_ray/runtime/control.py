@@ -5,6 +5,7 @@ comm thread for a CONTROL_CALL message sent by an executor.
 """
 from __future__ import annotations
 
+import collections
 import warnings
 import weakref
 from typing import Any
@@ -242,6 +243,26 @@ def _actor_checkpoint_saved(head: Head, actor_id: int, checkpoint_id: bytes,
     return [b for b, _ in expired]
 
 
+#: Head -> errors pushed to the driver (``hpc_ray.errors()``), oldest dropped first.
+_PUSHED: "weakref.WeakKeyDictionary[Head, collections.deque]" = weakref.WeakKeyDictionary()
+
+#: Pushed errors kept, at most.
+PUSHED_KEPT = 1000
+
+
+def _push_error(head: Head, kind: str, message: str, timestamp: float) -> None:
+    """An error that is no task's (Ray 0.7's ``push_error_to_driver``): a
+    Checkpointable actor's hook that raised."""
+    pushed = _PUSHED.get(head)
+    if pushed is None:
+        pushed = _PUSHED[head] = collections.deque(maxlen=PUSHED_KEPT)
+    pushed.append({"type": kind, "message": message, "timestamp": timestamp})
+
+
+def _pushed_errors(head: Head) -> list:
+    return [dict(e) for e in _PUSHED.get(head, ())]
+
+
 def _actor_pid(head: Head, actor_id: int) -> int:
     """The process the head runs the actor in now; 0 while it has none (dead,
     restarting, not started)."""
@@ -272,6 +293,8 @@ _CALLS = {
     "register_actor": _register_actor,
     "actor_checkpoints": _actor_checkpoints,
     "actor_checkpoint_saved": _actor_checkpoint_saved,
+    "push_error": _push_error,
+    "pushed_errors": _pushed_errors,
     "collective_create": _collective_create,
     "signal_send": _signal_send,
     "signal_poll": _signal_poll,

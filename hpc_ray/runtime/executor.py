@@ -1076,11 +1076,15 @@ class ExecutorContext(context.ContextBase):
             self.exiting = True
             self.emit((m.ACTOR_DIED, self.actor_id, "terminated by __ray_terminate__", False))
             return None
-        result = self._method(method)(*args, **kwargs)
-        if self.checkpoints:
-            saved = self.checkpoints.get(self.actor_id)
+        saved = self.checkpoints.get(self.actor_id) if self.checkpoints else None
+        try:
+            result = self._method(method)(*args, **kwargs)
+        except Exception:
             if saved is not None:
-                saved.after_call()
+                saved.after_call()   # (Ray 0.7 checkpoints after a call that raised too)
+            raise
+        if saved is not None:
+            saved.after_call()
         return result
 
     def _method(self, name: str):

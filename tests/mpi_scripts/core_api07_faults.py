@@ -36,9 +36,14 @@ class Vault:
     def __init__(self):
         self.saved = {}
         self.expired = []
+        self.puts = 0
 
     def put(self, key, value):
         self.saved[key] = value
+        self.puts += 1
+
+    def put_count(self):
+        return self.puts
 
     def get(self, key):
         return self.saved[key]
@@ -49,6 +54,9 @@ class Vault:
 
     def keys(self):
         return sorted(self.saved)
+
+    def expired_count(self):
+        return len(self.expired)
 
 
 @ray.remote(max_reconstructions=2)
@@ -98,6 +106,89 @@ with section("Checkpointable with remote tasks in its hooks"):
     check(balance == 17, balance)
     check(restored == 2, restored)
     check(ray.get(account.deposit.remote(3)) == 20)
+
+
+@ray.remote(max_reconstructions=3)
+class Journal(ray_actor.Checkpointable):
+    """Checkpointed after every call; ``restore`` says what load_checkpoint does."""
+
+    def __init__(self, vault, restore="newest"):
+        self.vault = vault
+        self.restore = restore
+        self.entries = []
+        self.fail_next_save = False
+
+    def write(self, x):
+        self.entries.append(x)
+        return len(self.entries)
+
+    def write_then_raise(self, x):
+        self.entries.append(x)
+        raise KeyError("after writing")
+
+    def break_next_save(self):
+        self.fail_next_save = True
+        return "saves break"
+
+    def read(self):
+        return self.entries
+
+    def crash(self):
+        os._exit(1)
+
+    def should_checkpoint(self, checkpoint_context):
+        return True
+
+    def save_checkpoint(self, actor_id, checkpoint_id):
+        if self.fail_next_save:
+            self.fail_next_save = False
+            raise OSError("disk full")
+        ray.get(self.vault.put.remote(checkpoint_id.hex(), list(self.entries)))
+
+    def load_checkpoint(self, actor_id, available_checkpoints):
+        if self.restore == "none":
+            return None
+        if self.restore == "bogus":
+            return ray_actor.ActorCheckpointID.from_random()
+        newest = available_checkpoints[0].checkpoint_id
+        self.entries = ray.get(self.vault.get.remote(newest.hex()))
+        return newest
+
+    def checkpoint_expired(self, actor_id, checkpoint_id):
+        ray.get(self.vault.expire.remote(checkpoint_id.hex()))
+
+
+def checkpoint_errors():
+    return [e["message"] for e in ray.errors() if e["type"] == "checkpoint"]
+
+
+with section("Checkpointable: expired checkpoints, a call that raised, hooks that fail"):
+    vault = Vault.remote()
+    journal = Journal.remote(vault)
+    check(ray.get([journal.write.remote(i) for i in range(25)]) == list(range(1, 26)))
+    check(ray.get(vault.expired_count.remote()) == 25 - ray_actor.CHECKPOINTS_TO_KEEP)
+    check(len(ray.get(vault.keys.remote())) == ray_actor.CHECKPOINTS_TO_KEEP)
+    expect_raises(KeyError, ray.get, journal.write_then_raise.remote(25))
+    check(ray.get(vault.put_count.remote()) == 26, "a call that raised is checkpointed too")
+    check(ray.get(journal.break_next_save.remote()) == "saves break", "the call goes on")
+    check(ray.get(journal.write.remote(26)) == 27)
+    errors = checkpoint_errors()
+    check(len(errors) == 1 and "disk full" in errors[0], errors)
+    expect_raises(ray.exceptions.RayActorError, ray.get, journal.crash.remote(), timeout=30)
+    check(ray.get(journal.read.remote(), timeout=30) == list(range(27)))
+
+    fresh = Journal.remote(Vault.remote(), "none")
+    check(ray.get(fresh.write.remote("kept until the crash")) == 1)
+    expect_raises(ray.exceptions.RayActorError, ray.get, fresh.crash.remote(), timeout=30)
+    check(ray.get(fresh.read.remote(), timeout=30) == [], "load_checkpoint returned None")
+
+    bogus = Journal.remote(Vault.remote(), "bogus")
+    check(ray.get(bogus.write.remote(1)) == 1)
+    expect_raises(ray.exceptions.RayActorError, ray.get, bogus.crash.remote(), timeout=30)
+    check(ray.get(bogus.read.remote(), timeout=30) == [], "the actor starts anyway")
+    errors = checkpoint_errors()
+    check(len(errors) == 2 and "must return the id of one of" in errors[1], errors)
+    report("checkpoint_errors", len(errors))
 
 
 # --- 2. max_reconstructions ---------------------------------------------------------
