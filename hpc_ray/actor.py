@@ -1,7 +1,7 @@
 """``ray.actor``: actor classes, handles, and actor checkpoints (Ray 0.7).
 
-A ``Checkpointable`` actor decides after each call whether to save a checkpoint
-(``should_checkpoint``); it saves it itself (``save_checkpoint``, to a file or
+A ``Checkpointable`` actor decides after each call (one that raised included)
+whether to save a checkpoint (``should_checkpoint``); it saves it itself (``save_checkpoint``, to a file or
 wherever it likes), and hpc_ray records the checkpoint's id on the head. When
 the actor is restarted after its process died (``max_reconstructions`` /
 ``max_restarts``), its ``__init__`` runs again and then ``load_checkpoint`` gets
@@ -13,8 +13,9 @@ the recorded checkpoints, newest first. Ids beyond the newest
     restart: __init__ ─▶ "actor_checkpoints" ◀─ ids ─▶ load_checkpoint
 
 Unlike Ray 0.7, the calls made after the checkpoint are not replayed: calls
-that were running when the process died are retried (``max_task_retries``),
-finished ones are not run again.
+lost with the process are retried (``max_task_retries``) or raise
+``RayActorError``, finished ones are not run again. The hooks may run tasks and
+call other actors; one that raises is reported (``errors()``), as in Ray 0.7.
 """
 from __future__ import annotations
 

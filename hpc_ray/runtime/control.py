@@ -236,7 +236,12 @@ def _actor_checkpoints(head: Head, actor_id: int) -> list:
 def _actor_checkpoint_saved(head: Head, actor_id: int, checkpoint_id: bytes,
                             timestamp: float, keep: int) -> list:
     """Record a checkpoint; returns the ids of those beyond the newest ``keep``."""
-    kept = _CHECKPOINTS.setdefault(head, {}).setdefault(actor_id, [])
+    by_actor = _CHECKPOINTS.setdefault(head, {})
+    kept = by_actor.get(actor_id)
+    if kept is None:
+        for gone in [a for a in by_actor if a not in head.actors]:
+            del by_actor[gone]     # (dead actors' ids go when another actor's come)
+        kept = by_actor[actor_id] = []
     kept.append((checkpoint_id, timestamp))
     expired = kept[:-keep] if keep > 0 else []
     del kept[:len(expired)]
