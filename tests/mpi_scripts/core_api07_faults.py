@@ -239,11 +239,32 @@ with section("max_reconstructions: a lost call raises, later calls succeed"):
     check(value == 42, value)
     check(ray.get(f.pid.remote()) != pid)
 
+@ray.remote
+def lose_a_call(actor):
+    try:
+        ray.get(actor.die.remote())
+        lost = "returned"
+    except ray.exceptions.RayActorError:
+        lost = "RayActorError"
+    return lost, ray.get(actor.work.remote(5))
+
+
+with section("max_reconstructions: a task's call is lost the same way"):
+    check(ray.get(lose_a_call.remote(f), timeout=60) == ("RayActorError", 10))
+
+
+@ray.remote
+def call_crash_once(actor):
+    return ray.get(actor.crash_once.remote(2))
+
+
 with section("max_reconstructions with retries: the lost call runs again"):
     r = Retried.remote(tmp_path("crash_once_marker"))
     check(ray.get(r.ping.remote()) == "pong")
     check(ray.get(r.crash_once.remote(1), timeout=30) == 101)
     check(ray.get(r.ping.remote()) == "pong")
+    os.remove(tmp_path("crash_once_marker"))
+    check(ray.get(call_crash_once.remote(r), timeout=60) == 102, "called from a task")
 
 
 @ray.remote(max_reconstructions=3)
