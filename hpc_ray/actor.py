@@ -1,7 +1,7 @@
 """``ray.actor``: actor classes, handles, and actor checkpoints (Ray 0.7).
 
-A ``Checkpointable`` actor decides after each call whether to save a checkpoint
-(``should_checkpoint``); it saves it itself (``save_checkpoint``, to a file or
+A ``Checkpointable`` actor decides after each call (one that raised included)
+whether to save a checkpoint (``should_checkpoint``); it saves it itself (``save_checkpoint``, to a file or
 wherever it likes), and hpc_ray records the checkpoint's id on the head. When
 the actor is restarted after its process died (``max_reconstructions`` /
 ``max_restarts``), its ``__init__`` runs again and then ``load_checkpoint`` gets
@@ -13,14 +13,17 @@ the recorded checkpoints, newest first. Ids beyond the newest
     restart: __init__ ─▶ "actor_checkpoints" ◀─ ids ─▶ load_checkpoint
 
 Unlike Ray 0.7, the calls made after the checkpoint are not replayed: calls
-that were running when the process died are retried (``max_task_retries``),
-finished ones are not run again.
+lost with the process are retried (``max_task_retries``) or raise
+``RayActorError``, finished ones are not run again. The hooks may run tasks and
+call other actors; one that raises is reported (``errors()``), as in Ray 0.7.
 """
 from __future__ import annotations
 
 import abc
 import os
+import sys
 import time
+import traceback
 from typing import Any, NamedTuple
 
 from .actors import ActorClass, ActorHandle, ActorMethod, method  # noqa: F401
@@ -132,7 +135,12 @@ def exit_actor() -> None:
 # --- the executor's side ------------------------------------------------------------
 
 class _Checkpoints:
-    """Runs a Checkpointable actor's hooks in its executor."""
+    """Runs a Checkpointable actor's hooks in its executor.
+
+    As in Ray 0.7, a hook that raises fails neither the call nor the actor: its
+    traceback goes to the actor's stderr (printed on the driver) and to
+    ``hpc_ray.errors()`` as an error of type ``"checkpoint"``.
+    """
 
     def __init__(self, actor: Checkpointable, actor_id: int, ctx) -> None:
         self.actor = actor
@@ -143,24 +151,45 @@ class _Checkpoints:
         self.last = time.monotonic()
 
     def restore(self) -> None:
-        recorded = self.ctx.control("actor_checkpoints", self.raw_id)
-        if recorded:
+        try:
+            recorded = self.ctx.control("actor_checkpoints", self.raw_id)
+            if not recorded:
+                return
             available = [Checkpoint(ActorCheckpointID(b), t) for b, t in recorded]
-            self.actor.load_checkpoint(self.actor_id, available)
+            chosen = self.actor.load_checkpoint(self.actor_id, available)
+            if chosen is not None and all(chosen != c.checkpoint_id for c in available):
+                raise ValueError(f"load_checkpoint returned {chosen!r}: it must return the "
+                                 f"id of one of available_checkpoints, or None")
+        except Exception:
+            self._failed("restoring a checkpoint")
 
     def after_call(self) -> None:
+        """After each call, the one that raised included (Ray 0.7 does the same)."""
         self.calls += 1
         now = time.monotonic()
         cc = CheckpointContext(self.actor_id, self.calls, (now - self.last) * 1000.0)
-        if not self.actor.should_checkpoint(cc):
-            return
-        checkpoint_id = ActorCheckpointID.from_random()
-        self.actor.save_checkpoint(self.actor_id, checkpoint_id)
-        self.calls, self.last = 0, now
-        expired = self.ctx.control("actor_checkpoint_saved", self.raw_id,
-                                   checkpoint_id.binary(), time.time(), CHECKPOINTS_TO_KEEP)
-        for b in expired or ():
-            self.actor.checkpoint_expired(self.actor_id, ActorCheckpointID(b))
+        try:
+            if not self.actor.should_checkpoint(cc):
+                return
+            checkpoint_id = ActorCheckpointID.from_random()
+            self.actor.save_checkpoint(self.actor_id, checkpoint_id)
+            self.calls, self.last = 0, now
+            expired = self.ctx.control("actor_checkpoint_saved", self.raw_id,
+                                       checkpoint_id.binary(), time.time(),
+                                       CHECKPOINTS_TO_KEEP)
+            for b in expired or ():
+                self.actor.checkpoint_expired(self.actor_id, ActorCheckpointID(b))
+        except Exception:
+            self._failed("saving a checkpoint")
+
+    def _failed(self, doing: str) -> None:
+        text = (f"actor {type(self.actor).__name__} ({self.actor_id.hex()}) failed "
+                f"{doing}:\n{traceback.format_exc()}")
+        sys.stderr.write(text)
+        try:
+            self.ctx.control("push_error", "checkpoint", text, time.time())
+        except Exception:  # the head is gone: the stderr line is all there is
+            pass
 
 
 def checkpoints_for(actor: Any, actor_id: int, ctx) -> _Checkpoints | None:

@@ -2,11 +2,14 @@
 
 A source is a task (named by any ref it returns) or an actor (its handle).
 ``send`` appends a signal to the caller's source on the head; ``receive``
-returns, per source, the signals this process has not seen yet. A task that
-fails and an actor method that raises add an ``ErrorSignal`` to their source.
+returns, per source, the signals the calling entity (this task, this actor, or
+the driver) has not seen yet: tasks that run one after another in the same
+executor each read a source from its first signal. A task that fails and an
+actor method that raises add an ``ErrorSignal`` to their source.
 """
 from __future__ import annotations
 
+import collections
 import time
 
 from ..actors import ActorHandle
@@ -20,7 +23,26 @@ __all__ = ["Signal", "ErrorSignal", "send", "receive", "forget", "reset"]
 #: How often receive() asks the head again while waiting (seconds).
 POLL_INTERVAL = 0.01
 
-_cursors: dict = {}
+#: Entities whose cursors are kept, at most (the least recently receiving go first).
+ENTITIES_KEPT = 1024
+
+#: Per receiving entity, per source key: how many of its signals were received.
+_cursors: collections.OrderedDict = collections.OrderedDict()
+
+
+def _entity_cursors(ctx) -> dict:
+    """The cursors of the entity calling: its actor, else its task (None: the driver)."""
+    actor_id = getattr(ctx, "actor_id", None)
+    entity = ("actor", actor_id) if actor_id is not None else \
+        ("task", getattr(ctx, "current_task_id", None))
+    cursors = _cursors.get(entity)
+    if cursors is None:
+        cursors = _cursors[entity] = {}
+        if len(_cursors) > ENTITIES_KEPT:
+            _cursors.popitem(last=False)
+    else:
+        _cursors.move_to_end(entity)
+    return cursors
 
 
 def _source_key(source):
@@ -45,11 +67,12 @@ def receive(sources: list, timeout: float | None = None) -> list:
     keys = [_source_key(s) for s in sources]
     deadline = None if timeout is None else time.monotonic() + timeout
     ctx = context.current()
+    cursors = _entity_cursors(ctx)
     while True:
-        got = ctx.control("signal_poll", [(k, _cursors.get(k, 0)) for k in keys])
+        got = ctx.control("signal_poll", [(k, cursors.get(k, 0)) for k in keys])
         out = []
         for (key, blobs), source in zip(got, sources):
-            _cursors[key] = _cursors.get(key, 0) + len(blobs)
+            cursors[key] = cursors.get(key, 0) + len(blobs)
             out.extend((source, loads(b)) for b in blobs)
         if out or (deadline is not None and time.monotonic() >= deadline):
             return out
@@ -59,11 +82,14 @@ def receive(sources: list, timeout: float | None = None) -> list:
 def forget(sources: list) -> None:
     """Skip the signals ``sources`` sent so far: the next ``receive`` returns only newer ones."""
     keys = [_source_key(s) for s in sources]
-    got = context.current().control("signal_poll", [(k, _cursors.get(k, 0)) for k in keys])
+    ctx = context.current()
+    cursors = _entity_cursors(ctx)
+    got = ctx.control("signal_poll", [(k, cursors.get(k, 0)) for k in keys])
     for key, blobs in got:
-        _cursors[key] = _cursors.get(key, 0) + len(blobs)
+        cursors[key] = cursors.get(key, 0) + len(blobs)
 
 
 def reset() -> None:
-    """Forget what was received: the next receive() starts from each source's first signal."""
+    """Forget what was received here (every entity of this process): the next
+    receive() starts from each source's first signal."""
     _cursors.clear()

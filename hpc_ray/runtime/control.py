@@ -5,6 +5,7 @@ comm thread for a CONTROL_CALL message sent by an executor.
 """
 from __future__ import annotations
 
+import collections
 import warnings
 import weakref
 from typing import Any
@@ -235,11 +236,36 @@ def _actor_checkpoints(head: Head, actor_id: int) -> list:
 def _actor_checkpoint_saved(head: Head, actor_id: int, checkpoint_id: bytes,
                             timestamp: float, keep: int) -> list:
     """Record a checkpoint; returns the ids of those beyond the newest ``keep``."""
-    kept = _CHECKPOINTS.setdefault(head, {}).setdefault(actor_id, [])
+    by_actor = _CHECKPOINTS.setdefault(head, {})
+    kept = by_actor.get(actor_id)
+    if kept is None:
+        for gone in [a for a in by_actor if a not in head.actors]:
+            del by_actor[gone]     # (dead actors' ids go when another actor's come)
+        kept = by_actor[actor_id] = []
     kept.append((checkpoint_id, timestamp))
     expired = kept[:-keep] if keep > 0 else []
     del kept[:len(expired)]
     return [b for b, _ in expired]
+
+
+#: Head -> errors pushed to the driver (``hpc_ray.errors()``), oldest dropped first.
+_PUSHED: "weakref.WeakKeyDictionary[Head, collections.deque]" = weakref.WeakKeyDictionary()
+
+#: Pushed errors kept, at most.
+PUSHED_KEPT = 1000
+
+
+def _push_error(head: Head, kind: str, message: str, timestamp: float) -> None:
+    """An error that is no task's (Ray 0.7's ``push_error_to_driver``): a
+    Checkpointable actor's hook that raised."""
+    pushed = _PUSHED.get(head)
+    if pushed is None:
+        pushed = _PUSHED[head] = collections.deque(maxlen=PUSHED_KEPT)
+    pushed.append({"type": kind, "message": message, "timestamp": timestamp})
+
+
+def _pushed_errors(head: Head) -> list:
+    return [dict(e) for e in _PUSHED.get(head, ())]
 
 
 def _actor_pid(head: Head, actor_id: int) -> int:
@@ -272,6 +298,8 @@ _CALLS = {
     "register_actor": _register_actor,
     "actor_checkpoints": _actor_checkpoints,
     "actor_checkpoint_saved": _actor_checkpoint_saved,
+    "push_error": _push_error,
+    "pushed_errors": _pushed_errors,
     "collective_create": _collective_create,
     "signal_send": _signal_send,
     "signal_poll": _signal_poll,

@@ -888,9 +888,10 @@ class ExecutorContext(context.ContextBase):
         direct = tid in self.direct_tids
         if direct:
             sends = self.rank_sends
-            _Output.printed = False
         server = self.peer_server
         peer_call = server is not None and tid in server.calls
+        if direct or peer_call:
+            _Output.printed = False
         outer = self.current_task_name, self.current_task_id
         if outer[1] is None and self.peer is not None and self.actor_id is None:
             self.peer.new_task()
@@ -932,9 +933,10 @@ class ExecutorContext(context.ContextBase):
         if not peer_call:
             self.emit(msg)
         else:
-            if self.holds_sent != holds:
+            if self.holds_sent != holds or _Output.printed:
                 # The caller lets go of the arguments once answered: the head must
-                # have this process's holds first (its answer to a ping says so).
+                # have this process's holds first (its answer to a ping says so),
+                # and the lines the call printed (they go through the rank).
                 self.control("ping")
             elif contained or self.exiting:
                 self.flush()   # what the call put or said goes ahead of its answer
@@ -1074,11 +1076,15 @@ class ExecutorContext(context.ContextBase):
             self.exiting = True
             self.emit((m.ACTOR_DIED, self.actor_id, "terminated by __ray_terminate__", False))
             return None
-        result = self._method(method)(*args, **kwargs)
-        if self.checkpoints:
-            saved = self.checkpoints.get(self.actor_id)
+        saved = self.checkpoints.get(self.actor_id) if self.checkpoints else None
+        try:
+            result = self._method(method)(*args, **kwargs)
+        except Exception:
             if saved is not None:
-                saved.after_call()
+                saved.after_call()   # (Ray 0.7 checkpoints after a call that raised too)
+            raise
+        if saved is not None:
+            saved.after_call()
         return result
 
     def _method(self, name: str):

@@ -136,7 +136,7 @@ class HeadLoop(threading.Thread):
         #: When a driver thread last left get()/wait() (see DriverContext.submit).
         self.waited_at = 0.0
         self.last_flush = 0.0
-        #: Executors' lines (LOG), printed after the round, outside the head's lock.
+        #: Executors' lines (LOG), printed at the end of the round, under the head's lock.
         self.logs: list = []
         self._handlers = self._make_handlers()
         #: Direct channels of actors' executors on this host: fd -> Channel.
@@ -292,9 +292,13 @@ class HeadLoop(threading.Thread):
                 direct_out = None
             self.expect_direct = bool(direct_out or head.direct_pids
                                       and head.direct_calls_running())
-            logs = None
             if self.logs:
+                # Printed before the lock goes: no get() sees a result that came
+                # after a task's lines before they are out (nor a peer call's answer,
+                # which waits for a reply sent below).
                 logs, self.logs = self.logs, []
+                for src, entries in logs:
+                    context.print_worker_logs(src, entries)
             if self.fetch_requests:
                 reqs, self.fetch_requests = self.fetch_requests, []
             else:
@@ -312,9 +316,6 @@ class HeadLoop(threading.Thread):
                 if ch is not None:
                     ch.send(msgs)
                 # else its process is gone: the rank's crash report requeues the calls
-        if logs:
-            for src, entries in logs:
-                context.print_worker_logs(src, entries)
         if reqs:
             for oid, plan, done in reqs:
                 self.fetcher.start(oid, plan[1], plan[2], plan[3],

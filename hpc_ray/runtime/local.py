@@ -141,7 +141,7 @@ class LocalContext(context.ContextBase):
             cls = type(self.actors[actor_id])
             self.actor_names[aname] = (actor_id, cls.__name__, taskspec.method_meta(cls))
             return None
-        if name == "actor_checkpoints":
+        if name in ("actor_checkpoints", "pushed_errors"):
             return []
         if name == "kill":
             self.actors.pop(args[0], None)
