@@ -331,10 +331,21 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         rank, req, oids, n = self.remote_waits[key]
         ready = [o for o in oids if self.objects.ready(o)]
         if len(ready) >= n or force:
-            del self.remote_waits[key]
+            self._end_remote_wait(key)
             self.send(rank, (m.REPLY, req, ready[:max(n, 0)]))
             return True
         return False
+
+    def _end_remote_wait(self, key) -> None:
+        """Forget a wait, answered or cancelled, and its place among the waiters
+        of the objects still pending (a loop of ``wait(timeout=0)`` on a long
+        task would otherwise grow that list by one a call)."""
+        wait = self.remote_waits.pop(key)
+        entries = self.objects.entries
+        for oid in wait[2]:
+            e = entries.get(oid)
+            if e is not None and e.waiters:
+                e.waiters = [w for w in e.waiters if w[1] != key]
 
     def remote_wait_now(self, rank: int, req: int) -> None:
         if (rank, req) in self.remote_waits:
@@ -353,12 +364,8 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
                     e = entries.get(oid)
                     if e is not None and e.waiters:
                         e.waiters = [w for w in e.waiters if w[1] is not state]
-            wait = self.remote_waits.pop(key, None)
-            if wait is not None:
-                for oid in wait[2]:
-                    e = entries.get(oid)
-                    if e is not None and e.waiters:
-                        e.waiters = [w for w in e.waiters if w[1] != key]
+            if key in self.remote_waits:
+                self._end_remote_wait(key)
             for name, joined in list(self.joins.items()):
                 for member, (_, src, r) in list(joined.items()):
                     if src == rank and r == req:
