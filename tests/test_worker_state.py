@@ -2,7 +2,7 @@
 directly (no MPI, no processes) by random events: tasks (some ``num_cpus=0``,
 some under ``max_calls``) and actor calls arriving, executors starting, finishing
 tasks, blocking in ``get`` and unblocking, lending CPUs from other threads,
-dying at any step, actors created (on the standby executor or a new one), killed
+asking the head (get, wait, alloc) and getting its answers, dying at any step, actors created (on the standby executor or a new one), killed
 or ending, the head taking queued tasks back, idle executors retiring.
 
 The test plays the loop: after every step it starts what ``starts`` lists and
@@ -18,7 +18,9 @@ after every step:
 - the CPUs lent (BLOCKED sent, less what PROCESS_ENDED gave back) equal what the
   live CPU executors lend; the refs held at the head equal the live executors';
 - one CPU executor per CPU (besides spares), at most one standby, and the CPUs
-  the actors hold add up.
+  the actors hold add up;
+- an answer from the head reaches the executor that asked while it lives; a
+  dead one's requests are forgotten, except an ALLOC, whose block is given back.
 
 Failing examples found while writing this are kept below as plain tests.
 """
@@ -81,6 +83,9 @@ class WorkerStateMachine(RuleBasedStateMachine):
         self.actor_ids = itertools.count(1)
         self.known_actors: list[int] = []
         self.oids = itertools.count(10_000)
+        #: What the head owes: rank's request id -> (kind, executor, its own id).
+        self.at_head: dict[int, tuple] = {}
+        self.reqs = itertools.count(1)
         self.state.open()
         self.loop()
 
@@ -117,12 +122,14 @@ class WorkerStateMachine(RuleBasedStateMachine):
             elif kind == m.RELEASE:
                 self.head_holds.subtract(msg[1])
             elif kind == m.PROCESS_ENDED:
-                _, pid, holds, _blocks, _reqs, lent, lost, _code, _actor = msg
+                _, pid, holds, _blocks, reqs, lent, lost, _code, _actor = msg
                 serial = pid - 1000
                 assert serial not in self.ended, "one executor's end reported twice"
                 self.ended.add(serial)
                 self.head_holds.subtract(holds)
                 self.head_lent -= lent
+                for rreq in reqs:
+                    self.at_head.pop(rreq)        # the head forgets them
                 assert not (set(lost) & self.lost)
                 self.lost.update(lost)
         self.state.out = []
@@ -278,6 +285,33 @@ class WorkerStateMachine(RuleBasedStateMachine):
             self.state.on_executor(ex, [(m.RELEASE, [next(iter(ex.holds))])])
         else:
             self.state.on_executor(ex, [(m.HOLD, [next(self.oids)])])
+        self.loop()
+
+    @rule(data=st.data(), kind=st.sampled_from([m.GET, m.WAIT, m.ALLOC]))
+    @precondition(lambda self: self.live(lambda ex: ex.ready))
+    def executor_asks(self, data, kind):
+        ex = data.draw(st.sampled_from(self.live(lambda ex: ex.ready)))
+        req = next(self.reqs)
+        self.state.on_executor(ex, [(kind, req, 900 if kind == m.ALLOC else [next(self.oids)])])
+        rreq = self.state.out[-1][1]
+        assert rreq not in self.at_head
+        self.at_head[rreq] = (kind, ex, req)
+        self.loop()
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.at_head)
+    def head_answers(self, data):
+        rreq = data.draw(st.sampled_from(sorted(self.at_head)))
+        kind, ex, req = self.at_head.pop(rreq)
+        off = next(self.oids)
+        payload = ("block", off) if kind == m.ALLOC else [("raw", 1)]
+        assert self.state.head_replied(rreq, payload) is None
+        if ex.gone:                     # only an ALLOC's answer is still due: given back
+            assert kind == m.ALLOC and not ex.outbox
+            assert (m.FREE_BLOCKS, [(off, 900)]) in self.state.out
+        else:
+            assert (m.REPLY, req, payload) in ex.outbox
+            assert kind != m.ALLOC or ex.unsealed[off] == 900
         self.loop()
 
     @rule(data=st.data())

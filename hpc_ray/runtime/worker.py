@@ -336,7 +336,7 @@ class WorkerLoop:
     # --- executors -----------------------------------------------------------------
 
     def on_executor(self, ex: Executor, msgs: list) -> None:
-        for msg in self.state.on_executor(ex, msgs):     # COLLECTIVE_OP
+        for msg in self.state.on_executor(ex, msgs) or ():     # COLLECTIVE_OP
             from . import collective_ops as collective
             self.state.send(ex, [(m.REPLY, msg[1],
                                   collective.rank_run_op(self, *msg[2:], owner=ex))])
@@ -344,10 +344,11 @@ class WorkerLoop:
     def flush(self) -> None:
         """Carry out what the state asked for: start executors, write each outbox
         as one frame, stop the executors to retire."""
-        self._start_and_write()
-        retire = self.state.retire
-        while retire:
-            self._retire(retire[0])
+        state = self.state
+        if state.starts or state.to_write:
+            self._start_and_write()
+        while state.retire:
+            self._retire(state.retire[0])
 
     def _start_and_write(self) -> None:
         state = self.state

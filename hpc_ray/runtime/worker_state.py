@@ -297,10 +297,10 @@ class WorkerState:
 
     # --- from executors --------------------------------------------------------
 
-    def on_executor(self, ex: Executor, msgs: list) -> list:
+    def on_executor(self, ex: Executor, msgs: list) -> list | None:
         """Messages from ``ex``; returns those the loop runs itself (COLLECTIVE_OP)."""
         out = self.out
-        left = []
+        left = None
         for msg in msgs:
             kind = msg[0]
             if kind == m.TASK_DONE or kind == m.TASK_FAILED:
@@ -352,7 +352,7 @@ class WorkerState:
                     self.forget_actor(msg[1])
                     ex.actor_id = None  # a clean exit: do not report a crash
             elif kind == m.COLLECTIVE_OP:
-                left.append(msg)
+                left = (left or []) + [msg]
             else:
                 out.append(msg)
         return left
