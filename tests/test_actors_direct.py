@@ -10,7 +10,8 @@ import pytest
 
 from types import SimpleNamespace
 
-from hpc_ray.runtime.worker import WorkerLoop, polling_backoff
+from hpc_ray.runtime.worker import polling_backoff
+from hpc_ray.runtime.worker_state import WorkerState
 
 pytestmark = [pytest.mark.mpi]
 
@@ -48,10 +49,10 @@ def test_a_loop_with_no_reply_due_skips_the_warm_phase():
 
 
 def _rank(executors, requests=None):
-    loop = WorkerLoop.__new__(WorkerLoop)        # the rule reads these two fields only
-    loop.executors = executors
-    loop.requests = requests or {}
-    return loop
+    state = WorkerState(cpus=len(executors))     # the rule reads these two fields only
+    state.executors = executors
+    state.requests = requests or {}
+    return state
 
 
 def _executor(running=True, blocked=0, lending=0):

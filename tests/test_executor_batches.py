@@ -1,6 +1,6 @@
 """How many queued tasks a worker rank hands an idle executor at once
-(``worker.batch_length``): of a backlog, about EXECUTOR_BATCH_SECONDS of work at
-each function's average time on the rank (``worker.FunctionTimes``, once
+(``batch_sizing.batch_length``): of a backlog, about EXECUTOR_BATCH_SECONDS of work at
+each function's average time on the rank (``batch_sizing.FunctionTimes``, once
 TIMED_AFTER of its tasks ended), an eighth of the share for functions not timed
 there yet; and, end to end, a long task of a new function does not hold back the
 short ones queued behind it (``test_introspection`` has a function that
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpc_ray.runtime.worker import (EXECUTOR_BATCH_SECONDS, TIMED_AFTER, FunctionTimes,
-                                    batch_length)
+from hpc_ray.runtime.batch_sizing import (EXECUTOR_BATCH_SECONDS, TIMED_AFTER, FunctionTimes,
+                                          batch_length)
 
 BUDGET = EXECUTOR_BATCH_SECONDS
 

@@ -1,0 +1,456 @@
+"""A worker rank's state (``runtime/worker_state.py``) as a state machine, driven
+directly (no MPI, no processes) by random events: tasks (some ``num_cpus=0``,
+some under ``max_calls``) and actor calls arriving, executors starting, finishing
+tasks, blocking in ``get`` and unblocking, lending CPUs from other threads,
+asking the head (get, wait, alloc) and getting its answers, dying at any step, actors created (on the standby executor or a new one), killed
+or ending, the head taking queued tasks back, idle executors retiring.
+
+The test plays the loop: after every step it starts what ``starts`` lists and
+reads every outbox and every message for the head; it stops what ``retire``
+lists as a step of its own, so dispatches may come between. Invariants
+after every step:
+
+- every task is in exactly one place: queued, on one live executor, finished,
+  reported lost, given back to the head, or with an actor that was killed;
+- nothing goes to an executor that is gone; CPU tasks only to CPU executors that
+  are up, nested ones only to an executor waiting in ``get``; a dispatch starts
+  no more CPU tasks than the CPUs that neither tasks nor actors hold;
+- the CPUs lent (BLOCKED sent, less what PROCESS_ENDED gave back) equal what the
+  live CPU executors lend; the refs held at the head equal the live executors';
+- one CPU executor per CPU (besides spares), at most one standby, and the CPUs
+  the actors hold add up;
+- an answer from the head reaches the executor that asked while it lives; a
+  dead one's requests are forgotten, except an ALLOC, whose block is given back.
+
+Failing examples found while writing this are kept below as plain tests.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import math
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, settings, strategies as st  # noqa: E402
+from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant,  # noqa: E402
+                                 precondition, rule)
+
+from hpc_ray.runtime.worker_state import (EXECUTOR_BATCH, MAX_EXTRA_EXECUTORS,  # noqa: E402
+                                          WorkerState, lends_cpu, thread_lent)
+from hpc_ray.transport import messages as m  # noqa: E402
+
+_ids = itertools.count(1)
+
+
+def spec(cpus=1.0, fn="f", max_calls=0, actor=None) -> list:
+    s = [None] * 13
+    s[m.T_ID] = next(_ids)
+    s[m.T_FN] = fn
+    s[m.T_NAME] = fn
+    s[m.T_BLOB] = b"blob-" + fn.encode()
+    s[m.T_DEPS] = ()
+    s[m.T_RETURNS] = [s[m.T_ID]]
+    s[m.T_RES] = ((), {"CPU": cpus} if cpus else {})
+    s[m.T_MAX_CALLS] = max_calls
+    s[m.T_ACTOR] = actor
+    return s
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class WorkerStateMachine(RuleBasedStateMachine):
+    @initialize(cpus=st.integers(1, 3), standby=st.booleans())
+    def start(self, cpus, standby):
+        self.clock = Clock()
+        self.state = WorkerState(cpus, rank=1, node=0, extra_idle=10.0, actor_standby=standby,
+                                 clock=self.clock)
+        self.tasks: dict[int, list] = {}          #: every task and call that arrived
+        self.finished: set[int] = set()
+        self.lost: set[int] = set()
+        self.returned: set[int] = set()
+        self.with_killed: set[int] = set()        #: calls on an actor that was killed
+        self.head_lent = 0                        #: CPUs the head counts as lent
+        self.head_holds: collections.Counter = collections.Counter()
+        self.ended: set[int] = set()              #: serials reported in PROCESS_ENDED
+        self.actor_ids = itertools.count(1)
+        self.known_actors: list[int] = []
+        self.oids = itertools.count(10_000)
+        #: What the head owes: rank's request id -> (kind, executor, its own id).
+        self.at_head: dict[int, tuple] = {}
+        self.reqs = itertools.count(1)
+        self.state.open()
+        self.loop()
+
+    # --- the loop's part ---------------------------------------------------------
+
+    def loop(self) -> None:
+        st_ = self.state
+        for ex in st_.starts:
+            assert ex.proc is None and not ex.gone
+            ex.proc = "process"
+            ex.pid = 1000 + ex.serial
+        st_.starts = []
+        for ex in st_.to_write:
+            assert not ex.gone, "a message for an executor that is gone"
+            for msg in ex.outbox:
+                if msg[0] == m.EXECUTE:
+                    assert msg[1][m.T_ID] in ex.assigned
+            ex.outbox = []
+        st_.to_write = []
+        self.read_out()
+
+    def read_out(self) -> None:
+        for msg in self.state.out:
+            kind = msg[0]
+            if kind in (m.TASK_DONE, m.TASK_FAILED):
+                assert msg[1] not in self.finished
+                self.finished.add(msg[1])
+            elif kind == m.RETURNED:
+                self.returned.update(msg[1])
+            elif kind == m.BLOCKED:
+                self.head_lent += msg[1]
+            elif kind == m.HOLD:
+                self.head_holds.update(msg[1])
+            elif kind == m.RELEASE:
+                self.head_holds.subtract(msg[1])
+            elif kind == m.PROCESS_ENDED:
+                _, pid, holds, _blocks, reqs, lent, lost, _code, _actor = msg
+                serial = pid - 1000
+                assert serial not in self.ended, "one executor's end reported twice"
+                self.ended.add(serial)
+                self.head_holds.subtract(holds)
+                self.head_lent -= lent
+                for rreq in reqs:
+                    self.at_head.pop(rreq)        # the head forgets them
+                assert not (set(lost) & self.lost)
+                self.lost.update(lost)
+        self.state.out = []
+
+    def live(self, pred=lambda ex: True) -> list:
+        return [ex for ex in self.state.all_executors() if pred(ex)]
+
+    # --- the head's side ---------------------------------------------------------
+
+    @rule(zero_cpu=st.booleans(), fn=st.sampled_from("fgh"), max_calls=st.sampled_from([0, 0, 1, 2]))
+    def task_arrives(self, zero_cpu, fn, max_calls):
+        s = spec(0 if zero_cpu else 1.0, fn, max_calls)
+        self.tasks[s[m.T_ID]] = s
+        self.state.task_arrived(s)
+        self.loop()
+
+    @rule()
+    def dispatch(self):
+        st_ = self.state
+        before = {ex.serial: dict(ex.assigned) for ex in st_.all_executors()}
+        retiring = {ex.serial for ex in st_.all_executors() if ex.retiring}
+        cpu = [ex for ex in st_.executors if ex.assigned]
+        lent = sum(1 for ex in cpu if thread_lent(ex))
+        room = max(0, math.ceil(st_.cpus - st_.actor_cpus - 1e-9) - len(cpu) + lent)
+        st_.dispatch()
+        newly_busy = 0
+        for ex in st_.all_executors():
+            old = before.get(ex.serial, {})
+            new = [tid for tid in ex.assigned if tid not in old]
+            if not new:
+                continue
+            assert ex.serial not in retiring, "a task for an executor whose max_calls are done"
+            assert len(new) <= EXECUTOR_BATCH
+            if old:                                       # nested in a task waiting in get
+                assert ex.blocked and len(new) == 1
+            if ex in st_.executors:
+                assert ex.ready and all(not _zero(self.tasks[t]) for t in new)
+                if not old:
+                    newly_busy += 1
+            else:
+                assert ex in st_.extras and all(_zero(self.tasks[t]) for t in new)
+        assert newly_busy <= room
+        assert len(st_.extras) <= MAX_EXTRA_EXECUTORS
+        self.loop()
+
+    @rule(n=st.integers(0, 3))
+    def head_steals(self, n):
+        queued = len(self.state.queue)
+        self.state.steal(n)
+        assert len(self.state.queue) == max(0, queued - n)
+        self.loop()
+
+    @rule(cpus=st.sampled_from([0, 1, 0.5]), standby_alive=st.booleans())
+    def actor_created(self, cpus, standby_alive):
+        aid = next(self.actor_ids)
+        self.known_actors.append(aid)
+        s = spec(cpus, "Actor", actor=aid)
+        had_standby = list(self.state.standby)
+        ex = self.state.start_actor(s, standby_alive)
+        if had_standby and standby_alive:
+            assert ex is had_standby[-1]
+        self.loop()
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.known_actors)
+    def actor_called(self, data):
+        aid = data.draw(st.sampled_from(self.known_actors))
+        s = spec(0, "method", actor=aid)
+        self.tasks[s[m.T_ID]] = s
+        self.state.actor_call(s)
+        self.loop()
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.state.actors)
+    def actor_killed(self, data):
+        aid = data.draw(st.sampled_from(sorted(self.state.actors)))
+        ex = self.state.forget_actor(aid)
+        self.with_killed.update(ex.assigned)
+        self.state.executor_ended(ex)       # killed, its last messages read
+        self.loop()
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.live(lambda ex: ex.actor_id is not None and ex.ready))
+    def actor_ends(self, data):
+        ex = data.draw(st.sampled_from(self.live(lambda ex: ex.actor_id is not None
+                                                 and ex.ready)))
+        aid = ex.actor_id
+        self.state.on_executor(ex, [(m.ACTOR_DIED, aid, "exit", False)])
+        assert aid not in self.state.actors
+        self.with_killed.update(ex.assigned)
+        self.state.executor_died(ex, 0)     # then EOF
+        self.loop()
+
+    @rule()
+    @precondition(lambda self: self.state.standby_due)
+    def standby_starts(self):
+        self.state.standby_started()
+        assert len(self.state.standby) <= 1
+        self.loop()
+
+    # --- executors' side ---------------------------------------------------------
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.live(lambda ex: not ex.ready))
+    def executor_up(self, data):
+        ex = data.draw(st.sampled_from(self.live(lambda ex: not ex.ready)))
+        self.state.on_executor(ex, [(m.EXEC_READY,)])
+        self.loop()
+
+    @rule(data=st.data(), failed=st.booleans())
+    @precondition(lambda self: self.live(lambda ex: ex.assigned and ex.ready))
+    def task_ends(self, data, failed):
+        ex = data.draw(st.sampled_from(self.live(lambda ex: ex.assigned and ex.ready)))
+        tid = data.draw(st.sampled_from(list(ex.assigned)))
+        if failed:
+            msg = (m.TASK_FAILED, tid, ("error",), 1.0, 1.001, ex.pid)
+        else:
+            msg = (m.TASK_DONE, tid, [], None, 1.0, 1.001, ex.pid)
+        self.state.on_executor(ex, [msg])
+        assert tid not in ex.assigned
+        self.loop()
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.live(lambda ex: ex.assigned and ex.ready))
+    def executor_blocks(self, data):
+        ex = data.draw(st.sampled_from(self.live(lambda ex: ex.assigned and ex.ready)))
+        self.state.on_executor(ex, [(m.BLOCKED, 1)])
+        self.loop()
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.live(lambda ex: ex.blocked))
+    def executor_unblocks(self, data):
+        ex = data.draw(st.sampled_from(self.live(lambda ex: ex.blocked)))
+        self.state.on_executor(ex, [(m.UNBLOCK, 77)])
+        assert (m.REPLY, 77, None) in ex.outbox
+        self.loop()
+
+    @rule(data=st.data(), lend=st.booleans())
+    @precondition(lambda self: self.live(lambda ex: ex.assigned and ex.ready))
+    def thread_lends(self, data, lend):
+        ex = data.draw(st.sampled_from(self.live(lambda ex: ex.assigned and ex.ready)))
+        if lend:
+            self.state.on_executor(ex, [(m.LEND, 1)])
+        elif ex.lending:
+            self.state.on_executor(ex, [(m.LEND, -1)])
+        self.loop()
+
+    @rule(data=st.data(), release=st.booleans())
+    @precondition(lambda self: self.live(lambda ex: ex.ready))
+    def executor_holds(self, data, release):
+        ex = data.draw(st.sampled_from(self.live(lambda ex: ex.ready)))
+        if release and ex.holds:
+            self.state.on_executor(ex, [(m.RELEASE, [next(iter(ex.holds))])])
+        else:
+            self.state.on_executor(ex, [(m.HOLD, [next(self.oids)])])
+        self.loop()
+
+    @rule(data=st.data(), kind=st.sampled_from([m.GET, m.WAIT, m.ALLOC]))
+    @precondition(lambda self: self.live(lambda ex: ex.ready))
+    def executor_asks(self, data, kind):
+        ex = data.draw(st.sampled_from(self.live(lambda ex: ex.ready)))
+        req = next(self.reqs)
+        self.state.on_executor(ex, [(kind, req, 900 if kind == m.ALLOC else [next(self.oids)])])
+        rreq = self.state.out[-1][1]
+        assert rreq not in self.at_head
+        self.at_head[rreq] = (kind, ex, req)
+        self.loop()
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.at_head)
+    def head_answers(self, data):
+        rreq = data.draw(st.sampled_from(sorted(self.at_head)))
+        kind, ex, req = self.at_head.pop(rreq)
+        off = next(self.oids)
+        payload = ("block", off) if kind == m.ALLOC else [("raw", 1)]
+        assert self.state.head_replied(rreq, payload) is None
+        if ex.gone:                     # only an ALLOC's answer is still due: given back
+            assert kind == m.ALLOC and not ex.outbox
+            assert (m.FREE_BLOCKS, [(off, 900)]) in self.state.out
+        else:
+            assert (m.REPLY, req, payload) in ex.outbox
+            assert kind != m.ALLOC or ex.unsealed[off] == 900
+        self.loop()
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.live(lambda ex: ex.proc is not None))
+    def executor_dies(self, data):
+        ex = data.draw(st.sampled_from(self.live(lambda ex: ex.proc is not None)))
+        held = list(ex.assigned)
+        running = [tid for i, (tid, (nested, _)) in enumerate(ex.assigned.items())
+                   if i == 0 or nested]
+        actor = ex.actor_id is not None and self.state.actors.get(ex.actor_id) is ex
+        self.state.executor_died(ex, -9)
+        self.read_out()
+        if actor:
+            assert set(held) <= self.lost            # an actor's calls all go with it
+        else:
+            assert set(running) <= self.lost
+        self.loop()
+
+    @rule()
+    @precondition(lambda self: self.state.retire)
+    def loop_retires(self):
+        # (The loop stops them after a pass's dispatch: nothing may reach them first.)
+        st_ = self.state
+        while st_.retire:
+            ex = st_.retire[0]
+            assert ex.retiring and not ex.assigned
+            st_.retire_begin(ex)
+            st_.executor_ended(ex)
+        self.loop()
+
+    @rule(seconds=st.sampled_from([1.0, 11.0]))
+    def time_passes(self, seconds):
+        self.clock.now += seconds
+        for ex in self.state.idle_executors():
+            assert (ex.extra or ex.spare) and not ex.assigned
+            self.state.retire_begin(ex)
+            self.state.executor_ended(ex)
+        self.loop()
+
+    # --- invariants --------------------------------------------------------------
+
+    @invariant()
+    def every_task_is_in_one_place(self):
+        st_ = self.state
+        places = collections.Counter()
+        for s in st_.queue:
+            assert not _zero(s)
+            places[s[m.T_ID]] += 1
+        for s in st_.zero_cpu_queue:
+            assert _zero(s)
+            places[s[m.T_ID]] += 1
+        for ex in st_.all_executors():
+            for tid in ex.assigned:
+                places[tid] += 1
+        for done in (self.finished, self.lost, self.returned, self.with_killed):
+            for tid in done:
+                places[tid] += 1
+        assert set(places) == set(self.tasks)
+        assert all(n == 1 for n in places.values()), \
+            {tid: n for tid, n in places.items() if n != 1}
+
+    @invariant()
+    def executors_are_listed_once_and_alive(self):
+        st_ = self.state
+        listed = st_.all_executors()
+        assert len({ex.serial for ex in listed}) == len(listed)
+        for ex in listed:
+            assert not ex.gone and ex.serial not in self.ended
+        assert sum(1 for ex in st_.executors if not ex.spare) == st_.cpus
+        assert all(not ex.extra and ex.actor_id is None for ex in st_.executors)
+        assert all(ex.extra for ex in st_.extras)
+        assert len(st_.standby) <= 1
+        assert not (st_.standby_due and st_.standby)
+        assert st_.actor_cpus == sum(ex.cpus for ex in st_.actors.values())
+
+    @invariant()
+    def lent_cpus_and_holds_agree_with_the_head(self):
+        live = self.state.all_executors()
+        assert self.head_lent == sum(ex.blocked + thread_lent(ex) for ex in live
+                                     if lends_cpu(ex))
+        held = collections.Counter()
+        for ex in live:
+            held.update({oid: n for oid, n in ex.holds.items()})
+        assert +self.head_holds == held
+
+
+def _zero(s: list) -> bool:
+    return not s[m.T_RES][1].get("CPU")
+
+
+WorkerStateMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=30, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+test_worker_state_machine = WorkerStateMachine.TestCase
+
+
+# --- failing examples found by the machine, kept ----------------------------------
+
+
+def _started(cpus: int = 1, standby: bool = False) -> WorkerState:
+    state = WorkerState(cpus, actor_standby=standby, clock=Clock())
+    state.open()
+    for ex in state.starts:
+        ex.proc, ex.pid = "process", 1000 + ex.serial
+    state.starts = []
+    return state
+
+
+def test_calls_left_on_an_actor_that_exited_are_not_run_as_tasks():
+    # An actor calls exit() with a call queued behind: the head fails that call
+    # on ACTOR_DIED; when the process ends, the call must not be requeued as a
+    # task for the rank's CPU executors, nor the exit reported as a crash.
+    state = _started()
+    state.start_actor(spec(0, "Actor", actor=1), standby_alive=False)
+    ex = state.actors[1]
+    ex.proc, ex.pid = "process", 2000
+    state.on_executor(ex, [(m.EXEC_READY,)])
+    call = spec(0, "method", actor=1)
+    state.actor_call(call)
+    state.on_executor(ex, [(m.ACTOR_DIED, 1, "exit() called in method", False)])
+    state.out = []
+    state.executor_died(ex, 0)
+    assert not state.queue and not state.zero_cpu_queue
+    [ended] = [msg for msg in state.out if msg[0] == m.PROCESS_ENDED]
+    assert ended[6] == [] and ended[7] is None       # nothing lost, no exit code
+
+
+def test_an_actor_that_exits_while_a_thread_waits_gives_back_no_cpu():
+    # An actor's waiting threads lend no CPU (LEND sends no BLOCKED): when the
+    # actor then exits cleanly, its end must not give one back to the head.
+    state = _started()
+    state.start_actor(spec(0, "Actor", actor=1), standby_alive=False)
+    ex = state.actors[1]
+    ex.proc, ex.pid = "process", 2000
+    state.on_executor(ex, [(m.EXEC_READY,)])
+    state.actor_call(spec(0, "method", actor=1))
+    state.on_executor(ex, [(m.LEND, 1)])
+    assert not [msg for msg in state.out if msg[0] == m.BLOCKED]
+    state.on_executor(ex, [(m.ACTOR_DIED, 1, "exit() called in method", False)])
+    state.executor_died(ex, 0)
+    [ended] = [msg for msg in state.out if msg[0] == m.PROCESS_ENDED]
+    assert ended[5] == 0
