@@ -155,7 +155,7 @@ class Caller:
                 host.confirm_holds()
                 peer.unpin(res)
 
-    def control(self, name: str, args: tuple) -> None:
+    def before_control(self, name: str, args: tuple) -> None:
         """Before a control call: later calls must not overtake what it starts."""
         peer = self.peer
         if peer is not None and name in peer_calls.FENCING:

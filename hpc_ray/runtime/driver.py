@@ -113,7 +113,7 @@ class DriverContext(context.ContextBase):
         if peer is not None:
             if peer.finished:
                 self.links.report(True)    # tasks(), timeline() see every answered call
-            self.caller.control(name, args)
+            self.caller.before_control(name, args)
         with deferred(), self.head.lock:
             drain_refs(self.head)
             result = control.call(self.head, name, args)

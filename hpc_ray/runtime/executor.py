@@ -202,7 +202,7 @@ class ExecutorContext(context.ContextBase):
         self.caller.submit_call(spec, lifetime)
 
     def control(self, name: str, *args) -> Any:
-        self.caller.control(name, args)
+        self.caller.before_control(name, args)
         ok, result = self._request(m.CONTROL_CALL, name, args)
         if not ok:
             raise result
