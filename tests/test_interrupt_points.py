@@ -6,7 +6,7 @@ function). These tests deliver one SIGINT, through hpc_ray's own handler, at
 the 1st, 2nd, ... such point of a step, until a step runs to its end, and check
 after each that the driver still works.
 
-- ``DriverDirectCalls._turn`` (a driver thread reading its actors' sockets): the
+- ``DriverLinks.turn`` (a driver thread reading its actors' sockets): the
   ``arrived`` lock free and the link's ``reading`` claim as it was. An interrupt inside
   ``Condition.__enter__``, after it took the lock, left the lock held, and the
   driver's next get() blocked for good: a CI hang of
@@ -28,7 +28,7 @@ sys.path.insert(0, str(SCRIPTS_DIR))
 from sigint_points import run_with_sigint_at  # noqa: E402
 
 from hpc_ray.runtime import interrupts  # noqa: E402
-from hpc_ray.runtime.driver_calls import DriverDirectCalls  # noqa: E402
+from hpc_ray.runtime.driver_calls import DriverLinks  # noqa: E402
 from hpc_ray.runtime.peer_calls import Link  # noqa: E402
 from hpc_ray.transport.direct import Channel  # noqa: E402
 
@@ -41,20 +41,12 @@ class _IdlePeer:
         self.links = {link.actor_id: link}
 
 
-def _direct_calls(reading: bool, actor_end: socket.socket) -> DriverDirectCalls:
-    """The driver's direct calls with one link, read by another thread if ``reading``."""
-    calls = DriverDirectCalls.__new__(DriverDirectCalls)
+def _direct_calls(reading: bool, actor_end: socket.socket) -> DriverLinks:
+    """The driver's links with one link, read by another thread if ``reading``."""
     link = Link(1, Channel(actor_end))
     link.reading = reading
-    calls.peer_readers = {}
-    calls.peer_channels = {link.channel.fd: link.channel}
-    calls.peer_lock = threading.Lock()
-    calls.arrived_lock = threading.Lock()
-    calls.arrived = threading.Condition(calls.arrived_lock)
-    calls.waiting = 0
-    calls.spinners = threading.local()
-    calls.peer = _IdlePeer(link)
-    return calls
+    return DriverLinks(_IdlePeer(link), {}, {link.channel.fd: link.channel},
+                       threading.Lock(), None)
 
 
 @pytest.mark.parametrize("reading", [False, True], ids=["reads", "waits_for_reader"])
@@ -67,7 +59,7 @@ def test_a_ctrl_c_anywhere_in_a_turn_leaves_the_next_get_free_to_run(reading):
         calls = _direct_calls(reading, ends[0])
         try:
             links = list(calls.peer.links.values())
-            reached, _ = run_with_sigint_at(n, lambda: calls._turn(0, lambda: links))
+            reached, _ = run_with_sigint_at(n, lambda: calls.turn(0, lambda: links))
         finally:
             for end in ends:
                 end.close()

@@ -36,7 +36,8 @@ from hypothesis import HealthCheck, settings, strategies as st  # noqa: E402
 from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition,  # noqa: E402
                                  rule)
 
-from hpc_ray.runtime.peer_calls import DIRECT, DRAIN, PeerCaller, PeerServer  # noqa: E402
+from hpc_ray.runtime.peer_calls import DIRECT, DRAIN, PeerCaller  # noqa: E402
+from hpc_ray.runtime.peer_server import PeerServer  # noqa: E402
 from hpc_ray.transport import messages as m  # noqa: E402
 from hpc_ray.transport.serialization import RAW  # noqa: E402
 

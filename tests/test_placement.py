@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from hpc_ray.runtime.peer_calls import DIRECT, PeerCaller, PeerServer
+from hpc_ray.runtime.peer_calls import DIRECT, PeerCaller
+from hpc_ray.runtime.peer_server import PeerServer
 from hpc_ray.transport import messages as m
 from hpc_ray.transport import placement
 from hpc_ray.transport.serialization import RAW

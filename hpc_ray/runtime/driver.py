@@ -10,12 +10,13 @@ the comm thread's rounds itself for a while (``headloop.DRIVER_SPINS``), then
 sleeps on the head's condition.
 
 Most of the driver's own calls to actors on this host do not reach the head at
-all: they go straight to the actor's socket (``driver_calls.py``,
-``peer_calls.py``).
+all: they go straight to the actor's socket (``caller.py`` decides,
+``driver_calls.py`` reads the sockets, ``peer_calls.py`` keeps the calls).
 """
 from __future__ import annotations
 
 import gc
+import threading
 import logging
 import os
 import sys
@@ -30,7 +31,8 @@ from ..transport import spin
 from ..transport.messages import FETCH_PLAN
 from ..transport.serialization import RAW
 from . import context, interrupts, peer_calls, values
-from .driver_calls import DriverDirectCalls
+from .caller import Caller
+from .driver_calls import DriverLinks
 from .head import Head
 from .headloop import (DIRECT_WAIT, DIRECT_WAIT_ONLY, DRIVER_SPINS, STOP_WAIT,
                        SUBMIT_BATCH, SUBMIT_QUIET, HeadLoop, _held, _peer, _submitted,
@@ -40,15 +42,23 @@ from .interrupts import deferred
 logger = logging.getLogger(__name__)
 
 
-class DriverContext(DriverDirectCalls, context.ContextBase):
+class DriverContext(context.ContextBase):
     """The API on rank 0: calls go straight into the head under its lock, and
-    calls to actors on this host straight to them (``driver_calls``)."""
+    calls to actors on this host straight to them (``caller``). It is its
+    caller's host (``caller.CallerHost``)."""
 
     is_driver = True
 
     def __init__(self, head: Head, loop: HeadLoop, arena, node: int, rank: int,
                  world: dict, session_id: str | None = None) -> None:
-        self.init_direct_calls(session_id)
+        readers: dict = {}
+        channels: dict = {}
+        lock = threading.Lock()
+        self.peer = (peer_calls.PeerCaller(session_id, readers, channels, lock, self.control)
+                     if session_id and peer_calls.ENABLED else None)
+        #: The driver threads' reading of the actors' sockets.
+        self.links = DriverLinks(self.peer, readers, channels, lock, head)
+        self.caller = Caller(self, self.peer, threading.Lock())
         _peer[0] = self.peer
         self.head = head
         self.loop = loop
@@ -71,11 +81,12 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
     # --- tasks ------------------------------------------------------------------
 
     def submit(self, spec: list) -> None:
-        peer = self.peer
-        if peer is not None:
-            refs = peer.escaping(spec)
-            if refs:
-                self._promote(refs)
+        self.caller.submit(spec)
+
+    def submit_call(self, spec: list, lifetime) -> None:
+        self.caller.submit_call(spec, lifetime)
+
+    def send_to_head(self, spec: list) -> None:
         # Deque appends are atomic: no lock here. get()/wait() and the comm thread
         # drain the queue; the comm thread is woken when the queue was empty.
         if _submitted:
@@ -101,9 +112,8 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
         peer = self.peer
         if peer is not None:
             if peer.finished:
-                self._report_direct(True)    # tasks(), timeline() see every answered call
-            if name in peer_calls.FENCING:
-                peer.fence(name, args)
+                self.links.report(True)    # tasks(), timeline() see every answered call
+            self.caller.before_control(name, args)
         with deferred(), self.head.lock:
             drain_refs(self.head)
             result = control.call(self.head, name, args)
@@ -193,14 +203,7 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
                     loop.event.set()      # the comm thread waits for this thread to run
 
     def get(self, refs: list, timeout: float | None) -> list:
-        peer = self.peer
-        if peer is not None and (peer.pending or peer.results):
-            if timeout is None and len(refs) == 1:
-                sent = peer.pending.get(refs[0].id)
-                if sent is not None:
-                    return self.get_one_direct(refs[0], sent[0])
-            return self.get_with_direct(refs, timeout)
-        return self.get_from_head(refs, timeout)
+        return self.caller.get(refs, timeout)
 
     def get_from_head(self, refs: list, timeout: float | None) -> list:
         head = self.head
@@ -276,12 +279,12 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
             rec, contained = values.to_record(value, self._alloc, self.arena,
                                               "value passed to put()")
             if contained and self.peer is not None:
-                self._promote(contained)
+                self.caller.promote(contained)
             return self._seal(rec, contained)
 
     def put_serialized(self, s) -> context.ObjectRef:
         if s.contained and self.peer is not None:
-            self._promote(s.contained)
+            self.caller.promote(s.contained)
         with deferred():
             rec = values.serialized_to_record(s, self._alloc, self.arena)
             return self._seal(rec, s.contained)
@@ -301,10 +304,7 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
 
     def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
         """The ids ready (at most ``num_returns``, earliest in input order first)."""
-        peer = self.peer
-        if peer is not None and (peer.pending or peer.results) and any(map(peer.owns, ids)):
-            return self.wait_with_direct(ids, num_returns, timeout)
-        return self.wait_on_head(ids, num_returns, timeout)
+        return self.caller.wait(ids, num_returns, timeout)
 
     def wait_on_head(self, ids: list[int], num_returns: int,
                      timeout: float | None) -> set[int]:
@@ -321,6 +321,60 @@ class DriverContext(DriverDirectCalls, context.ContextBase):
             with self.head.lock:
                 return {i for i in ids if objects.ready(i)}
         return result
+
+    # --- the caller's host (caller.CallerHost) -------------------------------------
+
+    def known_at_head(self, oid: int) -> bool:
+        """Whether the head knows the object's value (its holder keeps it there)."""
+        e = self.head.objects.entries.get(oid)
+        return e is not None and e.record is not None
+
+    def put_at_head(self, oid: int, record: tuple, contained) -> None:
+        head = self.head
+        with deferred(), head.lock:
+            drain_refs(head)      # our holds of its nested refs first
+            head.hold((oid,))
+            head.put_object(oid, record, contained)
+
+    def confirm_holds(self) -> None:
+        with deferred(), self.head.lock:
+            drain_refs(self.head)     # the holds queued by this process's threads
+
+    def wait_until(self, done, deadline: float | None, need) -> bool:
+        return self.links.wait(done, deadline, need)
+
+    def wait_answer(self, oid: int, link) -> None:
+        self.links.wait_answer(oid, link)
+
+    def keep_up(self, link) -> None:
+        self.links.keep_up(link)
+
+    def poll_links(self, need) -> None:
+        self.links.turn(0, need)
+
+    def before_route(self, spec: list) -> None:
+        """The driver's calls through the head that have finished (the head is here)."""
+        head = self.head
+        peer = self.peer
+        calls = peer.head_calls_of(spec[m.T_ACTOR])
+        with deferred(), head.lock:
+            drain_refs(head)
+            tasks = head.tasks
+            done = [oid for oid in calls if oid - 1 not in tasks]   # task id = first return - 1
+        peer.seen_finished(done)
+
+    def with_head_args(self, spec: list) -> None:
+        """Top-level ref arguments whose objects the head (in this process) holds
+        inline, with no refs inside, go with the call as the caller's own
+        results do (``peer_calls.with_records``): the actor need not ask the
+        head for them."""
+        with deferred(), self.head.lock:
+            entries = self.head.objects.entries
+
+            def record_of(oid):
+                e = entries.get(oid)
+                return None if e is None or e.contained else e.record
+            peer_calls.with_records(spec, record_of)
 
     # --- shutdown ---------------------------------------------------------------
 

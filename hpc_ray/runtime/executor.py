@@ -15,32 +15,21 @@ BLOCKED), so nested tasks never deadlock a fixed pool of ranks. When its wait is
 over it sends UNBLOCK and runs the nested tasks the rank sent before hearing it:
 they arrive ahead of the rank's answer.
 
-Threads of the user's code may call the API at once. Every send goes out under
-one lock; a thread waiting for its reply reads the socket itself unless another
-thread already does, and whoever reads files replies by request id and leaves
-the rest (EXECUTE, ...) for the main thread, the only one that runs tasks. A
-thread other than the main one never runs nested work; its long wait in a task
-lends the task's CPU with LEND instead of BLOCKED, and the rank runs what it gets
-for that CPU in a spare executor.
+The messages travel through ``executor_transport.ExecutorTransport`` (the pipe
+to the rank, the driver's direct channel, the sockets of direct calls, and the
+waits on them, with their threads' rules); the actor calls, gets and waits go
+through ``caller.Caller``, whose host here is ``executor_calls.ExecutorCallerHost``.
+This module executes: tasks, actor creation, method calls, their results.
 
 stdout and stderr are pipes to the rank (log_to_driver), line-buffered.
-
-An actor on the driver's host also opens a direct channel to the driver
-(``transport/direct.py``): the driver's calls arrive there, and their results go
-back there when a flush holds nothing but such results, with inline values and
-no nested refs; anything else goes through the rank, which keeps the books of
-what this process holds and of the store blocks it fills.
 """
 from __future__ import annotations
 
 import collections
 import inspect
-import io
-import itertools
 import json
 import os
 import pickle
-import select
 import socket
 import sys
 import threading
@@ -50,24 +39,20 @@ import types
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..exceptions import (ActorDiedError, GetTimeoutError, RayError, TaskError,
-                          WorkerCrashedError)
-from ..transport import direct
+from ..exceptions import ActorDiedError, RayError, TaskError, WorkerCrashedError
 from ..transport import messages as m
 from ..transport.serialization import ERROR, RAW, SHM, is_raw, loads
-from ..transport.spin import Spinner
 from . import context, hooks, interrupts, peer_calls, taskspec, values
+from .caller import Caller
+from .executor_calls import ExecutorCallerHost
+from .executor_transport import ExecutorTransport, Output, noting_output
+from .peer_server import PeerServer
 from .store import Arena
 
 #: Flush buffered messages to the rank after this many (or at any blocking point).
 FLUSH_EVERY = 64
 #: While executing a batch, send results at least this often (seconds).
 FLUSH_INTERVAL = 0.002
-#: A get of one direct result reads its answer in turns of this many seconds
-#: before it waits as any get does (and lends its CPU after 50 ms more).
-QUICK_WAIT = 0.01
-#: wait() over direct results and head objects asks the head this long at a time.
-DIRECT_WAIT_SLICE = 0.005
 
 
 _NOT_YET = object()
@@ -78,19 +63,12 @@ class ExecutorContext(context.ContextBase):
 
     is_driver = False
 
-    def __init__(self, conn: Connection, arena: Arena, node: int, rank: int,
-                 size: int, store_size: int, direct_addr: str | None = None,
-                 session_id: str | None = None) -> None:
-        self.conn = conn
-        self.conn_fd = conn.fileno() if conn is not None else -1   # (None: RankContext)
-        #: The driver's direct channel (actors on its host): address, connection,
-        #: and the ids of the calls that came over it and are not answered yet.
-        self.direct_addr = direct_addr
-        self.dconn: Connection | None = None
-        self.dconn_fd = -1
-        self.direct_tids: set = set()
-        #: Batches sent to the rank so far (see ``execute``).
-        self.rank_sends = 0
+    def __init__(self, transport: ExecutorTransport, arena: Arena, node: int, rank: int,
+                 size: int, store_size: int, session_id: str | None = None) -> None:
+        #: The pipe to the rank and the other sockets, and the waits on them.
+        self.transport = transport
+        transport.owner = self
+        self.emit = transport.emit
         self.arena = arena
         self.node = node
         self.rank = rank
@@ -98,10 +76,6 @@ class ExecutorContext(context.ContextBase):
         self.store_size = store_size
         self.host = socket.gethostname()
         self.pid = os.getpid()
-        self.out: list = []
-        self.inbox: list = []
-        self.replies: dict[int, Any] = {}
-        self.req_ids = itertools.count(1)
         self.fns: dict[Any, Any] = {}
         self.actor = None
         self.actor_id = None
@@ -135,48 +109,13 @@ class ExecutorContext(context.ContextBase):
         #: actor id -> hpc_ray.actor's hooks, for Checkpointable actors only (an
         #: in-rank context hosts several actors).
         self.checkpoints: dict = {}
-        # Threads of the user's code may call the API at once (issue 11): sends are
-        # serialized by ``lock``; any waiting thread may read the socket, one at a
-        # time (``reading``), and files what it reads: replies by request id into
-        # ``replies``, everything else into ``inbox`` for the main thread.
-        #: Held while ``out`` is appended to or swapped and sent: frames stay whole and in order.
-        self.lock = threading.Lock()
-        #: Guards ``reading`` and ``batches``; notified after each batch read.
-        #: ``arrived``'s lock, taken directly (Condition's ``with`` is Python code),
-        #: and how many threads wait on ``arrived``.
-        self.arrived_lock = threading.Lock()
-        self.arrived = threading.Condition(self.arrived_lock)
-        self.waiting = 0
-        #: True while some thread reads the socket.
-        self.reading = False
-        #: Batches read so far (a waiter's "did anything arrive?").
-        self.batches = 0
-        #: Written by a waiter to wake the reader's poll (``_recv``).
-        self.wake_r, self.wake_w = os.pipe()
-        os.set_blocking(self.wake_r, False)
-        os.set_blocking(self.wake_w, False)
-        #: The thread that runs serve(): the only one that executes tasks.
-        self.main_thread = threading.get_ident()
-        # Direct calls between executors (``peer_calls``): the sockets the wait
-        # loop watches besides the rank's, fd -> reader (returns messages for the
-        # inbox), and those of them written through a buffer, fd -> Channel,
-        # whose buffers ``peer_lock`` guards.
-        self.peer_readers: dict = {}
-        self.peer_channels: dict = {}
-        self.peer_lock = threading.Lock()
-        #: Threads of a task calling actors at once: one route decision at a time.
-        self.peer_route_lock = threading.Lock()
         self.peer_session = session_id if peer_calls.ENABLED else None
-        self.peer = (peer_calls.PeerCaller(session_id, self.peer_readers, self.peer_channels,
-                                           self.peer_lock, self.control)
+        self.peer = (peer_calls.PeerCaller(session_id, transport.readers, transport.channels,
+                                           transport.channel_lock, self.control)
                      if self.peer_session else None)
-        self.peer_server: peer_calls.PeerServer | None = None
-        #: Busy-polls a little before blocking while that pays and (a task's
-        #: process) no crowd of ready threads takes the cores (``transport/spin.py``).
-        self.spinner = Spinner(look=True)
-        #: ``_recv_select``'s poll object, and what it was built to watch.
-        self.poller = None
-        self.poller_key = None
+        transport.peer = self.peer
+        self.peer_server: PeerServer | None = None
+        self.caller = Caller(ExecutorCallerHost(self), self.peer, threading.Lock())
         #: HOLD messages sent so far (a direct call's answer waits for the head to
         #: confirm those the call made: see ``peer_calls``).
         self.holds_sent = 0
@@ -190,17 +129,13 @@ class ExecutorContext(context.ContextBase):
         #: it holds refs to them: direct calls may take them as arguments.
         self.ready_ids: set = set()
 
-    # --- pipe -------------------------------------------------------------------
-
-    def emit(self, msg: tuple) -> None:
-        with self.lock:
-            self.out.append(msg)
+    # --- sends -----------------------------------------------------------------
 
     def flush(self) -> None:
         context.collect()
         released = context.released
         peer = self.peer
-        if released or self.out or self.freed_blocks or self.profile_events \
+        if released or self.transport.out or self.freed_blocks or self.profile_events \
                 or peer is not None and peer.finished:
             self._flush_out(released, peer)
         # (Else nothing for the rank: an actor answering direct calls, mostly.)
@@ -210,20 +145,12 @@ class ExecutorContext(context.ContextBase):
         self.last_flush = time.monotonic()
 
     def _flush_out(self, released, peer) -> None:
-        with self.lock:
-            out = self.out
+        transport = self.transport
+        with transport.lock:
+            out = transport.out
             deferred = self.deferred_holds
             if released:
-                ids = []
-                while released:
-                    oid = released.popleft()
-                    if deferred and oid in deferred:
-                        deferred.remove(oid)   # held and let go of: the head never knew
-                        self.ready_ids.discard(oid)
-                        continue
-                    if peer is None or not peer.forget(oid):   # (a direct result: the
-                        ids.append(oid)                        # head never knew it)
-                        self.ready_ids.discard(oid)
+                ids = self.caller.host.released(released, deferred)
                 if ids:
                     out.append((m.RELEASE, ids))
             if self.freed_blocks:
@@ -245,311 +172,20 @@ class ExecutorContext(context.ContextBase):
                 if deferred:
                     out.insert(0, (m.HOLD, deferred))
                     self.deferred_holds = []
-                self.out = []
-                if self.direct_tids and self._direct_only(out):
-                    self._send_direct(out)
-                else:
-                    self._send(out)
+                transport.out = []
+                transport.send_batch(out)
 
-    def _send(self, msgs: list) -> None:
-        if self.direct_tids:
-            # Results of direct calls going through the rank: the head takes them
-            # from there the same way.
-            for msg in msgs:
-                if msg[0] == m.TASK_DONE or msg[0] == m.TASK_FAILED:
-                    self.direct_tids.discard(msg[1])
-        if not all(msg[0] == m.COLLECTIVE_OP for msg in msgs):
-            # (A collective is answered by the rank itself: nothing of it reaches
-            # the head, so a direct call's result need not follow it there.)
-            self.rank_sends += 1
-        self.conn.send_bytes(pickle.dumps(msgs, protocol=5))
-
-    def _direct_only(self, msgs: list) -> bool:
-        """Whether ``msgs`` are all results of direct calls that need no rank's books:
-        inline values (no store block the rank must see sealed), no nested refs."""
-        tids = self.direct_tids
-        for msg in msgs:
-            kind = msg[0]
-            if kind == m.TASK_DONE:
-                if msg[1] not in tids or msg[3] is not None or \
-                        any(rec[0] == SHM for rec in msg[2]):
-                    return False
-            elif kind != m.TASK_FAILED or msg[1] not in tids:
-                return False
-        return True
-
-    def _send_direct(self, msgs: list) -> None:
-        for msg in msgs:
-            self.direct_tids.discard(msg[1])
-        try:
-            self.dconn.send_bytes(pickle.dumps(msgs, protocol=5))
-        except OSError:
-            os._exit(0)  # the driver is gone: nothing left to serve
-
-    def _open_direct(self) -> None:
-        """Connect this actor's process to the driver, if the driver is on this host."""
-        if self.direct_addr is None or self.dconn is not None:
-            return
-        sock = direct.connect(self.direct_addr)
-        if sock is None:
-            return
-        self.dconn = Connection(sock.detach())
-        self.dconn_fd = self.dconn.fileno()
-        self.dconn.send_bytes(pickle.dumps(
-            [(m.DIRECT_HELLO, self.actor_id, self.pid, self.rank)], protocol=5))
-
-    def _poll(self, timeout: float) -> bool:
-        return self._recv(timeout)
-
-    def _recv(self, timeout: float | None) -> bool:
-        """Wait for the next batch from the rank; False on timeout.
-
-        The batch is read by this thread, or by another one already reading (a
-        thread of the user's code waiting for its own reply): either way replies
-        land in ``replies`` and the rest in ``inbox``.
-        """
-        lock = self.arrived_lock
-        with lock:
-            if self.reading:
-                seen = self.batches
-                deadline = None if timeout is None else time.monotonic() + timeout
-                self.waiting += 1
-                key = self.poller_key
-                if key is None or key[2] != tuple(self.peer_readers):
-                    # The reader's poll may not watch a socket this thread waits on
-                    # (a link it opened since: a thread of a task that returned,
-                    # calling an actor while the main thread waits for work).
-                    try:
-                        os.write(self.wake_w, b"\1")
-                    except BlockingIOError:
-                        pass   # (woken already)
-                try:
-                    while self.reading and self.batches == seen:
-                        left = None if deadline is None else deadline - time.monotonic()
-                        if left is not None and left <= 0:
-                            return False
-                        self.arrived.wait(left)
-                finally:
-                    self.waiting -= 1
-                if self.batches != seen:
-                    return True
-            self.reading = True
-        msgs = None
-        try:
-            if self.dconn is not None or self.peer_readers or timeout is None:
-                msgs = self._recv_select(timeout)
-            elif self.conn.poll(timeout):
-                msgs = loads(self.conn.recv_bytes())
-        except (EOFError, OSError):
-            os._exit(0)  # the rank (or the driver) is gone: nothing left to serve
-        finally:
-            self._end_reading(msgs)
-        return msgs is not None
-
-    def _end_reading(self, msgs: list | None) -> None:
-        """The end of a thread's turn reading: file what it read (None: nothing
-        came) and wake the threads waiting for a turn or a reply."""
-        with self.arrived_lock:
-            self.reading = False
-            if msgs is not None:
-                if msgs:
-                    self._file(msgs)
-                self.batches += 1
-            if self.waiting:
-                self.arrived.notify_all()
-
-    def _recv_answer(self, link, timeout: float) -> bool:
-        """``_recv`` for a task waiting for one direct call's answer: wait on that
-        call's socket and the rank's pipe only, and read the answer straight off
-        the socket. False on timeout, or when this cannot be done now: another
-        thread reads, or waits for what a read files (``_recv`` reads every
-        socket for it), or bytes wait to go out on some socket (``_recv``
-        writes them as it waits). Answers on the task's other links wait in
-        their sockets meanwhile."""
-        channel = link.channel
-        with self.arrived_lock:
-            if self.reading or self.waiting or self.peer.links.get(link.actor_id) is not link:
-                return False
-            for ch in self.peer_channels.values():
-                if ch.outbuf:
-                    return False
-            self.reading = True
-        poller = link.rank_poller
-        if poller is None:
-            poller = link.rank_poller = select.poll()
-            poller.register(channel.fd, select.POLLIN)
-            poller.register(self.conn_fd, select.POLLIN)
-        msgs = None
-        try:
-            for fd, _ in self.spinner.poll(poller, timeout * 1000.0):
-                if msgs is None:
-                    msgs = []
-                if fd == channel.fd:
-                    self.peer._read(link)   # files the answer in ``peer.results``
-                else:
-                    msgs = loads(self.conn.recv_bytes())
-        except (EOFError, OSError):
-            os._exit(0)  # the rank is gone: nothing left to serve
-        finally:
-            self._end_reading(msgs)
-        return msgs is not None
-
-    def _recv_select(self, timeout: float | None) -> list | None:
-        """The next batch from the rank or the driver's direct channel (direct calls
-        are noted in ``direct_tids``), after whatever the peer sockets brought:
-        calls for this actor (in the batch), results for this caller (filed by
-        ``peer_calls``). None on timeout."""
-        conn_fd = self.conn_fd
-        dfd = self.dconn_fd
-        server = self.peer_server
-        # Calls enough queued: callers' sockets wait (they hold the flood back).
-        full = server is not None and len(self.inbox) > peer_calls.INBOX_HIGH
-        channels = self.peer_channels
-        # The poll object is built again only when what it watches changes.
-        key = (dfd, full, tuple(self.peer_readers),
-               [fd for fd, ch in channels.items() if ch.outbuf] if channels else None)
-        poller = self.poller
-        if key != self.poller_key:
-            poller = self.poller = select.poll()
-            self.poller_key = key
-            poller.register(conn_fd, select.POLLIN)
-            poller.register(self.wake_r, select.POLLIN)
-            if dfd != -1:
-                poller.register(dfd, select.POLLIN)
-            peer_calls.watch(poller, self.peer_readers, channels,
-                             server.callers if full else ())
-        events = self.spinner.poll(poller, None if timeout is None else timeout * 1000.0)
-        if not events:
-            return None
-        msgs = []
-        calls = []
-        for fd, ev in events:
-            if fd == conn_fd:
-                msgs = loads(self.conn.recv_bytes())
-            elif fd == self.wake_r:
-                os.read(self.wake_r, 64)   # a waiter's: the poll is built again
-            elif fd == dfd:
-                driver_calls = loads(self.dconn.recv_bytes())
-                for msg in driver_calls:
-                    self.direct_tids.add(msg[1][m.T_ID])
-                calls = calls + driver_calls
-            else:
-                read = peer_calls.serve(fd, ev, self.peer_readers, self.peer_channels,
-                                        self.peer_lock)
-                if read:
-                    calls = calls + read
-        return msgs + calls if calls else msgs
-
-    def _file(self, msgs: list) -> None:
-        replies, inbox = self.replies, self.inbox
-        for msg in msgs:
-            if msg[0] == m.REPLY:
-                replies[msg[1]] = msg[2]
-            else:
-                inbox.append(msg)
+    @property
+    def out(self) -> list:
+        """The messages not sent yet."""
+        return self.transport.out
 
     def _request(self, msg_kind: int, *fields, timeout: float | None = None,
                  on_timeout: tuple | None = None, blocking: bool = False) -> Any:
-        """Send a request to the head and wait for its reply.
-
-        ``blocking`` requests (get, wait) may wait for other tasks: the executor
-        tells the scheduler its CPU is free meanwhile and, unless it hosts an
-        actor, runs the tasks it is sent in the meantime (nested), so that a pool
-        of a few workers cannot deadlock on tasks waiting for subtasks. Anything
-        else that arrives waits in the inbox: an actor runs one call at a time, in
-        order, and a collective or an allocation must not have other user code
-        run in the middle of it.
-
-        Only the main thread does either; another thread of the user's code just
-        waits for its reply (reading the socket itself when no one else does).
-        """
-        req = next(self.req_ids)
-        self.emit((msg_kind, req) + fields)
-        replies = self.replies
-        self._await(lambda: req in replies, timeout, blocking,
-                    None if on_timeout is None else lambda: self.emit(on_timeout + (req,)))
-        return replies.pop(req)
-
-    def _await(self, done, timeout: float | None = None, blocking: bool = False,
-               on_timeout=None) -> None:
-        """Read and handle what arrives until ``done()``: a request's reply, or the
-        results of direct calls (``peer_calls``). See ``_request`` for ``blocking``;
-        at the timeout, ``on_timeout()`` is called once, or GetTimeoutError raised."""
-        main = threading.get_ident() == self.main_thread
-        deadline = None if timeout is None else time.monotonic() + timeout
-        nested = blocking and main and self.actor_id is None
-        blocked = False
-        try:
-            while not done():
-                i = self._handleable(nested) if main else None
-                if i is not None:
-                    msg = self.inbox.pop(i)
-                    if msg[0] == m.EXECUTE and not blocked:
-                        # Running other work here: let the scheduler count our CPU as free.
-                        blocked = True
-                        self.emit((m.BLOCKED, 1))
-                    self.handle(msg)
-                    continue
-                self.flush()
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    if on_timeout is None:
-                        raise GetTimeoutError(f"timed out after {timeout} s")
-                    on_timeout()
-                    deadline = None
-                    continue
-                if blocking and not blocked and (main or self.actor_id is None):
-                    # Still waiting after 50 ms, with or without a timeout: let the
-                    # scheduler count our CPU as free, as Ray does for a blocked get.
-                    # The main thread runs what the rank sends meanwhile (BLOCKED);
-                    # another thread's wait lends it to another executor (LEND).
-                    if self._poll(0.05 if left is None else min(left, 0.05)) or done():
-                        continue
-                    if deadline is not None and time.monotonic() >= deadline:
-                        continue
-                    blocked = True
-                    self.emit((m.BLOCKED, 1) if main else (m.LEND, 1))
-                    self.flush()
-                    continue
-                self._recv(None if left is None else min(left, 0.05))
-        finally:
-            if blocked:
-                if not main:
-                    self.emit((m.LEND, -1))
-                    self.flush()
-                elif self.actor_id is None:
-                    self._stop_lending()
-                else:
-                    self.emit((m.BLOCKED, -1))   # an actor is sent no nested work
-
-    def _stop_lending(self) -> None:
-        """The main thread's wait that lent its CPU is over: tell the rank, and
-        run the nested tasks it sent before it heard. They arrive ahead of its
-        answer; left in the inbox they would wait until this task ends, and a
-        thread of this task waiting for one of them would never see it."""
-        req = next(self.req_ids)
-        self.emit((m.UNBLOCK, req))
-        replies = self.replies
-        while req not in replies:
-            if self.inbox:
-                self.handle(self.inbox.pop(0))
-                continue
-            self.flush()
-            self._recv(None)
-        replies.pop(req)
-
-    def _handleable(self, nested: bool) -> int | None:
-        """Where in the inbox the next message a waiting request handles is, or None.
-
-        Nested: anything, in order. Otherwise only replies; the rest stay queued,
-        in order, for the serve loop (or the request this one is nested in).
-        """
-        inbox = self.inbox
-        if not inbox:
-            return None
-        if nested:
-            return 0
-        return next((i for i, msg in enumerate(inbox) if msg[0] == m.REPLY), None)
+        """Send a request to the head and wait for its reply
+        (``ExecutorTransport.request``)."""
+        return self.transport.request(msg_kind, *fields, timeout=timeout,
+                                      on_timeout=on_timeout, blocking=blocking)
 
     # --- API --------------------------------------------------------------------
 
@@ -557,235 +193,26 @@ class ExecutorContext(context.ContextBase):
         self.profile_events.append(event)   # sent with the next flush
 
     def hold_refs(self, ids) -> None:
-        self.holds_sent += 1
-        with self.lock:
-            pins = self.task_pins
-            if pins and all(i in pins for i in ids):
-                # The head holds these until the task's result, which this hold
-                # will go ahead of: a message of its own would only wake the rank
-                # and the head (a task given an actor handle: one per task). A ref
-                # let go of before then costs neither a hold nor a release
-                # (``_flush_out``). (Under the lock: the task's end resets the pins
-                # under it, before its result is queued.)
-                self.deferred_holds.extend(ids)
-                return
-        self.emit((m.HOLD, list(ids)))
+        self.caller.host.hold_refs(ids)
 
     def submit(self, spec: list) -> None:
-        peer = self.peer
-        if peer is not None:
-            refs = peer.escaping(spec)
-            if refs:
-                self._promote(refs)
-        self.emit((m.SUBMIT, spec))
-        self.flush()
+        self.caller.submit(spec)
 
     def submit_call(self, spec: list, lifetime) -> None:
-        """An actor call: straight to the actor when ``peer_calls`` allows it."""
-        peer = self.peer
-        if peer is None:
-            self.submit(spec)
-            return
-        if peer.dead and spec[m.T_ACTOR] in peer.dead:
-            peer.settle(spec[m.T_ACTOR])
-        deps = spec[m.T_DEPS]
-        if deps:
-            ready = self.ready_ids
-            deps_ready = all(d[1] in ready or peer.owns(d[1]) for d in deps)
-        else:
-            deps_ready = True
-        with self.peer_route_lock:
-            how, link = peer.route(spec, deps_ready)
-            if how == peer_calls.DIRECT:
-                if deps or spec[m.T_CONTAINED]:   # (no refs among the arguments: neither)
-                    if deps:
-                        peer.inline_args(spec, self._await_answer)
-                    refs = peer.escaping(spec)
-                    if refs:   # the actor fetches the arguments' objects from the head
-                        self._promote(refs)
-                if not peer.send(link, spec, lifetime):
-                    how = peer_calls.HEAD   # the actor's process was gone: see send
-                    peer.settle(spec[m.T_ACTOR])
-        if how == peer_calls.DIRECT:
-            if len(link.inflight) > peer_calls.INFLIGHT_READ or \
-                    len(link.channel.outbuf) > peer_calls.OUTBUF_HIGH:
-                self._catch_up(link)
-            return
-        if how == peer_calls.DRAIN:
-            self._await(lambda: not link.inflight, None, blocking=True)
-        peer.note_head_call(spec[m.T_ACTOR], spec[m.T_RETURNS][:1])
-        self.submit(spec)
-
-    def _catch_up(self, link) -> None:
-        """A caller far ahead of its actor: take the answers that came and let go of
-        dropped results, and wait while the actor's socket takes no more."""
-        self.flush()
-        self._recv(0)
-        peer = self.peer
-        if len(link.channel.outbuf) > peer_calls.OUTBUF_HIGH:
-            self._await(lambda: len(link.channel.outbuf) <= peer_calls.OUTBUF_HIGH // 2
-                        or peer.links.get(link.actor_id) is not link, None, blocking=True)
-
-    def _await_answer(self, oid: int) -> None:
-        """Wait until the direct call that makes ``oid`` is answered."""
-        peer = self.peer
-        self._await(lambda: oid not in peer.pending, None, blocking=True)
-
-    def _promote(self, oids) -> None:
-        """Direct results about to leave this process become objects at the head."""
-        peer = self.peer
-        for oid in oids:
-            if not peer.owns(oid):
-                continue
-            if oid in peer.pending:
-                self._await_answer(oid)
-            res = peer.results.pop(oid, None)
-            if res is None:
-                continue
-            self.emit((m.PUT, oid, peer.record(res), res.contained or None))
-            self.ready_ids.add(oid)
-            if res.pins is not None:
-                # The head holds the nested refs through the object once it has the
-                # PUT: an answered request sent after it says so.
-                self.control("ping")
-                peer.unpin(res)
+        self.caller.submit_call(spec, lifetime)
 
     def control(self, name: str, *args) -> Any:
-        if self.peer is not None and name in peer_calls.FENCING:
-            self.peer.fence(name, args)
+        self.caller.before_control(name, args)
         ok, result = self._request(m.CONTROL_CALL, name, args)
         if not ok:
             raise result
         return result
 
     def get(self, refs: list, timeout: float | None) -> list:
-        peer = self.peer
-        if peer is not None and timeout is None and len(refs) == 1 \
-                and refs[0].id in peer.pending:
-            rec = self._get_one_direct(refs[0].id)
-            if rec is not None:
-                return [values.from_record(rec, self.arena, refs[0])]
-        ids = [r.id for r in refs]
-        if peer is not None and (peer.pending or peer.results):
-            recs = self._get_records(ids, timeout)
-        else:
-            recs = self._get_from_head(ids, timeout)
-            if peer is not None:
-                self.ready_ids.update(ids)
-                if peer.head_calls:
-                    peer.seen_finished(ids)
-        return [values.from_record(rec, self.arena, ref) for ref, rec in zip(refs, recs)]
-
-    def _get_from_head(self, ids: list, timeout: float | None) -> list:
-        try:
-            return self._request(m.GET, ids, timeout=timeout, blocking=True)
-        except GetTimeoutError:
-            raise GetTimeoutError(f"get timed out after {timeout} s waiting for "
-                                  f"{len(ids)} object(s)") from None
-
-    def _get_one_direct(self, oid: int) -> tuple | None:
-        """The record of one direct result still in flight, for a get with no
-        timeout (a sync call's): read until it comes, without ``_await``'s
-        turns while nothing else arrives for ``QUICK_WAIT``; then, or when
-        something else arrives, ``_await`` waits as for any get. None if the
-        result became an object at the head meanwhile, or holds refs."""
-        peer = self.peer
-        pending = peer.pending
-        if not self.inbox:
-            self.flush()
-            sent = pending.get(oid)   # (another thread may have read the answer)
-            if sent is not None and self.peer_server is None and self.dconn is None:
-                link, recv = sent[0], self._recv_answer   # a task's call: its link, the rank
-                while oid in pending and not self.inbox and recv(link, QUICK_WAIT):
-                    pass
-            while oid in pending and not self.inbox and self._recv(QUICK_WAIT):
-                pass
-        if oid in pending:
-            self._await(lambda: oid not in pending, None, blocking=True)
-        res = peer.results.get(oid)
-        if res is None or res.pins is not None:
-            return None
-        return peer.record(res)
-
-    def _get_records(self, ids: list, timeout: float | None) -> list:
-        """Records of ``ids``, some of them direct results (``peer_calls``)."""
-        peer = self.peer
-        results = peer.results
-        mine = [i for i in ids if peer.owns(i)]
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if any(i not in results for i in mine):
-            try:
-                self._await(lambda: all(map(peer.answered, mine)), timeout, blocking=True)
-            except GetTimeoutError:
-                raise GetTimeoutError(f"get timed out after {timeout} s waiting for "
-                                      f"{len(ids)} object(s)") from None
-        got = {i: results.get(i) for i in mine}
-        others = [i for i in ids if got.get(i) is None]   # (promoted meanwhile: at the head)
-        if others:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            got.update(zip(others, self._get_from_head(others, left)))
-            self.ready_ids.update(others)
-            if peer.head_calls:
-                peer.seen_finished(others)
-        pinned = [res for res in got.values() if type(res) is peer_calls.Result
-                  and res.pins is not None]
-        if pinned:
-            # Our holds of their nested refs are at the head once it answers this.
-            self.control("ping")
-            for res in pinned:
-                peer.unpin(res)
-        return [peer.record(rec) if type(rec) is peer_calls.Result else rec
-                for rec in (got[i] for i in ids)]
+        return self.caller.get(refs, timeout)
 
     def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
-        peer = self.peer
-        if peer is not None and (peer.pending or peer.results) and any(map(peer.owns, ids)):
-            return self._wait_direct(ids, num_returns, timeout)
-        ready = self._request(m.WAIT, ids, num_returns, timeout=timeout,
-                              on_timeout=(m.WAIT_NOW,), blocking=True)
-        if peer is not None:
-            self.ready_ids.update(ready)
-            if peer.head_calls:
-                peer.seen_finished(ready)
-        return set(ready[:num_returns])
-
-    def _wait_direct(self, ids: list[int], num_returns: int,
-                     timeout: float | None) -> set[int]:
-        """wait() over direct results and head objects: the head is asked in slices
-        of ``DIRECT_WAIT_SLICE`` while direct results may still come."""
-        peer = self.peer
-        mine = [i for i in ids if peer.owns(i)]
-        mine_set = set(mine)
-        others = [i for i in ids if i not in mine_set]
-        deadline = None if timeout is None else time.monotonic() + timeout
-        ready_others: set = set()
-        while True:
-            ready = {i for i in mine if peer.answered(i)}
-            need = num_returns - len(ready) - len(ready_others)
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if need <= 0 or left == 0:
-                break
-            if others:
-                waiting = [i for i in others if i not in ready_others]
-                pending = len(ready) < len(mine)
-                span = left if not pending else (DIRECT_WAIT_SLICE if left is None
-                                                 else min(left, DIRECT_WAIT_SLICE))
-                got = self._request(m.WAIT, waiting, min(need, len(waiting)), timeout=span,
-                                    on_timeout=(m.WAIT_NOW,), blocking=True)
-                ready_others.update(got)
-                self.ready_ids.update(got)
-                if peer.head_calls:
-                    peer.seen_finished(got)
-                if not pending and len(got) < min(need, len(waiting)):
-                    break   # timed out with nothing direct left to wait for
-            else:
-                try:
-                    self._await(lambda: sum(map(peer.answered, mine)) >= num_returns, left,
-                                blocking=True)
-                except GetTimeoutError:
-                    pass
-        ready |= ready_others
-        return set([i for i in ids if i in ready][:num_returns])
+        return self.caller.wait(ids, num_returns, timeout)
 
     def _alloc(self, size: int) -> tuple[int, int]:
         if size > self.store_size:
@@ -801,7 +228,7 @@ class ExecutorContext(context.ContextBase):
         rec, contained = values.to_record(value, self._alloc, self.arena,
                                           "value passed to put()")
         if contained and self.peer is not None:
-            self._promote(contained)
+            self.caller.promote(contained)
         oid = context.new_ids(1)
         self.emit((m.PUT, oid, rec, contained or None))
         if self.peer is not None:
@@ -810,7 +237,7 @@ class ExecutorContext(context.ContextBase):
 
     def put_serialized(self, s) -> context.ObjectRef:
         if s.contained and self.peer is not None:
-            self._promote(s.contained)
+            self.caller.promote(s.contained)
         rec = values.serialized_to_record(s, self._alloc, self.arena)
         oid = context.new_ids(1)
         self.emit((m.PUT, oid, rec, s.contained or None))
@@ -825,7 +252,7 @@ class ExecutorContext(context.ContextBase):
         if kind == m.EXECUTE:
             self.execute(msg[1])
         elif kind == m.REPLY:
-            self.replies[msg[1]] = msg[2]
+            self.transport.replies[msg[1]] = msg[2]
         elif kind == m.CREATE_ACTOR:
             self.create_actor_here(msg[1])
         elif kind == m.RUN_FUNCTION:
@@ -885,13 +312,14 @@ class ExecutorContext(context.ContextBase):
         t0 = time.time()
         tid = spec[m.T_ID]
         name = spec[m.T_NAME]
-        direct = tid in self.direct_tids
+        transport = self.transport
+        direct = tid in transport.direct_tids
         if direct:
-            sends = self.rank_sends
+            sends = transport.rank_sends
         server = self.peer_server
         peer_call = server is not None and tid in server.calls
         if direct or peer_call:
-            _Output.printed = False
+            Output.printed = False
         outer = self.current_task_name, self.current_task_id
         if outer[1] is None and self.peer is not None and self.actor_id is None:
             self.peer.new_task()
@@ -927,13 +355,13 @@ class ExecutorContext(context.ContextBase):
         finally:
             self.current_task_name, self.current_task_id = outer
             if pinning:
-                with self.lock:
+                with transport.lock:
                     self.task_pins = outer_pins
             hooks.after_task()
         if not peer_call:
             self.emit(msg)
         else:
-            if self.holds_sent != holds or _Output.printed:
+            if self.holds_sent != holds or Output.printed:
                 # The caller lets go of the arguments once answered: the head must
                 # have this process's holds first (its answer to a ping says so),
                 # and the lines the call printed (they go through the rank).
@@ -941,13 +369,13 @@ class ExecutorContext(context.ContextBase):
             elif contained or self.exiting:
                 self.flush()   # what the call put or said goes ahead of its answer
             server.answer(tid, msg, contained)
-        if direct and (self.rank_sends != sends or _Output.printed):
+        if direct and (transport.rank_sends != sends or Output.printed):
             # What the call sent through the rank (a hold, a put, a printed line)
             # must reach the head before its result: the result follows that path.
-            self.direct_tids.discard(tid)
+            transport.direct_tids.discard(tid)
         # (At the end of what is queued, the loop that called this flushes before
         # it waits: every wait for the next message does.)
-        if len(self.out) + (server.queued if peer_call else 0) >= FLUSH_EVERY or \
+        if len(transport.out) + (server.queued if peer_call else 0) >= FLUSH_EVERY or \
                 time.monotonic() - self.last_flush > FLUSH_INTERVAL:
             self.flush()
         if self.exiting:
@@ -961,7 +389,7 @@ class ExecutorContext(context.ContextBase):
         todo = [dep[1] for dep in deps if len(dep) == 2]
         if not todo:
             return
-        recs = self._get_from_head(todo, None)
+        recs = self.caller.host.get_records(todo, None)
         for rec in recs:
             if rec[0] == ERROR:
                 raise _DepFailed(rec)
@@ -1017,7 +445,7 @@ class ExecutorContext(context.ContextBase):
             recs.append(rec)
             contained.extend(c)
         if contained and self.peer is not None:
-            self._promote(contained)
+            self.caller.promote(contained)
         return recs, contained
 
     # --- actors -----------------------------------------------------------------
@@ -1026,7 +454,7 @@ class ExecutorContext(context.ContextBase):
         self.actor_id = spec[m.T_ACTOR]
         # An actor's waits for its next call spin as before, crowd or not: driver
         # threads calling actors ran slower with the actors blocking meanwhile.
-        self.spinner.look = False
+        self.transport.spinner.look = False
         self._set_gpus(spec[m.T_RES])
         try:
             cls = self._function(spec)
@@ -1044,15 +472,16 @@ class ExecutorContext(context.ContextBase):
             self.flush()
             self.actor_failed()
             return
-        self._open_direct()
+        transport = self.transport
+        transport.open_direct(self.actor_id, self.pid, self.rank)
         if self.peer_session is not None and not spec[m.T_RETRIES]:
             # Creation specs carry the actor's max_task_retries there (actors.py):
             # calls the head must retry do not come direct.
-            self.peer_server = peer_calls.PeerServer.open(
-                self.peer_session, self.actor_id, self.peer_readers, self.peer_channels,
-                self.peer_lock, self.rank)
-            if self.peer_server is not None:
-                self.peer_server.held = spec[m.T_RES]
+            server = PeerServer.open(self.peer_session, self.actor_id, transport.readers,
+                                     transport.channels, transport.channel_lock, self.rank)
+            if server is not None:
+                server.held = spec[m.T_RES]
+            self.peer_server = transport.server = server
         self.emit((m.ACTOR_READY, self.actor_id, self.pid))
         self.flush()
 
@@ -1113,12 +542,13 @@ class ExecutorContext(context.ContextBase):
     def serve(self) -> None:
         self.emit((m.EXEC_READY, self.pid))
         self.flush()
+        inbox = self.transport.inbox
         while True:
-            if not self.inbox:
+            if not inbox:
                 self.flush()
-                self._recv(None)
-            while self.inbox:
-                msg = self.inbox.pop(0)
+                self.transport.recv(None)
+            while inbox:
+                msg = inbox.pop(0)
                 if msg[0] == m.EXECUTE:
                     self.execute(msg[1])
                 else:
@@ -1131,28 +561,6 @@ class _DepFailed(Exception):
     def __init__(self, record: tuple) -> None:
         super().__init__()
         self.record = record
-
-
-class _Output(io.TextIOWrapper):
-    """An executor's sys.stdout/sys.stderr: notes that a call printed something."""
-
-    printed = False
-
-    def write(self, s: str) -> int:
-        _Output.printed = True
-        return super().write(s)
-
-
-def _noting_output(f):
-    """A line-buffered _Output on ``f``'s file descriptor (``f``, still ``sys.__stdout__``
-    or ``sys.__stderr__``, stays usable)."""
-    if f is None:
-        return f
-    try:
-        buffer = open(f.fileno(), "wb", closefd=False)
-    except (OSError, ValueError, io.UnsupportedOperation):
-        return f
-    return _Output(buffer, encoding=f.encoding, errors=f.errors, line_buffering=True)
 
 
 def _die_with_parent() -> None:
@@ -1171,8 +579,8 @@ def main() -> None:
     interrupts.dump_stacks_on_sigusr2()
     # Printed lines go to the rank through a pipe (log_to_driver): one write per
     # line, not per 8 KiB block, so a line shows up while the task still runs.
-    sys.stdout = _noting_output(sys.stdout)
-    sys.stderr = _noting_output(sys.stderr)
+    sys.stdout = noting_output(sys.stdout)
+    sys.stderr = noting_output(sys.stderr)
     cfg = json.loads(os.environ.pop("HPC_RAY_EXECUTOR_CONFIG"))
     sys.path[:] = cfg["sys_path"]
     if cfg.get("cwd"):
@@ -1182,9 +590,9 @@ def main() -> None:
             pass
     context.set_id_prefix(cfg["rank"], cfg["serial"])
     arena = Arena(cfg["arena_fd"], cfg["store_size"]) if cfg["store_size"] else Arena(-1, 0)
-    conn = Connection(cfg["fd"])
-    ctx = ExecutorContext(conn, arena, cfg["node"], cfg["rank"], cfg["size"],
-                          cfg["store_size"], cfg.get("direct_addr"), cfg.get("session_id"))
+    transport = ExecutorTransport(Connection(cfg["fd"]), cfg.get("direct_addr"))
+    ctx = ExecutorContext(transport, arena, cfg["node"], cfg["rank"], cfg["size"],
+                          cfg["store_size"], cfg.get("session_id"))
     context.set_current(ctx)
     ctx.serve()
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from ..transport import messages as m
 from ..transport.comm import Backoff, recv_control
 from .executor import ExecutorContext
+from .executor_transport import ExecutorTransport
 
 if TYPE_CHECKING:
     from .worker import WorkerLoop
@@ -36,36 +37,23 @@ class DriverGone(BaseException):
     that the actor's method does not take it for its own error."""
 
 
-class RankContext(ExecutorContext):
-    """The API context of in-rank actors: requests go straight to the head."""
-
-    in_rank = True
+class RankTransport(ExecutorTransport):
+    """In-rank actors' messages: over the rank's MPI endpoint, straight to the head."""
 
     def __init__(self, loop: "WorkerLoop") -> None:
-        super().__init__(None, loop.arena, loop.node, loop.rank, loop.comm.Get_size(),
-                         loop.arena.size)
+        super().__init__(None)
         self.loop = loop
         self.req_ids = itertools.count(REQ_BASE)
-        self.actors: dict[int, object] = {}
-
-    # --- transport over the rank's MPI endpoint ----------------------------------
 
     def emit(self, msg: tuple) -> None:
         # The rank's own loop waits with the actor: its CPU is not free for tasks.
         if msg[0] != m.BLOCKED:
             self.out.append(msg)
 
-    def _send(self, msgs: list) -> None:
+    def send(self, msgs: list) -> None:
         self.loop.sender.send(0, msgs)
 
-    def flush(self) -> None:
-        super().flush()
-        self.loop.sender.progress()
-
-    def _poll(self, timeout: float) -> bool:
-        return self._recv(timeout)
-
-    def _recv(self, timeout: float | None) -> bool:
+    def recv(self, timeout: float | None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
         # The rank's own back-off: polls at once after activity, 20 us sleeps
         # while a reply is due (its first 10 ms), then doubling to 1 ms. (A fixed
@@ -102,6 +90,22 @@ class RankContext(ExecutorContext):
         pid = self.loop.driver_pid
         if pid and not _alive(pid):
             raise DriverGone(pid)
+
+
+class RankContext(ExecutorContext):
+    """The API context of in-rank actors: requests go straight to the head."""
+
+    in_rank = True
+
+    def __init__(self, loop: "WorkerLoop") -> None:
+        super().__init__(RankTransport(loop), loop.arena, loop.node, loop.rank,
+                         loop.comm.Get_size(), loop.arena.size)
+        self.loop = loop
+        self.actors: dict[int, object] = {}
+
+    def flush(self) -> None:
+        super().flush()
+        self.loop.sender.progress()
 
     # --- actors -------------------------------------------------------------------
 

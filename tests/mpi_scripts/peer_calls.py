@@ -340,7 +340,7 @@ with section("threads of the driver and of a task, batches of calls"):
 def sync_calls_from_threads(actors, n):
     """Threads of one task, each making sync calls to its own actor: a thread
     waiting for its answer reads only its own actor's socket while no other
-    thread waits (ExecutorContext._recv_answer), every socket otherwise."""
+    thread waits (ExecutorTransport.recv_answer), every socket otherwise."""
     import threading
     counts = {}
 

@@ -1,0 +1,271 @@
+"""The caller: a process's actor calls, gets and waits, with direct results.
+
+    user code ─ submit / submit_call / get / wait ─▶ Caller ─▶ actor's socket (direct)
+                                                        └────▶ CallerHost ─▶ the head
+
+One caller serves the driver (``driver.DriverContext``), an executor
+(``executor.ExecutorContext``) and in-rank actors (``rank_actors.RankContext``).
+It decides, with ``peer_calls.PeerCaller``, whether an actor call goes straight
+to the actor on this host or through the head; it owns the direct results, and
+it turns one into an object at the head (``promote``) before its ref leaves the
+process. What differs between the processes is behind ``CallerHost``: how a
+request reaches the head, whether the head already has an object, how a wait
+reads the actors' sockets and the process's inbox.
+"""
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+from ..exceptions import GetTimeoutError
+from ..transport import messages as m
+from . import peer_calls, values
+from .interrupts import deferred
+
+#: wait() over direct results and head objects asks the head this long at a time.
+WAIT_SLICE = 0.005
+
+
+class CallerHost(Protocol):
+    """What a process gives its caller: the way to the head and the way to wait."""
+
+    arena: object
+
+    def send_to_head(self, spec: list) -> None:
+        """Submit a task (or an actor call going through the head)."""
+
+    def known_at_head(self, oid: int) -> bool:
+        """Whether the head is known to have the object (a direct call may take it
+        as an argument)."""
+
+    def put_at_head(self, oid: int, record: tuple, contained) -> None:
+        """Make a direct result an object at the head, held by this process."""
+
+    def confirm_holds(self) -> None:
+        """Return once the head has every hold this process sent so far."""
+
+    def get_from_head(self, refs: list, timeout: float | None) -> list:
+        """The values of ``refs``, all objects at the head."""
+
+    def wait_on_head(self, ids: list, num_returns: int, timeout: float | None) -> set:
+        """wait() over objects at the head."""
+
+    def wait_until(self, done, deadline: float | None, need) -> bool:
+        """Read what arrives until ``done()``; False at the deadline. ``need()``:
+        the links whose answers ``done`` waits for."""
+
+    def wait_answer(self, oid: int, link) -> None:
+        """Wait for one direct call's answer, with no timeout (a sync call's get)."""
+
+    def keep_up(self, link) -> None:
+        """After a call sent on ``link``: read its answers, or wait for room in its
+        socket, if the caller is far ahead of the actor."""
+
+    def poll_links(self, need) -> None:
+        """Read what ``need()``'s links have brought, without waiting."""
+
+    def before_route(self, spec: list) -> None:
+        """Before a call is routed: bring the caller's view of its calls through
+        the head up to date (the driver sees the head's tables)."""
+
+    def with_head_args(self, spec: list) -> None:
+        """A direct call: add the records of its small ref arguments the head
+        holds here (``peer_calls.with_records``), where the head is in-process."""
+
+
+class Caller:
+    """A process's calls and their results (``peer`` None: everything goes
+    through the head)."""
+
+    def __init__(self, host: CallerHost, peer: peer_calls.PeerCaller | None,
+                 route_lock) -> None:
+        self.host = host
+        self.peer = peer
+        #: Threads calling actors at once: one route decision at a time.
+        self.route_lock = route_lock
+
+    # --- calls ------------------------------------------------------------------
+
+    def submit(self, spec: list) -> None:
+        peer = self.peer
+        if peer is not None:
+            refs = peer.escaping(spec)
+            if refs:
+                self.promote(refs)
+        self.host.send_to_head(spec)
+
+    def submit_call(self, spec: list, lifetime) -> None:
+        """An actor call: straight to the actor when ``peer_calls`` allows it."""
+        peer = self.peer
+        if peer is None:
+            self.submit(spec)
+            return
+        host = self.host
+        actor_id = spec[m.T_ACTOR]
+        if peer.dead and actor_id in peer.dead:
+            peer.settle(actor_id)
+        deps = spec[m.T_DEPS]
+        deps_ready = not deps or all(peer.owns(d[1]) or host.known_at_head(d[1]) for d in deps)
+        if peer.head_calls.get(actor_id):
+            host.before_route(spec)
+        with self.route_lock:
+            how, link = peer.route(spec, deps_ready)
+            if how == peer_calls.DIRECT:
+                if deps:
+                    peer.inline_args(spec, self.await_answer)
+                    host.with_head_args(spec)
+                refs = peer.escaping(spec)
+                if refs:   # the actor fetches the arguments' objects from the head
+                    self.promote(refs)
+                with deferred():      # a Ctrl-C between noting the call and sending it
+                    sent = peer.send(link, spec, lifetime)   # would leave it in flight forever
+                if not sent:
+                    how = peer_calls.HEAD   # the actor's process was gone: see send
+                    peer.settle(actor_id)
+        if how == peer_calls.DIRECT:
+            host.keep_up(link)
+            return
+        if how == peer_calls.DRAIN:
+            host.wait_until(lambda: not link.inflight, None, lambda: [link])
+        peer.note_head_call(actor_id, spec[m.T_RETURNS][:1])
+        self.submit(spec)
+
+    def await_answer(self, oid: int) -> None:
+        """Wait until the direct call that makes ``oid`` is answered."""
+        peer = self.peer
+        self.host.wait_until(lambda: oid not in peer.pending, None,
+                             lambda: peer.links_for((oid,)))
+
+    def promote(self, oids) -> None:
+        """Direct results about to leave this process become objects at the head."""
+        peer = self.peer
+        host = self.host
+        for oid in oids:
+            if not peer.owns(oid):
+                continue
+            if oid in peer.pending:
+                self.await_answer(oid)
+            res = peer.results.pop(oid, None)
+            if res is None:
+                continue
+            host.put_at_head(oid, peer.record(res), res.contained or None)
+            if res.pins is not None:
+                # The head holds the nested refs through the object once it has
+                # it: the actor's pins may go after that.
+                host.confirm_holds()
+                peer.unpin(res)
+
+    def before_control(self, name: str, args: tuple) -> None:
+        """Before a control call: later calls must not overtake what it starts."""
+        peer = self.peer
+        if peer is not None and name in peer_calls.FENCING:
+            peer.fence(name, args)
+
+    # --- get and wait -------------------------------------------------------------
+
+    def has_direct(self) -> bool:
+        peer = self.peer
+        return peer is not None and bool(peer.pending or peer.results)
+
+    def get(self, refs: list, timeout: float | None) -> list:
+        if not self.has_direct():
+            return self.host.get_from_head(refs, timeout)
+        peer = self.peer
+        if timeout is None and len(refs) == 1:
+            ref = refs[0]
+            sent = peer.pending.get(ref.id)
+            if sent is not None:
+                self.host.wait_answer(ref.id, sent[0])
+                res = peer.results.get(ref.id)
+                if res is not None and res.pins is None:
+                    return [values.from_record(peer.record(res), self.host.arena, ref)]
+                # (promoted meanwhile, or pinned refs: as any get)
+        return self._get_with_direct(refs, timeout)
+
+    def _get_with_direct(self, refs: list, timeout: float | None) -> list:
+        """get() of refs some of which are direct results."""
+        peer = self.peer
+        host = self.host
+        results = peer.results
+        mine = [r.id for r in refs if peer.owns(r.id)]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if any(i not in results for i in mine) and not host.wait_until(
+                lambda: all(map(peer.answered, mine)), deadline, self._links_of(mine)):
+            raise GetTimeoutError(f"get timed out after {timeout} s waiting for "
+                                  f"{len(refs)} object(s): direct calls to actors not "
+                                  f"answered")
+        got = {i: results.get(i) for i in mine}
+        others = [r for r in refs if got.get(r.id) is None]   # (promoted meanwhile: at the head)
+        if others:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            for ref, value in zip(others, host.get_from_head(others, left)):
+                got[ref.id] = (value,)
+        pinned = [res for res in got.values() if type(res) is peer_calls.Result
+                  and res.pins is not None]
+        if pinned:
+            host.confirm_holds()     # our holds of their nested refs are at the head
+            for res in pinned:
+                peer.unpin(res)
+        out = []
+        arena = host.arena
+        for ref in refs:
+            res = got[ref.id]
+            if type(res) is tuple:
+                out.append(res[0])
+            else:
+                out.append(values.from_record(peer.record(res), arena, ref))
+        return out
+
+    def _links_of(self, oids: list):
+        """``need`` of a wait for ``oids``: their links, found once (a call's link is
+        fixed when it is sent; a get of 100,000 refs must not scan them all every
+        turn), those with calls still in flight at each turn."""
+        links = self.peer.links_for(oids)
+        return lambda: [link for link in links if link.inflight]
+
+    def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
+        """The ids ready (at most ``num_returns``, earliest in input order first)."""
+        peer = self.peer
+        if self.has_direct() and any(map(peer.owns, ids)):
+            return self._wait_with_direct(ids, num_returns, timeout)
+        return self.host.wait_on_head(ids, num_returns, timeout)
+
+    def _wait_with_direct(self, ids: list[int], num_returns: int,
+                          timeout: float | None) -> set[int]:
+        """wait() over direct results and head objects: the head is asked in slices
+        of ``WAIT_SLICE`` while direct results may still come."""
+        peer = self.peer
+        host = self.host
+        mine = [i for i in ids if peer.owns(i)]
+        mine_set = set(mine)
+        others = [i for i in ids if i not in mine_set]
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def answered():
+            return sum(map(peer.answered, mine))
+
+        ready_others: set = set()
+        links_needed = self._links_of(mine)
+        while True:
+            n_mine = answered()
+            need = num_returns - n_mine - len(ready_others)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if need <= 0 or left == 0:
+                break
+            if others:
+                waiting = [i for i in others if i not in ready_others]
+                pending = n_mine < len(mine)
+                span = left if not pending else (WAIT_SLICE if left is None
+                                                 else min(left, WAIT_SLICE))
+                asked = min(need, len(waiting))
+                got = host.wait_on_head(waiting, asked, span)
+                ready_others.update(got)
+                if pending:
+                    host.poll_links(links_needed)
+                elif len(got) < asked:
+                    break   # timed out with nothing direct left to wait for
+            else:
+                goal = num_returns
+                host.wait_until(lambda: answered() >= goal, deadline, links_needed)
+        ready = {i for i in mine if peer.answered(i)} | ready_others
+        return set([i for i in ids if i in ready][:num_returns])

@@ -1,0 +1,432 @@
+"""The executor's transport: its pipe to the rank, the driver's direct channel,
+the sockets of direct calls, and the waits on them (``executor.py`` executes).
+
+    ExecutorContext ─ emit / send / request ─▶ ExecutorTransport ─▶ rank (socketpair)
+                    ◀─ inbox (EXECUTE, ...), replies by request id ─┘  driver, actors
+
+Threads of the user's code may call the API at once (issue 11). Every send goes
+out under one lock; a thread waiting for its reply reads the pipe itself unless
+another thread already does, and whoever reads files replies by request id and
+leaves the rest (EXECUTE, ...) for the main thread, the only one that runs
+tasks. A thread other than the main one never runs nested work; its long wait
+in a task lends the task's CPU with LEND instead of BLOCKED, and the rank runs
+what it gets for that CPU in a spare executor.
+
+An actor on the driver's host also opens a direct channel to the driver
+(``transport/direct.py``): the driver's calls arrive there, and their results go
+back there when a flush holds nothing but such results, with inline values and
+no nested refs; anything else goes through the rank, which keeps the books of
+what this process holds and of the store blocks it fills.
+"""
+from __future__ import annotations
+
+import io
+import itertools
+import os
+import pickle
+import select
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ..exceptions import GetTimeoutError
+from ..transport import direct
+from ..transport import messages as m
+from ..transport.serialization import SHM, loads
+from ..transport.spin import Spinner
+from . import peer_calls
+
+
+class ExecutorTransport:
+    """An executor's messages to and from the rank, and its waits for them.
+
+    ``owner`` (the executor's context) runs what arrives: ``owner.handle(msg)``,
+    ``owner.flush()`` (send what is owed) and ``owner.actor_id``.
+    """
+
+    def __init__(self, conn: Connection | None, direct_addr: str | None = None) -> None:
+        self.owner = None
+        self.conn = conn
+        self.conn_fd = conn.fileno() if conn is not None else -1   # (None: RankTransport)
+        #: The driver's direct channel (actors on its host): address, connection,
+        #: and the ids of the calls that came over it and are not answered yet.
+        self.direct_addr = direct_addr
+        self.dconn: Connection | None = None
+        self.dconn_fd = -1
+        self.direct_tids: set = set()
+        #: Batches sent to the rank so far (see ``ExecutorContext.execute``).
+        self.rank_sends = 0
+        self.out: list = []
+        self.inbox: list = []
+        self.replies: dict[int, Any] = {}
+        self.req_ids = itertools.count(1)
+        # Sends are serialized by ``lock``; any waiting thread may read the
+        # socket, one at a time (``reading``), and files what it reads: replies
+        # by request id into ``replies``, everything else into ``inbox`` for the
+        # main thread.
+        #: Held while ``out`` is appended to or swapped and sent: frames stay whole and in order.
+        self.lock = threading.Lock()
+        #: Guards ``reading`` and ``batches``; notified after each batch read.
+        #: ``arrived``'s lock, taken directly (Condition's ``with`` is Python code),
+        #: and how many threads wait on ``arrived``.
+        self.arrived_lock = threading.Lock()
+        self.arrived = threading.Condition(self.arrived_lock)
+        self.waiting = 0
+        #: True while some thread reads the socket.
+        self.reading = False
+        #: Batches read so far (a waiter's "did anything arrive?").
+        self.batches = 0
+        #: Written by a waiter to wake the reader's poll (``recv``).
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        #: The thread that runs serve(): the only one that executes tasks.
+        self.main_thread = threading.get_ident()
+        # Direct calls between executors (``peer_calls``): the sockets the wait
+        # loop watches besides the rank's, fd -> reader (returns messages for the
+        # inbox), and those of them written through a buffer, fd -> Channel,
+        # whose buffers ``channel_lock`` guards.
+        self.readers: dict = {}
+        self.channels: dict = {}
+        self.channel_lock = threading.Lock()
+        #: The caller's and the actor's sides of direct calls, once there are.
+        self.peer: peer_calls.PeerCaller | None = None
+        self.server = None
+        #: Busy-polls a little before blocking while that pays and (a task's
+        #: process) no crowd of ready threads takes the cores (``transport/spin.py``).
+        self.spinner = Spinner(look=True)
+        #: ``recv_select``'s poll object, and what it was built to watch.
+        self.poller = None
+        self.poller_key = None
+
+    def emit(self, msg: tuple) -> None:
+        with self.lock:
+            self.out.append(msg)
+
+    def send_batch(self, msgs: list) -> None:
+        """Send a flush's messages (``lock`` held): to the driver if they are all
+        results of its direct calls that may go there, else to the rank."""
+        if self.direct_tids and self.direct_only(msgs):
+            self.send_direct(msgs)
+        else:
+            self.send(msgs)
+
+    def send(self, msgs: list) -> None:
+        if self.direct_tids:
+            # Results of direct calls going through the rank: the head takes them
+            # from there the same way.
+            for msg in msgs:
+                if msg[0] == m.TASK_DONE or msg[0] == m.TASK_FAILED:
+                    self.direct_tids.discard(msg[1])
+        if not all(msg[0] == m.COLLECTIVE_OP for msg in msgs):
+            # (A collective is answered by the rank itself: nothing of it reaches
+            # the head, so a direct call's result need not follow it there.)
+            self.rank_sends += 1
+        self.conn.send_bytes(pickle.dumps(msgs, protocol=5))
+
+    def direct_only(self, msgs: list) -> bool:
+        """Whether ``msgs`` are all results of direct calls that need no rank's books:
+        inline values (no store block the rank must see sealed), no nested refs."""
+        tids = self.direct_tids
+        for msg in msgs:
+            kind = msg[0]
+            if kind == m.TASK_DONE:
+                if msg[1] not in tids or msg[3] is not None or \
+                        any(rec[0] == SHM for rec in msg[2]):
+                    return False
+            elif kind != m.TASK_FAILED or msg[1] not in tids:
+                return False
+        return True
+
+    def send_direct(self, msgs: list) -> None:
+        for msg in msgs:
+            self.direct_tids.discard(msg[1])
+        try:
+            self.dconn.send_bytes(pickle.dumps(msgs, protocol=5))
+        except OSError:
+            os._exit(0)  # the driver is gone: nothing left to serve
+
+    def open_direct(self, actor_id: int, pid: int, rank: int) -> None:
+        """Connect actor ``actor_id``'s process to the driver, if the driver is on this host."""
+        if self.direct_addr is None or self.dconn is not None:
+            return
+        sock = direct.connect(self.direct_addr)
+        if sock is None:
+            return
+        self.dconn = Connection(sock.detach())
+        self.dconn_fd = self.dconn.fileno()
+        self.dconn.send_bytes(pickle.dumps(
+            [(m.DIRECT_HELLO, actor_id, pid, rank)], protocol=5))
+
+    def recv(self, timeout: float | None) -> bool:
+        """Wait for the next batch from the rank; False on timeout.
+
+        The batch is read by this thread, or by another one already reading (a
+        thread of the user's code waiting for its own reply): either way replies
+        land in ``replies`` and the rest in ``inbox``.
+        """
+        lock = self.arrived_lock
+        with lock:
+            if self.reading:
+                seen = self.batches
+                deadline = None if timeout is None else time.monotonic() + timeout
+                self.waiting += 1
+                key = self.poller_key
+                if key is None or key[2] != tuple(self.readers):
+                    # The reader's poll may not watch a socket this thread waits on
+                    # (a link it opened since: a thread of a task that returned,
+                    # calling an actor while the main thread waits for work).
+                    try:
+                        os.write(self.wake_w, b"\1")
+                    except BlockingIOError:
+                        pass   # (woken already)
+                try:
+                    while self.reading and self.batches == seen:
+                        left = None if deadline is None else deadline - time.monotonic()
+                        if left is not None and left <= 0:
+                            return False
+                        self.arrived.wait(left)
+                finally:
+                    self.waiting -= 1
+                if self.batches != seen:
+                    return True
+            self.reading = True
+        msgs = None
+        try:
+            if self.dconn is not None or self.readers or timeout is None:
+                msgs = self.recv_select(timeout)
+            elif self.conn.poll(timeout):
+                msgs = loads(self.conn.recv_bytes())
+        except (EOFError, OSError):
+            os._exit(0)  # the rank (or the driver) is gone: nothing left to serve
+        finally:
+            self._end_reading(msgs)
+        return msgs is not None
+
+    def _end_reading(self, msgs: list | None) -> None:
+        """The end of a thread's turn reading: file what it read (None: nothing
+        came) and wake the threads waiting for a turn or a reply."""
+        with self.arrived_lock:
+            self.reading = False
+            if msgs is not None:
+                if msgs:
+                    self._file(msgs)
+                self.batches += 1
+            if self.waiting:
+                self.arrived.notify_all()
+
+    def recv_answer(self, link, timeout: float) -> bool:
+        """``_recv`` for a task waiting for one direct call's answer: wait on that
+        call's socket and the rank's pipe only, and read the answer straight off
+        the socket. False on timeout, or when this cannot be done now: another
+        thread reads, or waits for what a read files (``_recv`` reads every
+        socket for it), or bytes wait to go out on some socket (``_recv``
+        writes them as it waits). Answers on the task's other links wait in
+        their sockets meanwhile."""
+        channel = link.channel
+        with self.arrived_lock:
+            if self.reading or self.waiting or self.peer.links.get(link.actor_id) is not link:
+                return False
+            for ch in self.channels.values():
+                if ch.outbuf:
+                    return False
+            self.reading = True
+        poller = link.rank_poller
+        if poller is None:
+            poller = link.rank_poller = select.poll()
+            poller.register(channel.fd, select.POLLIN)
+            poller.register(self.conn_fd, select.POLLIN)
+        msgs = None
+        try:
+            for fd, _ in self.spinner.poll(poller, timeout * 1000.0):
+                if msgs is None:
+                    msgs = []
+                if fd == channel.fd:
+                    self.peer._read(link)   # files the answer in ``peer.results``
+                else:
+                    msgs = loads(self.conn.recv_bytes())
+        except (EOFError, OSError):
+            os._exit(0)  # the rank is gone: nothing left to serve
+        finally:
+            self._end_reading(msgs)
+        return msgs is not None
+
+    def recv_select(self, timeout: float | None) -> list | None:
+        """The next batch from the rank or the driver's direct channel (direct calls
+        are noted in ``direct_tids``), after whatever the peer sockets brought:
+        calls for this actor (in the batch), results for this caller (filed by
+        ``peer_calls``). None on timeout."""
+        conn_fd = self.conn_fd
+        dfd = self.dconn_fd
+        server = self.server
+        # Calls enough queued: callers' sockets wait (they hold the flood back).
+        full = server is not None and len(self.inbox) > peer_calls.INBOX_HIGH
+        channels = self.channels
+        # The poll object is built again only when what it watches changes.
+        key = (dfd, full, tuple(self.readers),
+               [fd for fd, ch in channels.items() if ch.outbuf] if channels else None)
+        poller = self.poller
+        if key != self.poller_key:
+            poller = self.poller = select.poll()
+            self.poller_key = key
+            poller.register(conn_fd, select.POLLIN)
+            poller.register(self.wake_r, select.POLLIN)
+            if dfd != -1:
+                poller.register(dfd, select.POLLIN)
+            peer_calls.watch(poller, self.readers, channels,
+                             server.callers if full else ())
+        events = self.spinner.poll(poller, None if timeout is None else timeout * 1000.0)
+        if not events:
+            return None
+        msgs = []
+        calls = []
+        for fd, ev in events:
+            if fd == conn_fd:
+                msgs = loads(self.conn.recv_bytes())
+            elif fd == self.wake_r:
+                os.read(self.wake_r, 64)   # a waiter's: the poll is built again
+            elif fd == dfd:
+                driver_calls = loads(self.dconn.recv_bytes())
+                for msg in driver_calls:
+                    self.direct_tids.add(msg[1][m.T_ID])
+                calls = calls + driver_calls
+            else:
+                read = peer_calls.serve(fd, ev, self.readers, self.channels,
+                                        self.channel_lock)
+                if read:
+                    calls = calls + read
+        return msgs + calls if calls else msgs
+
+    def _file(self, msgs: list) -> None:
+        replies, inbox = self.replies, self.inbox
+        for msg in msgs:
+            if msg[0] == m.REPLY:
+                replies[msg[1]] = msg[2]
+            else:
+                inbox.append(msg)
+
+    def request(self, msg_kind: int, *fields, timeout: float | None = None,
+                 on_timeout: tuple | None = None, blocking: bool = False) -> Any:
+        """Send a request to the head and wait for its reply.
+
+        ``blocking`` requests (get, wait) may wait for other tasks: the executor
+        tells the scheduler its CPU is free meanwhile and, unless it hosts an
+        actor, runs the tasks it is sent in the meantime (nested), so that a pool
+        of a few workers cannot deadlock on tasks waiting for subtasks. Anything
+        else that arrives waits in the inbox: an actor runs one call at a time, in
+        order, and a collective or an allocation must not have other user code
+        run in the middle of it.
+
+        Only the main thread does either; another thread of the user's code just
+        waits for its reply (reading the socket itself when no one else does).
+        """
+        req = next(self.req_ids)
+        self.emit((msg_kind, req) + fields)
+        replies = self.replies
+        self.await_(lambda: req in replies, timeout, blocking,
+                    None if on_timeout is None else lambda: self.emit(on_timeout + (req,)))
+        return replies.pop(req)
+
+    def await_(self, done, timeout: float | None = None, blocking: bool = False,
+               on_timeout=None) -> None:
+        """Read and handle what arrives until ``done()``: a request's reply, or the
+        results of direct calls (``peer_calls``). See ``request`` for ``blocking``;
+        at the timeout, ``on_timeout()`` is called once, or GetTimeoutError raised."""
+        main = threading.get_ident() == self.main_thread
+        deadline = None if timeout is None else time.monotonic() + timeout
+        nested = blocking and main and self.owner.actor_id is None
+        blocked = False
+        try:
+            while not done():
+                i = self._handleable(nested) if main else None
+                if i is not None:
+                    msg = self.inbox.pop(i)
+                    if msg[0] == m.EXECUTE and not blocked:
+                        # Running other work here: let the scheduler count our CPU as free.
+                        blocked = True
+                        self.emit((m.BLOCKED, 1))
+                    self.owner.handle(msg)
+                    continue
+                self.owner.flush()
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    if on_timeout is None:
+                        raise GetTimeoutError(f"timed out after {timeout} s")
+                    on_timeout()
+                    deadline = None
+                    continue
+                if blocking and not blocked and (main or self.owner.actor_id is None):
+                    # Still waiting after 50 ms, with or without a timeout: let the
+                    # scheduler count our CPU as free, as Ray does for a blocked get.
+                    # The main thread runs what the rank sends meanwhile (BLOCKED);
+                    # another thread's wait lends it to another executor (LEND).
+                    if self.recv(0.05 if left is None else min(left, 0.05)) or done():
+                        continue
+                    if deadline is not None and time.monotonic() >= deadline:
+                        continue
+                    blocked = True
+                    self.emit((m.BLOCKED, 1) if main else (m.LEND, 1))
+                    self.owner.flush()
+                    continue
+                self.recv(None if left is None else min(left, 0.05))
+        finally:
+            if blocked:
+                if not main:
+                    self.emit((m.LEND, -1))
+                    self.owner.flush()
+                elif self.owner.actor_id is None:
+                    self.stop_lending()
+                else:
+                    self.emit((m.BLOCKED, -1))   # an actor is sent no nested work
+
+    def stop_lending(self) -> None:
+        """The main thread's wait that lent its CPU is over: tell the rank, and
+        run the nested tasks it sent before it heard. They arrive ahead of its
+        answer; left in the inbox they would wait until this task ends, and a
+        thread of this task waiting for one of them would never see it."""
+        req = next(self.req_ids)
+        self.emit((m.UNBLOCK, req))
+        replies = self.replies
+        while req not in replies:
+            if self.inbox:
+                self.owner.handle(self.inbox.pop(0))
+                continue
+            self.owner.flush()
+            self.recv(None)
+        replies.pop(req)
+
+    def _handleable(self, nested: bool) -> int | None:
+        """Where in the inbox the next message a waiting request handles is, or None.
+
+        Nested: anything, in order. Otherwise only replies; the rest stay queued,
+        in order, for the serve loop (or the request this one is nested in).
+        """
+        inbox = self.inbox
+        if not inbox:
+            return None
+        if nested:
+            return 0
+        return next((i for i, msg in enumerate(inbox) if msg[0] == m.REPLY), None)
+
+
+class Output(io.TextIOWrapper):
+    """An executor's sys.stdout/sys.stderr: notes that a call printed something."""
+
+    printed = False
+
+    def write(self, s: str) -> int:
+        Output.printed = True
+        return super().write(s)
+
+
+def noting_output(f):
+    """A line-buffered Output on ``f``'s file descriptor (``f``, still ``sys.__stdout__``
+    or ``sys.__stderr__``, stays usable)."""
+    if f is None:
+        return f
+    try:
+        buffer = open(f.fileno(), "wb", closefd=False)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return f
+    return Output(buffer, encoding=f.encoding, errors=f.errors, line_buffering=True)
