@@ -16,9 +16,54 @@ from pathlib import Path
 import pytest
 
 from slurm import cluster as _cluster
-from slurm.fixtures import poll_for
+from slurm.fixtures import (hpc_ray_cli, job_env, poll_for, run, sbatch, slurm_two_nodes,
+                            two_node_job_dir, wait_job)
+from test_two_nodes import assert_two_nodes
+from conftest import MPIResult, SCRIPTS_DIR
 
+__all__ = ["slurm_two_nodes", "two_node_job_dir"]  # fixtures, imported to be found by pytest
+
+SCRIPT = SCRIPTS_DIR / "two_nodes.py"
 PY = sys.executable
+MPIEXEC = Path(PY).with_name("mpiexec")
+
+
+def results_of(text: str) -> dict:
+    return MPIResult([], 0, text, "", 0.0).assert_ok("two_nodes")
+
+
+@pytest.mark.timeout(120)
+def test_sbatch_two_nodes_with_srun(slurm_two_nodes, two_node_job_dir):
+    c = slurm_two_nodes
+    script = two_node_job_dir / "two_nodes.sbatch"
+    script.write_text(f"#!/bin/bash\nsrun --mpi=pmi2 {PY} {SCRIPT}\n")
+    out = two_node_job_dir / "out.txt"
+    job = sbatch(c, "-N", "2", "--ntasks-per-node=2", "-o", str(out), str(script),
+                 cwd=two_node_job_dir)
+    (record,) = wait_job(c, job, output=out)
+    assert record["JobState"] == "COMPLETED", out.read_text()
+    assert record["NodeList"] == "n[1-2]"
+    assert_two_nodes(results_of(out.read_text()), ["n1", "n2"])
+
+
+@pytest.mark.timeout(120)
+def test_salloc_two_nodes_with_mpiexec(slurm_two_nodes, two_node_job_dir):
+    if not MPIEXEC.exists():
+        pytest.skip(f"no mpiexec beside {PY}")
+    proc = run(["salloc", "-N", "2", "--ntasks-per-node=2", str(MPIEXEC), "-launcher", "slurm",
+                "-n", "4", PY, str(SCRIPT)],
+               env=job_env(slurm_two_nodes), cwd=two_node_job_dir, timeout=90)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_two_nodes(results_of(proc.stdout), ["n1", "n2"])
+
+
+@pytest.mark.timeout(120)
+def test_submit_two_nodes_and_wait(slurm_two_nodes, two_node_job_dir):
+    proc = hpc_ray_cli("submit", str(SCRIPT), "--nodes", "2", "--ntasks-per-node", "2",
+                       "--wait", env=job_env(slurm_two_nodes), cwd=two_node_job_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_two_nodes(results_of(proc.stdout), ["n1", "n2"])
+
 
 HOLDING_TEST = '''
 import os, time
