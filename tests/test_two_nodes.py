@@ -19,14 +19,14 @@ HOSTS = ("127.0.0.2", "127.0.0.3")
 BIG = (50 << 20) + 128   # the 50 MB array as the store holds it (pickle header included)
 
 
-def fake_hosts_command(script: str, ranks_per_host: int = 2) -> list[str]:
+def fake_hosts_command(script: str, hosts=tuple(f"{h}:2" for h in HOSTS)) -> list[str]:
+    """``mpiexec`` of ``script`` over fake ``hosts`` (``"address:ranks"`` each)."""
     mpi = get_mpiexec()
     if mpi is None or mpi.flavor != "mpich":
         pytest.skip("the fake-host launch needs MPICH's hydra mpiexec")
-    hosts = ",".join(f"{h}:{ranks_per_host}" for h in HOSTS)
-    return [mpi.path, "-hosts", hosts, "-launcher", "ssh", "-launcher-exec", str(FAKE_SSH),
-            "-n", str(ranks_per_host * len(HOSTS)), sys.executable,
-            str(SCRIPTS_DIR / script)]
+    n = sum(int(h.rsplit(":", 1)[1]) for h in hosts)
+    return [mpi.path, "-hosts", ",".join(hosts), "-launcher", "ssh", "-launcher-exec",
+            str(FAKE_SSH), "-n", str(n), sys.executable, str(SCRIPTS_DIR / script)]
 
 
 def assert_two_nodes(res: dict, names: list[str]) -> None:
