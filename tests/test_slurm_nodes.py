@@ -105,3 +105,21 @@ def test_daemons_end_with_a_killed_pytest(tmp_path):
         pytest_run.communicate()
     poll_for(lambda: not any(map(_cluster._pid_alive, pids)) and not state.exists(), 60,
              "munged, slurmctld and both slurmd ending after pytest was killed")
+
+
+@pytest.mark.timeout(120)
+def test_gres_gpus_are_each_nodes_pool(slurm_two_nodes, two_node_job_dir):
+    """``--gres=gpu:2`` on each node: the ranks of n2 hold one id each, and a
+    ``num_gpus=2`` task still runs there, as on a node of Ray's."""
+    c = slurm_two_nodes
+    script = two_node_job_dir / "node_gpus.sbatch"
+    script.write_text(f"#!/bin/bash\nsrun --mpi=pmi2 {PY} {SCRIPTS_DIR / 'node_gpus.py'}\n")
+    out = two_node_job_dir / "out.txt"
+    job = sbatch(c, "-N", "2", "--ntasks-per-node=2", "--gres=gpu:2", "-o", str(out),
+                 str(script), cwd=two_node_job_dir)
+    (record,) = wait_job(c, job, output=out)
+    assert record["JobState"] == "COMPLETED", out.read_text()
+    res = MPIResult([], 0, out.read_text(), "", 0.0).assert_ok("node_gpus")
+    assert res["gpus"] == 4
+    assert res["two_gpu_tasks"] == [[0, 1], [0, 1]]
+    assert len(set(res["stores"])) == 2

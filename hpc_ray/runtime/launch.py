@@ -238,7 +238,8 @@ def setup_world(comm, cfg: dict | None):
     cfg = comm.bcast(cfg, root=0)
     gathered = comm.allgather((visible_gpus(), socket.gethostname()))
     rpn = cfg.get("ranks_per_node")
-    node_of = [r // rpn for r in range(size)] if rpn else _nodes_of_ranks(comm)
+    node_of = [r // rpn for r in range(size)] if rpn else \
+        _nodes_of_ranks(comm, by_name=not cfg.get("embedded"))
     cfg = dict(cfg, visible_gpus=[g for g, _ in gathered],
                one_host=len({host for _, host in gathered}) == 1)
     if not rpn and len(set(node_of)) > 1:
@@ -288,18 +289,20 @@ def node_name() -> str:
     return name
 
 
-def _nodes_of_ranks(comm) -> list[int]:
+def _nodes_of_ranks(comm, by_name: bool = True) -> list[int]:
     """The node index of every rank (collective): ranks share a node when MPI puts
     them in one shared-memory group and the launcher gives them one node name.
 
     Either alone can be wrong for the runtime: an MPI library may group by host
     the ranks of two ``slurmd`` on one machine, and two hosts may share a name.
-    Node 0 holds rank 0; nodes are numbered by their lowest rank.
+    Ranks an embedded driver spawned are on its node whatever their launcher
+    calls it (``by_name=False``). Node 0 holds rank 0; nodes are numbered by
+    their lowest rank.
     """
     MPI = mpi()
     rank = comm.Get_rank()
     shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
-    name = node_name()
+    name = node_name() if by_name else ""
     names = sorted(set(shared.allgather(name)))
     same_name = shared.Split(color=names.index(name), key=rank)
     leader = same_name.bcast(rank, root=0)
