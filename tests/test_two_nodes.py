@@ -40,7 +40,9 @@ def assert_two_nodes(res: dict, names: list[str]) -> None:
     assert sorted(w["store"] == here for w in res["actors"]) == [False, False, True]
     # The driver's 50 MB object crossed to B once, however often B read it ...
     assert res["after_put_read_far"] == [[a, 0, 0], [b, 1, BIG]]
-    # ... and B's crossed to A once: the driver's second get and rank 1 read A's copy.
+    # ... and B's crossed to A once: the far actor's answer went through the head
+    # (no direct socket between nodes), and the driver's second get and rank 1
+    # read A's copy.
     assert res["after_far_read_here"] == [[a, 1, BIG], [b, 1, BIG]]
     assert res["sums"] == [6553600.0] * 2 + [13107200.0] * 3
     assert res["readonly"] == [True]

@@ -9,7 +9,6 @@ object crossed in each direction, and the sums the far side computed.
 import faulthandler
 import json
 import os
-import sys
 
 import numpy as np
 
