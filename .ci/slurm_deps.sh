@@ -2,7 +2,9 @@
 # Install what the Slurm tests need: Debian's Slurm (slurmctld, slurmd, the client
 # commands, the Lua job_submit plugin) and munge.  Non-interactive; run as root (or
 # with sudo available).  The tests start and stop the daemons themselves
-# (tests/slurm/cluster.py), so nothing is enabled or started here.
+# (tests/slurm/cluster.py), so nothing is enabled or started here.  The two-node
+# cluster runs two slurmd on this host (``slurmd -N n1``, ``-N n2``, each with its
+# own Port=): Debian's slurmd is built with support for several per host.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 

@@ -180,9 +180,11 @@ def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: di
     # --- resources ---
     grants = [t for t in head.tasks.values() if t.placed and t.spec[m.T_ACTOR] is None] + \
         [a for a in head.actors.values() if a.state in (ActorState.STARTING, ActorState.ALIVE)]
+    # node -> GPU id -> the fraction of it held (a node's GPU ids are one pool)
+    gpu_shares = collections.defaultdict(collections.Counter)
     for r, w in head.workers.items():
         used = collections.Counter()
-        gpu_share = collections.Counter()   # GPU id -> the fraction of it held
+        gpu_share = gpu_shares[w.node]
 
         def holds(resources, ids):
             used.update({k: v for k, v in resources.items() if v})
@@ -207,21 +209,21 @@ def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: di
         for k, total in w.total.items():
             assert abs(total - w.avail.get(k, 0) - used.get(k, 0)) < 1e-9, \
                 f"rank {r} {k}: total {total}, avail {w.avail.get(k)}, in use {used.get(k)}"
-        assert sorted(w.gpu_free) == list(range(int(w.total.get("GPU", 0))))
-        for g, free in w.gpu_free.items():
-            assert abs(free + gpu_share[g] - 1) < 1e-9, f"rank {r} GPU {g}: {free} free, " \
-                f"{gpu_share[g]} held"
-    # A node's custom resources: the job's total, held by tasks and actors of all its ranks.
+    # A node's GPUs and custom resources, held by tasks and actors of all its ranks.
     for node, pool in head.pools.items():
+        assert sorted(pool.gpu_free) == list(range(int(pool.total.get("GPU", 0))))
+        for g, free in pool.gpu_free.items():
+            assert abs(free + gpu_shares[node][g] - 1) < 1e-9, \
+                f"node {node} GPU {g}: {free} free, {gpu_shares[node][g]} held"
         used = collections.Counter()
         for task in head.tasks.values():
             if task.placed and task.spec[m.T_ACTOR] is None and \
                     head.workers[task.rank].node == node:
-                used.update({k: v for k, v in task.resources.items() if k == "lic"})
+                used.update({k: v for k, v in task.resources.items() if k in ("lic", "GPU")})
         for actor in head.actors.values():
             if actor.state in (ActorState.STARTING, ActorState.ALIVE) and \
                     head.workers[actor.rank].node == node:
-                used.update({k: v for k, v in actor.resources.items() if k == "lic"})
+                used.update({k: v for k, v in actor.resources.items() if k in ("lic", "GPU")})
         for k, total in pool.total.items():
             assert abs(total - pool.avail.get(k, 0) - used.get(k, 0)) < 1e-9, \
                 f"node {node} {k}: total {total}, avail {pool.avail.get(k)}, in use {used.get(k)}"

@@ -87,6 +87,8 @@ def _nodes(head: Head) -> list[dict]:
             "NodeManagerAddress": w.host, "Alive": True, "Resources": {},
             "Ranks": [], "ObjectStoreMemory": head.store_size,
             "ObjectStoreUsed": head.objects.allocators[w.node].used,
+            "ObjectsReceived": head.objects.received.get(w.node, 0),
+            "BytesReceived": head.objects.received_bytes.get(w.node, 0),
         })
         n["Ranks"].append(w.rank)
         n["Alive"] = n["Alive"] and w.alive
@@ -102,7 +104,9 @@ def _nodes(head: Head) -> list[dict]:
         by_node[0] = {"NodeID": "node-0", "NodeManagerHostname": head.host_of[0],
                       "NodeManagerAddress": head.host_of[0], "Alive": True,
                       "Resources": {}, "Ranks": [0], "ObjectStoreMemory": head.store_size,
-                      "ObjectStoreUsed": head.objects.allocators[0].used}
+                      "ObjectStoreUsed": head.objects.allocators[0].used,
+                      "ObjectsReceived": head.objects.received.get(0, 0),
+                      "BytesReceived": head.objects.received_bytes.get(0, 0)}
     elif 0 not in by_node[0]["Ranks"]:
         by_node[0]["Ranks"].insert(0, 0)
     return [by_node[k] for k in sorted(by_node)]

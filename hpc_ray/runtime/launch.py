@@ -9,9 +9,10 @@ Every rank then runs the same set-up, collectively on the job's communicator:
 
     rank 0 ──bcast(config)──▶ all      store size, sys.path, resources, driver pid
     one host: rank 0's memfd sleep flags ──bcast(pid, fd)──▶ all open them
-    all: node of each rank (shared-memory split, or HPC_RAY_RANKS_PER_NODE)
+    all: node of each rank (shared-memory split and the launcher's node name,
+         or HPC_RAY_RANKS_PER_NODE)
     node leader: memfd store ──bcast(pid, fd) on the node──▶ node ranks open it
-    all ──gather(resources, GPUs, pid, host)──▶ rank 0 builds the head
+    all ──gather(resources, GPUs, pid, node name)──▶ rank 0 builds the head
 """
 from __future__ import annotations
 
@@ -236,20 +237,25 @@ def setup_world(comm, cfg: dict | None):
     size = comm.Get_size()
     cfg = comm.bcast(cfg, root=0)
     gathered = comm.allgather((visible_gpus(), socket.gethostname()))
+    rpn = cfg.get("ranks_per_node")
+    node_of = [r // rpn for r in range(size)] if rpn else \
+        _nodes_of_ranks(comm, by_name=not cfg.get("embedded"))
     cfg = dict(cfg, visible_gpus=[g for g, _ in gathered],
                one_host=len({host for _, host in gathered}) == 1)
+    if not rpn and len(set(node_of)) > 1:
+        # Nodes the launcher made (several slurmd, or hydra hosts, on one
+        # machine) share nothing a node of its own would not: the names of the
+        # abstract sockets (doorbells, actors' direct-call listeners) are per
+        # node, so that a caller on another node takes the head's route over
+        # MPI as it must between hosts, no sleep flags span the nodes, and
+        # the driver's process is another host's to a rank on another node.
+        # (HPC_RAY_RANKS_PER_NODE's pretend nodes keep the one-host shortcuts.)
+        if cfg.get("session_id"):
+            cfg["session_id"] = f"{cfg['session_id']}-node{node_of[rank]}"
+        if node_of[rank] != node_of[0]:
+            cfg["driver_host"] = None
+        cfg["one_host"] = False
     flags = _sleep_flags(comm) if cfg["one_host"] else None
-    rpn = cfg.get("ranks_per_node")
-    if rpn:
-        node_of = [r // rpn for r in range(size)]
-    else:
-        MPI = mpi()
-        shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
-        leader = shared.bcast(rank, root=0)
-        shared.Free()
-        leaders = comm.allgather(leader)
-        index = {ld: i for i, ld in enumerate(sorted(set(leaders)))}
-        node_of = [index[ld] for ld in leaders]
     node = node_of[rank]
     node_comm = comm.Split(color=node, key=rank)
     store_size = cfg["store_size"]
@@ -267,6 +273,44 @@ def setup_world(comm, cfg: dict | None):
     unlink_mapped_shm()
     cfg["node_of"] = node_of
     return cfg, node_of, node, arena, flags
+
+
+def node_name() -> str:
+    """This rank's node as the launcher names it.
+
+    Slurm's node name first (several ``slurmd -N`` may share one host), then
+    hydra's host for the proxy that started the rank (``-hosts``), then the host
+    name. Hydra's ``localhost`` (``-hosts localhost``) is this host.
+    """
+    env = os.environ
+    name = env.get("SLURMD_NODENAME") or env.get("PMI_HOSTNAME") or ""
+    if name in ("", "localhost", "127.0.0.1", "::1"):
+        name = socket.gethostname()
+    return name
+
+
+def _nodes_of_ranks(comm, by_name: bool = True) -> list[int]:
+    """The node index of every rank (collective): ranks share a node when MPI puts
+    them in one shared-memory group and the launcher gives them one node name.
+
+    Either alone can be wrong for the runtime: an MPI library may group by host
+    the ranks of two ``slurmd`` on one machine, and two hosts may share a name.
+    Ranks an embedded driver spawned are on its node whatever their launcher
+    calls it (``by_name=False``). Node 0 holds rank 0; nodes are numbered by
+    their lowest rank.
+    """
+    MPI = mpi()
+    rank = comm.Get_rank()
+    shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+    name = node_name() if by_name else ""
+    names = sorted(set(shared.allgather(name)))
+    same_name = shared.Split(color=names.index(name), key=rank)
+    leader = same_name.bcast(rank, root=0)
+    same_name.Free()
+    shared.Free()
+    leaders = comm.allgather(leader)
+    index = {ld: i for i, ld in enumerate(sorted(set(leaders)))}
+    return [index[ld] for ld in leaders]
 
 
 def _sleep_flags(comm):
@@ -374,7 +418,7 @@ def run_worker(comm) -> bool:
     rank = comm.Get_rank()
     resources, gpu_ids = worker_resources(cfg, rank, comm.Get_size())
     cfg["resources"] = resources
-    comm.gather((resources, gpu_ids, os.getpid(), socket.gethostname(), cpu_ids()),
+    comm.gather((resources, gpu_ids, os.getpid(), node_name(), cpu_ids()),
                 root=0)
     loop = WorkerLoop(comm, rank, node, arena, cfg, flags)
     try:

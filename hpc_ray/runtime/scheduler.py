@@ -38,10 +38,13 @@ def shape_of(resources: dict) -> tuple:
     return tuple(sorted(resources.items()))
 
 
-#: Resources a worker rank holds itself. Every other (custom) resource belongs to
-#: the rank's node (``w.pool``), shared by the node's ranks: ``init(resources=
-#: {"Resource1": 4})`` makes 4 in all, as in Ray, not 4 per rank.
-RANK_KEYS = frozenset(("CPU", "GPU"))
+#: Resources a worker rank holds itself. Every other resource belongs to the
+#: rank's node (``w.pool``), shared by the node's ranks as Ray 0.7 counts a node's
+#: resources: its GPU ids are one pool (a ``num_gpus=2`` task runs on a node whose
+#: two ranks were given one id each), and ``init(resources={"Resource1": 4})``
+#: makes 4 in all, not 4 per rank. CPUs stay per rank: a rank runs one task per
+#: CPU it has, and a wider task borrows idle siblings' (``pick_wide``).
+RANK_KEYS = frozenset(("CPU",))
 
 
 def _within(own: dict, pooled: dict, need: dict) -> bool:

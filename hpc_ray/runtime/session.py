@@ -86,7 +86,7 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
     }
     cfg, node_of, node, arena, flags = launch.setup_world(comm, cfg)
     infos = comm.gather(None, root=0)
-    hosts = [socket.gethostname()] + [info[3] for info in infos[1:]]
+    hosts = [launch.node_name()] + [info[3] for info in infos[1:]]
     head = Head(comm.Get_size(), node_of, cfg["store_size"], hosts)
     for rank, info in enumerate(infos):
         if rank == 0:

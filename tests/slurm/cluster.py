@@ -21,7 +21,9 @@ it also runs in containers.
 Usage::
 
     python tests/slurm/cluster.py start            # prints: export SLURM_CONF=...
+    python tests/slurm/cluster.py start --nodes 2  # nodes n1, n2: a slurmd each
     python tests/slurm/cluster.py stop  <state>    # cancels jobs, stops daemons, removes <state>
+    python tests/slurm/cluster.py reap <pid> <state>  # stop it once <pid> is gone
 
 Needs root and Debian's ``slurm-wlm`` and ``munge`` packages (``.ci/slurm_deps.sh``).
 """
@@ -165,9 +167,12 @@ def _which(cmd: str) -> str:
 class Cluster:
     """A one-node Slurm cluster living in ``state``; ``start()``, then ``stop()``."""
 
-    def __init__(self, state: Path | str | None = None) -> None:
+    def __init__(self, state: Path | str | None = None, nodes: int = 1) -> None:
         self.state = Path(state) if state else Path(
             tempfile.mkdtemp(prefix="hpc_ray-slurm-"))
+        #: 1: this host as its one node; more: that many nodes n1, n2, ... on this
+        #: host, each its own ``slurmd -N`` with its own port.
+        self.node_count = nodes
         self.conf = self.state / "etc" / "slurm.conf"
         self.munge_socket = self.state / "munge" / "munge.socket"
         self.jobs = self.state / "jobs"
@@ -175,6 +180,8 @@ class Cluster:
         self.accounts = ACCOUNTS
         self.gpus = FAKE_GPUS
         self.node = ""
+        #: Node names, in order; the first is ``node``.
+        self.nodes: list[str] = []
         self.cpus = 0
 
     # Environment for client commands (sbatch, squeue, hpc-ray ...).
@@ -194,21 +201,46 @@ class Cluster:
 
     # --- start --------------------------------------------------------------
 
-    def start(self) -> "Cluster":
+    def start(self, watch_pid: int | None = None) -> "Cluster":
+        """Start the daemons; with ``watch_pid``, also a reaper that stops them
+        and removes the state directory once that process is gone, however it
+        ended (``kill -9`` included)."""
         why = missing_requirements()
         if why:
             raise ClusterError(why)
         try:
             self._write_files()
+            if watch_pid is not None:
+                self._start_reaper(watch_pid)
             self._start_munged()
             self._start_daemon("slurmctld", self.state / "log" / "slurmctld.log")
             self._wait_for_controller()
-            self._start_daemon("slurmd", self.state / "log" / "slurmd.log")
+            for node in self._slurmd_names():
+                self._start_daemon("slurmd", self._slurmd_log(node), node)
             self._wait_for_node()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _slurmd_names(self) -> list[str | None]:
+        """The ``-N`` of each slurmd to start (None: the one node is this host)."""
+        return [None] if self.node_count == 1 else list(self.nodes)
+
+    def _slurmd_log(self, node: str | None) -> Path:
+        return self.state / "log" / (f"slurmd-{node}.log" if node else "slurmd.log")
+
+    def _slurmd_pidfile(self, node: str | None) -> Path:
+        return self.state / (f"slurmd-{node}.pid" if node else "slurmd.pid")
+
+    def _start_reaper(self, watch_pid: int) -> None:
+        # The reaper detaches (a double fork): it is no child of the watched
+        # process, and it outlives it.
+        subprocess.run([sys.executable, str(Path(__file__).resolve()), "reap",
+                        str(watch_pid), str(self.state), str(self.node_count)],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, start_new_session=True,
+                       timeout=START_TIMEOUT, check=True)
 
     def _write_files(self) -> None:
         for sub in ("etc", "munge", "spool/ctld", "spool/d", "log", "jobs", "dev"):
@@ -221,8 +253,13 @@ class Cluster:
         os.chmod(key, 0o400)
 
         hw = node_line()
-        self.node = hw.split()[0].split("=", 1)[1]
+        host = hw.split()[0].split("=", 1)[1]
         self.cpus = int(next(f for f in hw.split() if f.startswith("CPUs=")).split("=")[1])
+        if self.node_count == 1:
+            self.nodes = [host]
+        else:
+            self.nodes = [f"n{i + 1}" for i in range(self.node_count)]
+        self.node = self.nodes[0]
         devs = []
         try:
             for i in range(self.gpus):
@@ -234,20 +271,43 @@ class Cluster:
                 devs.append(str(dev))
         except PermissionError:  # a container without CAP_MKNOD: no GPUs, then
             devs = []
-        self.gpus = len(devs)
+        self.gpus = len(devs) // self.node_count
         gres = f" Gres=gpu:{self.gpus}" if self.gpus else ""
+        # Each node gets its own share of the fake GPU devices.
+        gpu_lines = "".join(f"NodeName={node} Name=gpu File={d}\n"
+                            for i, node in enumerate(self.nodes)
+                            for d in devs[i * self.gpus:(i + 1) * self.gpus])
         etc = self.state / "etc"
         (etc / "plugstack.conf").write_text("")
         (etc / "job_submit.lua").write_text(
             JOB_SUBMIT_LUA % ", ".join(f"{a} = true" for a in self.accounts))
-        (etc / "gres.conf").write_text(
-            "".join(f"NodeName={self.node} Name=gpu File={d}\n" for d in devs))
+        (etc / "gres.conf").write_text(gpu_lines)
         log = self.state / "log"
         spool = self.state / "spool"
+        hw_rest = " ".join(hw.split()[1:])
+        if self.node_count == 1:
+            node_lines = f"{hw}{gres} NodeAddr=127.0.0.1 State=UNKNOWN\n"
+            partition_line = (f"PartitionName={self.partition} Nodes={self.node} "
+                              f"Default=YES MaxTime=INFINITE State=UP\n")
+        else:
+            # Several slurmd on this host (Debian's slurmd is built for it): each
+            # node its own port, spool, pid and log file (%n: the node's name).
+            # OverSubscribe=NO: with FORCE, srun steps in an --overcommit job hang.
+            node_lines = "".join(
+                f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 "
+                f"Port={free_port()} {hw_rest}{gres} State=UNKNOWN\n" for node in self.nodes)
+            partition_line = (f"PartitionName={self.partition} Nodes={','.join(self.nodes)} "
+                              f"Default=YES MaxTime=INFINITE OverSubscribe=NO State=UP\n")
+        slurmd_spool = spool / "d" if self.node_count == 1 else spool / "d" / "%n"
+        for node in self.nodes if self.node_count > 1 else ():
+            (spool / "d" / node).mkdir(parents=True, exist_ok=True)
+        slurmd_pid = self._slurmd_pidfile(None if self.node_count == 1 else "%n")
+        slurmd_log = self._slurmd_log(None if self.node_count == 1 else "%n")
         self.conf.write_text(f"""\
-# Generated by tests/slurm/cluster.py for a one-node test cluster on {self.node}.
+# Generated by tests/slurm/cluster.py for a test cluster of {self.node_count} node(s)
+# on {host}.
 ClusterName=hpcraytest
-SlurmctldHost={self.node}(127.0.0.1)
+SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={free_port()}
 SlurmdPort={free_port()}
 SlurmUser=root
@@ -256,11 +316,11 @@ AuthType=auth/munge
 AuthInfo=socket={self.munge_socket}
 CredType=cred/munge
 StateSaveLocation={spool / 'ctld'}
-SlurmdSpoolDir={spool / 'd'}
+SlurmdSpoolDir={slurmd_spool}
 SlurmctldPidFile={self.state / 'slurmctld.pid'}
-SlurmdPidFile={self.state / 'slurmd.pid'}
+SlurmdPidFile={slurmd_pid}
 SlurmctldLogFile={log / 'slurmctld.log'}
-SlurmdLogFile={log / 'slurmd.log'}
+SlurmdLogFile={slurmd_log}
 PlugStackConfig={etc / 'plugstack.conf'}
 # No cgroups: works in containers and on machines without a cgroup setup.
 ProctrackType=proctrack/linuxproc
@@ -291,9 +351,7 @@ JobRequeue=0
 # Reads job_submit.lua next to this file.
 JobSubmitPlugins=lua
 GresTypes=gpu
-{hw}{gres} NodeAddr=127.0.0.1 State=UNKNOWN
-PartitionName={self.partition} Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
-""")
+{node_lines}{partition_line}""")
 
     def _start_munged(self) -> None:
         m = self.state / "munge"
@@ -314,10 +372,12 @@ PartitionName={self.partition} Nodes={self.node} Default=YES MaxTime=INFINITE St
             raise ClusterError(f"{' '.join(argv)} exited {proc.returncode}:\n"
                                f"{proc.stdout}{proc.stderr}{tail}")
 
-    def _start_daemon(self, name: str, log: Path) -> None:
+    def _start_daemon(self, name: str, log: Path, node: str | None = None) -> None:
         argv = [_which(name), "-f", str(self.conf)]
         if name == "slurmctld":
             argv.append("-c")  # clean start: no jobs from an earlier run
+        if node:
+            argv += ["-N", node]
         self._spawn(argv, log)
 
     def _wait_for_controller(self) -> None:
@@ -329,10 +389,10 @@ PartitionName={self.partition} Nodes={self.node} Default=YES MaxTime=INFINITE St
 
     def _wait_for_node(self) -> None:
         def idle() -> bool:
-            out = self.run("sinfo", "-h", "-N", "-o", "%t", check=False).stdout
-            return out.strip().startswith("idle")
-        _poll_for(idle, START_TIMEOUT, f"node {self.node} becoming idle",
-                  self.state / "log" / "slurmd.log")
+            out = self.run("sinfo", "-h", "-N", "-o", "%t", check=False).stdout.split()
+            return len(out) == len(self.nodes) and all(t.startswith("idle") for t in out)
+        _poll_for(idle, START_TIMEOUT, f"nodes {','.join(self.nodes)} becoming idle",
+                  self._slurmd_log(None if self.node_count == 1 else self.nodes[-1]))
 
     # --- stop ---------------------------------------------------------------
 
@@ -356,11 +416,38 @@ PartitionName={self.partition} Nodes={self.node} Default=YES MaxTime=INFINITE St
             self.cancel_all_jobs()
         except (OSError, subprocess.SubprocessError):
             pass
-        for pidfile in ("slurmd.pid", "slurmctld.pid", "munge/munged.pid"):
-            pid = _read_pid(self.state / pidfile)
+        slurmds = sorted(self.state.glob("slurmd*.pid"))
+        for pidfile in (*slurmds, self.state / "slurmctld.pid",
+                        self.state / "munge" / "munged.pid"):
+            pid = _read_pid(pidfile)
             if pid:
                 _stop_pid(pid)
         shutil.rmtree(self.state, ignore_errors=True)
+
+
+# --- the reaper ----------------------------------------------------------------
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def reap(watch_pid: int, state: Path, nodes: int, period: float = 0.5) -> None:
+    """Detach, then stop the cluster in ``state`` once ``watch_pid`` is gone
+    (or return once the state directory is, when it was stopped in order)."""
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+    born = _start_time(watch_pid)
+    while state.exists():
+        if not _pid_alive(watch_pid) or _start_time(watch_pid) != born:
+            Cluster(state, nodes).stop()
+            return
+        time.sleep(period)
 
 
 # --- command line ---------------------------------------------------------------
@@ -372,12 +459,21 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("start", help="start munged, slurmctld and slurmd; "
                        "print the SLURM_CONF line to export")
     p.add_argument("state", nargs="?", help="state directory (default: a new temp dir)")
+    p.add_argument("--nodes", type=int, default=1,
+                   help="nodes n1, n2, ... on this host (default: this host as one node)")
     p = sub.add_parser("stop", help="cancel all jobs, stop the daemons, remove the state dir")
     p.add_argument("state", help="the state directory printed by start")
+    p = sub.add_parser("reap", help="stop the cluster in the state dir once PID is gone")
+    p.add_argument("pid", type=int)
+    p.add_argument("state")
+    p.add_argument("nodes", type=int, nargs="?", default=1)
     args = parser.parse_args(argv)
+    if args.cmd == "reap":
+        reap(args.pid, Path(args.state), args.nodes)
+        return 0
     try:
         if args.cmd == "start":
-            cluster = Cluster(args.state).start()
+            cluster = Cluster(args.state, args.nodes).start()
             print(f"export SLURM_CONF={cluster.conf}")
             print(f"# stop with: {sys.executable} {__file__} stop {cluster.state}",
                   file=sys.stderr)

@@ -1,8 +1,10 @@
-"""pytest fixtures and helpers for tests that run jobs on a real (one-node) Slurm.
+"""pytest fixtures and helpers for tests that run jobs on a real Slurm.
 
-``slurm_cluster`` (session) starts the cluster with ``cluster.py`` and stops it at
-the end; where Slurm cannot start, the tests are skipped with the reason, except
-under ``CI=true``, where they fail.  ``job_dir`` (per test) is a scratch directory
+``slurm_cluster`` (session) starts a one-node cluster with ``cluster.py`` and
+stops it at the end; ``slurm_two_nodes`` (session) a second one whose nodes n1 and
+n2 are two slurmd on this host. A reaper stops either if pytest dies first
+(``kill -9`` included). Where Slurm cannot start, the tests are skipped with the
+reason, except under ``CI=true``, where they fail.  ``job_dir`` (per test) is a scratch directory
 inside the cluster's state directory; every job still queued when the test ends
 is cancelled.
 """
@@ -33,14 +35,14 @@ def _skip_or_fail(why: str) -> None:
     pytest.skip(f"no test Slurm cluster: {why}")
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster():
+def _started_cluster(nodes: int = 1):
     why = _cluster.missing_requirements()
     if why:
         _skip_or_fail(why)
-    c = _cluster.Cluster()
+    c = _cluster.Cluster(nodes=nodes)
     try:
-        c.start()
+        # The reaper stops the daemons if this pytest dies before the finally.
+        c.start(watch_pid=os.getpid())
     except (_cluster.ClusterError, OSError, subprocess.SubprocessError) as exc:
         _skip_or_fail(f"could not start it: {exc}")
     try:
@@ -49,15 +51,35 @@ def slurm_cluster():
         c.stop()
 
 
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    yield from _started_cluster()
+
+
+@pytest.fixture(scope="session")
+def slurm_two_nodes():
+    """A second cluster: nodes n1 and n2 on this host, a ``slurmd -N`` each."""
+    yield from _started_cluster(nodes=2)
+
+
+@pytest.fixture
+def two_node_job_dir(slurm_two_nodes, request):
+    yield from _job_dir_of(slurm_two_nodes, request)
+
+
 @pytest.fixture
 def job_dir(slurm_cluster, request):
+    yield from _job_dir_of(slurm_cluster, request)
+
+
+def _job_dir_of(c: _cluster.Cluster, request):
     name = re.sub(r"[^\w.-]+", "_", request.node.name)[:80]
-    path = slurm_cluster.jobs / name
+    path = c.jobs / name
     path.mkdir(parents=True, exist_ok=True)
     try:
         yield path
     finally:
-        slurm_cluster.cancel_all_jobs()
+        c.cancel_all_jobs()
         shutil.rmtree(path, ignore_errors=True)
 
 

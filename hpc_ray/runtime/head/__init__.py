@@ -171,7 +171,8 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
                    cpu_ids=None) -> None:
         """A worker rank joined. Custom resources (anything but CPU and GPU) are what
         ``init(resources=...)`` gave the whole job, as in Ray: they go once to the
-        node of the first worker rank that reports them, shared by its ranks.
+        node of the first worker rank that reports them, shared by its ranks. The
+        rank's ``gpu_ids`` join its node's pool of GPU ids (``NodePool.add_gpus``).
         ``cpu_ids``: the CPUs the rank may run on (its affinity), None if unknown."""
         node = self.node_of[rank]
         if cpu_ids is not None:
@@ -179,7 +180,8 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         pool = self.pools.get(node)
         if pool is None:
             pool = self.pools[node] = NodePool()
-        custom = {k: v for k, v in resources.items() if k not in RANK_KEYS and v}
+        custom = {k: v for k, v in resources.items()
+                  if k not in RANK_KEYS and k != "GPU" and v}
         if custom and self.custom_node in (None, node):
             self.custom_node = node
             pool.add(custom)

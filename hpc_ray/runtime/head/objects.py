@@ -35,6 +35,10 @@ class ObjectTable:
         self.allocators = {n: Allocator(store_size) for n in nodes}
         self.store_size = store_size
         self.node_leader = node_leader
+        #: Copies each node has received from another node's store (one per
+        #: transfer over MPI, duplicates included) and their bytes: ``ray.nodes()``.
+        self.received = {n: 0 for n in nodes}
+        self.received_bytes = {n: 0 for n in nodes}
         #: Ids whose freeing ``on_free(oid)`` is told of (actors' lifetime tokens).
         self.watched: set[int] = set()
         self.on_free = None
@@ -139,6 +143,8 @@ class ObjectTable:
         """A copy of ``oid`` was made on ``rec``'s node (a fetch from another node)."""
         e = self.entries.get(oid)
         node = rec[1]
+        self.received[node] = self.received.get(node, 0) + 1
+        self.received_bytes[node] = self.received_bytes.get(node, 0) + rec[3]
         if e is None or node in e.locations or (e.record and e.record[1] == node):
             self.allocators[node].free(rec[2], rec[3])  # freed meanwhile, or a duplicate
             return

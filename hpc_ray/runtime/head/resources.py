@@ -20,14 +20,25 @@ from .tasks import READY, RUNNING, TaskEntry
 
 
 class NodePool:
-    """A node's custom resources, shared by its worker ranks (``scheduler.RANK_KEYS``
-    are per rank instead)."""
+    """A node's GPUs and custom resources, shared by its worker ranks
+    (``scheduler.RANK_KEYS`` are per rank instead)."""
 
-    __slots__ = ("total", "avail")
+    __slots__ = ("total", "avail", "gpu_free")
 
     def __init__(self) -> None:
         self.total: dict = {}
         self.avail: dict = {}
+        #: GPU id -> the fraction of it not held (see runtime/gpu_ids.py): the
+        #: ids of all the node's ranks.
+        self.gpu_free: dict[int, float] = gpus.new_pool(())
+
+    def add_gpus(self, ids) -> None:
+        """A rank of the node was given GPU ``ids`` (an id two ranks report is one GPU)."""
+        for g in ids:
+            if g not in self.gpu_free:
+                self.gpu_free[g] = 1.0
+                self.total["GPU"] = self.total.get("GPU", 0) + 1
+                self.avail["GPU"] = self.avail.get("GPU", 0) + 1
 
     def add(self, resources: dict) -> None:
         """The node has ``resources`` (each rank reports the same: counted once)."""
@@ -51,12 +62,13 @@ class WorkerInfo:
         self.host = host
         self.pid = pid
         own = {k: v for k, v in resources.items() if k in scheduler.RANK_KEYS}
-        self.total = dict(own)                #: {"CPU": 1, "GPU": 0}
+        self.total = dict(own)                #: {"CPU": 1}
         self.avail = dict(own)                #: what tasks and actors do not hold
-        #: The node's custom resources (shared with the node's other ranks).
+        #: The node's GPUs and custom resources (shared with its other ranks).
         self.pool = pool if pool is not None else NodePool()
-        #: GPU id -> the fraction of it not held (see runtime/gpu_ids.py).
-        self.gpu_free = gpus.new_pool(gpu_ids)
+        self.pool.add_gpus(gpu_ids)
+        #: The node's GPU ids: id -> the fraction of it not held (``NodePool``).
+        self.gpu_free = self.pool.gpu_free
         self.inflight = 0                     #: CPU tasks sent and not finished
         self.blocked = 0                      #: executors blocked in get()
         self.prefetch = 1                     #: extra tasks queued beyond CPUs

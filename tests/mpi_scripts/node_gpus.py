@@ -1,0 +1,34 @@
+"""GPUs per node as Ray 0.7 counts them (run on the driver's host alone, then two
+hosts of two ranks, CUDA_VISIBLE_DEVICES=0,1 everywhere: each worker rank holds
+one id). Prints the cluster's GPUs, the ids two ``num_gpus=2`` tasks got, and
+the stores they ran on."""
+import faulthandler
+import json
+import os
+
+import hpc_ray as ray
+
+faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", 120)) - 5,
+                                  exit=True)
+
+
+@ray.remote(num_gpus=2)
+def two_gpus():
+    import time
+    time.sleep(0.5)   # both run at once: one per node
+    with open("/proc/self/maps") as f:
+        store = next(int(l.split()[4]) for l in f if "memfd:hpc_ray_store" in l)
+    return sorted(ray.get_gpu_ids()), store
+
+
+def report(key, value):
+    print(f"RESULT {key}={json.dumps(value)}", flush=True)
+
+
+ray.init()
+report("gpus", ray.cluster_resources().get("GPU"))
+got = ray.get([two_gpus.remote() for _ in range(2)], timeout=60)
+report("two_gpu_tasks", [ids for ids, _ in got])
+report("stores", [store for _, store in got])
+ray.shutdown()
+print("OK node_gpus", flush=True)

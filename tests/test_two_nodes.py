@@ -1,0 +1,71 @@
+"""Two nodes of two ranks each on this machine, through MPICH hydra's launcher.
+
+``mpiexec -hosts 127.0.0.2:2,127.0.0.3:2 -launcher ssh -launcher-exec
+tests/fake_host_ssh.sh`` starts one hydra proxy per "host"; MPI then splits its
+shared-memory groups per host and the ranks of the two hosts talk over MPI's
+network path. The same driver runs on the two-node Slurm in ``test_slurm_nodes.py``.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import SCRIPTS_DIR, get_mpiexec, run_mpi
+
+FAKE_SSH = Path(__file__).with_name("fake_host_ssh.sh")
+HOSTS = ("127.0.0.2", "127.0.0.3")
+BIG = (50 << 20) + 128   # the 50 MB array as the store holds it (pickle header included)
+
+
+def fake_hosts_command(script: str, hosts=tuple(f"{h}:2" for h in HOSTS)) -> list[str]:
+    """``mpiexec`` of ``script`` over fake ``hosts`` (``"address:ranks"`` each)."""
+    mpi = get_mpiexec()
+    if mpi is None or mpi.flavor != "mpich":
+        pytest.skip("the fake-host launch needs MPICH's hydra mpiexec")
+    n = sum(int(h.rsplit(":", 1)[1]) for h in hosts)
+    return [mpi.path, "-hosts", ",".join(hosts), "-launcher", "ssh", "-launcher-exec",
+            str(FAKE_SSH), "-n", str(n), sys.executable, str(SCRIPTS_DIR / script)]
+
+
+def assert_two_nodes(res: dict, names: list[str]) -> None:
+    """What ``mpi_scripts/two_nodes.py`` reports on nodes A (driver, rank 1) and B."""
+    a, b = names
+    assert res["nodes"] == [[a, [0, 1]], [b, [2, 3]]]
+    here = res["driver"]["store"]
+    stores = {w["store"] for w in res["tasks"]}
+    assert len(stores) == 2 and here in stores          # tasks ran on both nodes
+    # One store per node: rank 1's executor maps the driver's, ranks 2 and 3 the other.
+    assert sorted(w["store"] == here for w in res["actors"]) == [False, False, True]
+    # The driver's 50 MB object crossed to B once, however often B read it ...
+    assert res["after_put_read_far"] == [[a, 0, 0], [b, 1, BIG]]
+    # ... and B's crossed to A once: the far actor's answer went through the head
+    # (no direct socket between nodes), and the driver's second get and rank 1
+    # read A's copy.
+    assert res["after_far_read_here"] == [[a, 1, BIG], [b, 1, BIG]]
+    assert res["sums"] == [6553600.0] * 2 + [13107200.0] * 3
+    assert res["readonly"] == [True]
+
+
+def test_two_fake_hosts_tasks_objects_actors():
+    cmd = fake_hosts_command("two_nodes.py")
+    res = run_mpi("two_nodes.py", 4, cmd=cmd, timeout=90).assert_ok("two_nodes")
+    assert_two_nodes(res, list(HOSTS))
+
+
+@pytest.mark.parametrize("env, name", [
+    ({"SLURMD_NODENAME": "n2", "PMI_HOSTNAME": "n2"}, "n2"),   # srun, or hydra under Slurm
+    ({"PMI_HOSTNAME": "127.0.0.3"}, "127.0.0.3"),              # mpiexec -hosts
+    ({"PMI_HOSTNAME": "localhost"}, None),                     # mpiexec -hosts localhost
+    ({}, None),                                                # no launcher's name
+])
+def test_node_name_is_the_launchers(monkeypatch, env, name):
+    import socket
+
+    from hpc_ray.runtime.launch import node_name
+    for key in ("SLURMD_NODENAME", "PMI_HOSTNAME"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert node_name() == (name or socket.gethostname())
