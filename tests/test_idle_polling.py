@@ -13,7 +13,8 @@ from mpi4py import MPI
 
 from hpc_ray.transport import comm, wait
 from hpc_ray.transport.comm import (DEEP_AFTER_ONE_HOST, DEEP_CAP_ONE_HOST, RING_AFTER,
-                                    RUNG_POLLS, Backoff, CommThreadBell, Doorbell, Sender)
+                                    CommThreadBell, Sender)
+from hpc_ray.transport.wait import RUNG_POLLS, Backoff, Doorbell
 from hpc_ray.runtime.worker import DEEP_AFTER, DEEP_CAP, polling_backoff
 
 
@@ -343,35 +344,35 @@ def test_a_flagged_backoff_climbs_fast_to_the_deep_cap_after_its_spins_and_warm_
         monkeypatch):
     clock = _with_clock(monkeypatch)
     backoff = polling_backoff(3, cores=2, one_host=True, flagged=True)
-    assert backoff.warm == comm.FLAGGED_WARM
+    assert backoff.warm == wait.FLAGGED_WARM
     backoff.reset()
     spins = [backoff.next_timeout() for _ in range(backoff.spin_limit)]
     assert spins == [0.0] * backoff.spin_limit and not backoff.flagged_sleep
     assert backoff.next_timeout() == backoff.short and not backoff.flagged_sleep   # warm
-    clock.now += comm.FLAGGED_WARM * 1.01
+    clock.now += wait.FLAGGED_WARM * 1.01
     sleeps = [backoff.next_timeout() for _ in range(8)]
     assert backoff.flagged_sleep
     # From 1 ms, doubling: a message that showed in MPI only after the last look
     # waits about as long again as it took, not the whole deep cap.
-    assert sleeps[0] == comm.FLAGGED_FIRST
+    assert sleeps[0] == wait.FLAGGED_FIRST
     assert sleeps == sorted(sleeps) and sleeps[-1] == DEEP_CAP_ONE_HOST
     assert all(b <= 2 * a + 1e-12 for a, b in zip(sleeps, sleeps[1:]))
     # A ring (the message it announces may not be in MPI yet) starts the climb again.
     backoff.rung()
     assert [backoff.next_timeout() for _ in range(RUNG_POLLS)] == [0.0] * RUNG_POLLS
-    assert backoff.next_timeout() == comm.FLAGGED_FIRST
+    assert backoff.next_timeout() == wait.FLAGGED_FIRST
     # No reply due (every CPU runs a task): no warm phase after activity.
     backoff.reset()
     for _ in range(backoff.spin_limit):
         backoff.next_timeout()
-    assert backoff.next_timeout(reply_soon=False) == comm.FLAGGED_FIRST
+    assert backoff.next_timeout(reply_soon=False) == wait.FLAGGED_FIRST
     # Bytes on their way need the loop's polls: no flagged sleep then.
     assert backoff.next_timeout(deep=False) <= backoff.cap and not backoff.flagged_sleep
     # A crowded node spins less and has no warm phase.
     crowded = polling_backoff(8, cores=2, one_host=True, flagged=True)
     crowded.reset()
     assert [crowded.next_timeout() for _ in range(crowded.spin_limit + 1)][-1] == \
-        comm.FLAGGED_FIRST
+        wait.FLAGGED_FIRST
 
 
 def test_rank_0s_comm_thread_raises_its_flag_only_while_it_sleeps():

@@ -15,8 +15,8 @@ import pytest
 
 from hpc_ray.exceptions import RayError
 from hpc_ray.runtime import collective_ops
-from hpc_ray.transport import spin, wait
-from hpc_ray.transport.spin import Spinner
+from hpc_ray.transport import wait
+from hpc_ray.transport.wait import Spinner
 from hpc_ray.transport.wait import WaitTimeout, wait_until
 
 
@@ -44,7 +44,7 @@ def test_spinning_stops_when_it_finds_nothing_and_resumes_when_it_pays(monkeypat
         poller = CountingPoller(a)
         s = Spinner(budget=30e-6)    # whatever HPC_RAY_SPIN_US says here
         spins = []
-        PROBE = spin.PROBE_EVERY
+        PROBE = wait.PROBE_EVERY
         for _ in range(PROBE):
             n = len(poller.timeouts)
             assert s.poll(poller, 0.1) == []          # nothing comes: spin, then block
@@ -58,9 +58,9 @@ def test_spinning_stops_when_it_finds_nothing_and_resumes_when_it_pays(monkeypat
         for _ in range(3 * PROBE):
             n = len(poller.timeouts)
             assert s.poll(poller, 0.1)
-            if spun(poller, n) and s.score > spin.KEEP:
+            if spun(poller, n) and s.score > wait.KEEP:
                 break
-        assert s.score > spin.KEEP
+        assert s.score > wait.KEEP
         n = len(poller.timeouts)
         s.poll(poller, 0.1)
         assert spun(poller, n), "a spin that pays is kept"
@@ -75,7 +75,7 @@ def test_no_spinning_while_more_threads_are_ready_than_cores(monkeypatch):
     cores; it spins again once they are no more. The driver's and actors'
     spinners (``look`` off) spin all the same. The count of ready threads is
     the machine's own, read from /proc/loadavg."""
-    ready = spin.ready_threads()
+    ready = wait.ready_threads()
     assert ready is None or ready >= 1    # this thread at least, where Linux tells
     a, b = socket.socketpair()
     try:
@@ -93,7 +93,7 @@ def test_no_spinning_while_more_threads_are_ready_than_cores(monkeypatch):
                 assert s.poll(poller, 0.1)
                 out.append(spun(poller, n))
             return out
-        look = spin.LOOK_EVERY
+        look = wait.LOOK_EVERY
         assert all(spins_of(task, look)), "a paying spin with cores to spare"
         threads[0] = task.cores + 1
         # (A look comes on one wait in LOOK_EVERY: the next ones see the change.)

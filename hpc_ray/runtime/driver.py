@@ -27,7 +27,7 @@ from mpi4py import MPI
 
 from ..exceptions import GetTimeoutError, RayError
 from ..transport import messages as m
-from ..transport import spin
+from ..transport import wait
 from ..transport.messages import FETCH_PLAN
 from ..transport.serialization import RAW
 from . import context, interrupts, peer_calls, values
@@ -69,7 +69,7 @@ class DriverContext(context.ContextBase):
         self.current_task_name = None
         self.gpu_ids: list[int] = []
         #: Whether the driver thread's waits pay for their spin (DRIVER_SPINS).
-        self.wait_spinner = spin.Spinner()
+        self.wait_spinner = wait.Spinner()
         interrupts.install()
         interrupts.dump_stacks_on_sigusr2()
 
@@ -182,8 +182,8 @@ class DriverContext(context.ContextBase):
                         if not active:
                             # An empty round gives the core to a process ready to run
                             # on it (often the rank or executor the result waits
-                            # on), as the executors' busy-poll does (transport/spin.py).
-                            os.sched_yield()
+                            # on), as the executors' busy-poll does (transport/wait.py).
+                            wait.pause()
                     else:
                         spins += 1  # the comm thread is finishing a round; it then idles
                     continue
@@ -191,12 +191,12 @@ class DriverContext(context.ContextBase):
                     loop.driver_polling = False   # hand polling back to the comm thread
                     loop.wake()
                 spins += 1
-                wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+                nap = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
                 with head.lock:
                     if check() is None:
                         loop.driver_sleepers += 1
                         try:
-                            head.cond.wait(min(wait, 0.001 * min(spins, 100)))
+                            head.cond.wait(min(nap, 0.001 * min(spins, 100)))
                         finally:
                             loop.driver_sleepers -= 1
                 if loop.woke_sleeper:

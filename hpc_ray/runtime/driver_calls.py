@@ -22,7 +22,7 @@ import select
 import threading
 import time
 
-from ..transport.spin import Spinner
+from ..transport.wait import Spinner
 from . import peer_calls
 from .interrupts import deferred
 

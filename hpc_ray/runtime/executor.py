@@ -21,8 +21,7 @@ waits on them, with their threads' rules); the actor calls, gets and waits go
 through ``caller.Caller``, whose host here is ``executor_calls.ExecutorCallerHost``.
 This module executes: tasks, actor creation, method calls, their results.
 
-stdout and stderr are pipes to the rank (log_to_driver), line-buffered.
-"""
+stdout and stderr are pipes to the rank (log_to_driver), line-buffered."""
 from __future__ import annotations
 
 import collections

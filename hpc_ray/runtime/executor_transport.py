@@ -34,7 +34,7 @@ from ..exceptions import GetTimeoutError
 from ..transport import direct
 from ..transport import messages as m
 from ..transport.serialization import SHM, loads
-from ..transport.spin import Spinner
+from ..transport.wait import Spinner
 from . import peer_calls
 
 
@@ -94,7 +94,7 @@ class ExecutorTransport:
         self.peer: peer_calls.PeerCaller | None = None
         self.server = None
         #: Busy-polls a little before blocking while that pays and (a task's
-        #: process) no crowd of ready threads takes the cores (``transport/spin.py``).
+        #: process) no crowd of ready threads takes the cores (``transport/wait.py``).
         self.spinner = Spinner(look=True)
         #: ``recv_select``'s poll object, and what it was built to watch.
         self.poller = None

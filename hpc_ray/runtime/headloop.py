@@ -109,7 +109,7 @@ class HeadLoop(threading.Thread):
         super().__init__(name="hpc_ray-head", daemon=True)
         self.comm = comm
         self.head = head
-        #: Rings the doorbell of a worker rank it sends to after a pause (comm.Doorbell).
+        #: Rings the doorbell of a worker rank it sends to after a pause (wait.Doorbell).
         self.sender = Sender(comm, session_id, flags)
         self.fetcher = Fetcher(comm, self.sender, arena)
         self.event = threading.Event()

@@ -63,7 +63,7 @@ from .. import _config
 from ..exceptions import ActorDiedError
 from ..transport import direct
 from ..transport import messages as m
-from ..transport import placement
+from ..transport import placement, wait
 from ..transport.serialization import INLINE, INLINE_MAX, RAW
 from . import context, values
 
@@ -500,10 +500,12 @@ class PeerCaller:
         caller saw end (the head's ``actor_pid``: its current one, 0 for none),
         at most SETTLE_WAIT: its rank reports the death soon after."""
         dead = self.dead.get(actor_id, pid)
-        deadline = time.monotonic() + SETTLE_WAIT
-        while dead and self.control("actor_pid", actor_id) == dead \
-                and time.monotonic() < deadline:
-            time.sleep(0.002)
+        if dead:
+            try:   # (each look is a round trip to the head: no spin)
+                wait.wait_until(lambda: self.control("actor_pid", actor_id) != dead,
+                                SETTLE_WAIT, spin=0.0, what=f"actor {actor_id}'s death")
+            except wait.WaitTimeout:
+                pass   # the head still names it: the call's own error will say why
         self.dead.pop(actor_id, None)
 
     def record(self, res: Result) -> tuple:

@@ -18,7 +18,8 @@ import time
 from typing import TYPE_CHECKING
 
 from ..transport import messages as m
-from ..transport.comm import Backoff, recv_control
+from ..transport.comm import recv_control
+from ..transport.wait import Backoff
 from .executor import ExecutorContext
 from .executor_transport import ExecutorTransport
 

@@ -15,7 +15,7 @@ feeds it what it reads and carries out what it asks, starting executors
 through ``executor_procs.ExecutorPool``.
 
 The loop never runs user code. It blocks in ``select`` on the executors' pipes
-and its doorbell (``comm.Doorbell``) with a back-off timeout and polls MPI in
+and its doorbell (``wait.Doorbell``) with a back-off timeout and polls MPI in
 between: at most 1 ms apart after recent activity (up to 10 ms on a node with
 more ranks than cores: ``polling_backoff``), 10 ms apart after a second of
 quiet (``DEEP_CAP``). When the whole job is on one host, it raises its flag
@@ -23,8 +23,7 @@ quiet (``DEEP_CAP``). When the whole job is on one host, it raises its flag
 short warm phase where a reply is due), from 1 ms doubling up to 50 ms, and
 every sender rings the doorbell of a rank whose flag is up, so the message is
 read at once. (On several hosts, a process on the rank's host that sends after
-a pause rings.) A dead executor (EOF on its pipe) is reported to the head with
-the tasks it held and replaced.
+a pause rings.) A dead executor (EOF on its pipe) is reported and replaced.
 
 A rank that has hosted an actor keeps one executor started ahead (``standby``)
 for its next actor, as Ray's worker pool does: creating an actor then costs no
@@ -46,11 +45,12 @@ from mpi4py import MPI
 
 from .. import _config
 from ..transport import messages as m
-from ..transport.comm import (Backoff, Doorbell, Fetcher, Sender, control_waiting, deep_tier,
-                              recv_control, tighten_timer_slack)
+from ..transport.comm import (Fetcher, Sender, control_waiting, deep_tier, recv_control,
+                              tighten_timer_slack)
 from ..transport.idle_cores import IdleCores
 from ..transport.placement import usable_cores
 from ..transport.serialization import loads
+from ..transport.wait import Backoff, Doorbell
 from .executor_procs import ExecutorPool
 from .rank_actors import DriverGone
 from .worker_state import EXTRA_IDLE_DEFAULT, Executor, WorkerState
@@ -91,7 +91,7 @@ OVERSUBSCRIBED_CAP = 0.01
 #: and every ``comm.DEEP_CAP_ONE_HOST`` (``HPC_RAY_IDLE_POLL_MS`` sets the cap
 #: for both). An idle pass costs 50-150 us of CPU on this kind of VM, most of it
 #: the wake-up itself: at 1 ms, 5-15% of a core per idle rank. A sender on the
-#: same host rings its doorbell first (``comm.Doorbell``); a message from
+#: same host rings its doorbell first (``wait.Doorbell``); a message from
 #: another host waits up to DEEP_CAP.
 DEEP_AFTER = 1.0
 DEEP_CAP = 0.01
@@ -117,8 +117,8 @@ def polling_backoff(ranks_on_node: int, cores: int, one_host: bool = False,
     doorbell), after ``comm.DEEP_AFTER_ONE_HOST``, up to ``comm.DEEP_CAP_ONE_HOST``
     (``comm.deep_tier``). With the job's sleep flags (``flagged``: every sender
     rings it whenever it sleeps, ``comm.SleepFlags``) it sleeps as soon as its
-    spins and a warm phase of ``comm.FLAGGED_WARM`` (none on a crowded node)
-    are done, from ``comm.FLAGGED_FIRST`` doubling up to that cap.
+    spins and a warm phase of ``wait.FLAGGED_WARM`` (none on a crowded node)
+    are done, from ``wait.FLAGGED_FIRST`` doubling up to that cap.
     """
     deep_after, deep_cap = deep_tier(one_host, DEEP_AFTER, DEEP_CAP, IDLE_POLL_MS)
     if ranks_on_node > cores + 1:

@@ -1,6 +1,6 @@
 """The pieces every rank's comm loop is made of: batched sends, the rings that
 wake a sleeping loop, receives, and cross-node object copies. How a loop waits
-(``Backoff``, ``Doorbell``) is ``wait.py``'s; those names are re-exported here.
+(``Backoff``, ``Doorbell``) is ``wait.py``'s.
 
 Only the thread that owns a rank's MPI traffic calls into this module (the comm
 thread on rank 0, the main loop on worker ranks), so no lock is taken here. The
@@ -25,8 +25,7 @@ from mpi4py import MPI
 
 from . import messages
 from .tags import Tag
-from .wait import (FLAGGED_FIRST, FLAGGED_WARM, RUNG_POLLS, Backoff, Doorbell,  # noqa: F401
-                   WaitTimeout, doorbell_address, wait_until)
+from .wait import Doorbell, WaitTimeout, doorbell_address, wait_until
 
 logger = logging.getLogger(__name__)
 

@@ -461,7 +461,7 @@ TO_HEAD = frozenset((TASK_DONE, TASK_FAILED, PROCESS_ENDED, SUBMIT, PUT, GET, WA
                      ACTOR_DIED, CONTROL_CALL, PROFILE, RETURNED, STOPPED, FREE_BLOCKS,
                      FETCH, LOG, DIRECT_DONE))
 #: Kinds no reply is due after (reports for the history): a loop that received
-#: only these stays in its idle back-off (``comm.Backoff``). Callers of an actor
+#: only these stays in its idle back-off (``wait.Backoff``). Callers of an actor
 #: send DIRECT_DONE every few hundred calls; counted as activity, they kept the
 #: head and the ranks polling every 20 us for as long as the calls went on.
 NO_REPLY_DUE = frozenset((DIRECT_DONE, PROFILE))

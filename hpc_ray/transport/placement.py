@@ -1,6 +1,6 @@
 """Keep an actor off the CPU of callers that busy-poll for its answers from several threads.
 
-A caller of a direct actor call busy-polls for the answer (``spin.py``). That
+A caller of a direct actor call busy-polls for the answer (``wait.py``). That
 pays while the actor runs on another CPU; on the caller's own CPU the actor
 cannot answer until the caller stops polling. Threads of one process also share
 a GIL, which then passes between CPUs at every socket call. Two driver threads

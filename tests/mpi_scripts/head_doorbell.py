@@ -17,7 +17,7 @@ every message rings them.
 
 Last, the driver thread stops spinning through waits that outlast its spin
 (``driver.DRIVER_SPINS``): the moving average of its spins that paid drops
-below ``spin.KEEP``.
+below ``wait.KEEP``.
 """
 import faulthandler, os
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
@@ -29,7 +29,7 @@ from _harness import NUM_WORKERS, TMPDIR, check, init_kwargs, ok, report
 
 import hpc_ray as ray
 from hpc_ray.runtime import context
-from hpc_ray.transport import spin
+from hpc_ray.transport import wait
 
 ray.init(**init_kwargs())
 loop = context.current().loop
@@ -92,7 +92,7 @@ ctx = context.current()
 for _ in range(14):
     check(ray.get(nap.remote(0.1, 7)) == 7)     # each wait outlasts the driver's spin
 report("wait_score", ctx.wait_spinner.score)
-check(ctx.wait_spinner.score < spin.KEEP,
+check(ctx.wait_spinner.score < wait.KEEP,
       f"the driver kept spinning: score {ctx.wait_spinner.score:.2f}")
 ray.shutdown()
 ok("head_doorbell")
