@@ -30,8 +30,8 @@ from hypothesis import HealthCheck, settings, strategies as st  # noqa: E402
 from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition,  # noqa: E402
                                  rule)
 
-from hpc_ray.exceptions import (ActorDiedError, TaskError,  # noqa: E402
-                                WorkerCrashedError)
+from hpc_ray.exceptions import (ActorDiedError, HeadError, TaskError,  # noqa: E402
+                                UnreconstructableError)
 from hpc_ray.runtime import scheduler  # noqa: E402
 from hpc_ray.runtime.head import ActorState, Head, TaskState  # noqa: E402
 from hpc_ray.runtime.store import BLOCK  # noqa: E402
@@ -40,8 +40,10 @@ from hpc_ray.transport.serialization import ERROR, RAW, SHM, loads  # noqa: E402
 
 STORE = 1 << 20
 WORKERS = (1, 2, 3)
-#: Errors a get may be answered with: the outcome of the task that made the object.
-TASK_OUTCOMES = (TaskError, WorkerCrashedError, ActorDiedError)
+#: Errors a get of a held object must never be answered with: the object was
+#: freed, or the head failed. (A task's own outcome, raised, crashed,
+#: infeasible or its actor dead, is a fine answer.)
+HEAD_FAULTS = (UnreconstructableError, HeadError)
 #: Bits of a task id below its caller's number (head/actors.py _CALLER_SHIFT).
 CALLER_SHIFT = 40
 #: The driver (0) and two tasks' executors, as callers of actors.
@@ -444,10 +446,8 @@ class HeadMachine(RuleBasedStateMachine):
             return
         kind = proc.reqs.pop(msg[1], None)
         if kind == "get":
-            # A task's own outcome (it raised, or its process died) is an answer;
-            # anything else (a freed or lost object) is the head's fault.
             for rec in msg[2]:
-                assert rec[0] != ERROR or isinstance(loads(rec[1]), TASK_OUTCOMES), \
+                assert rec[0] != ERROR or not isinstance(loads(rec[1]), HEAD_FAULTS), \
                     f"a get of a held object was answered with {loads(rec[1])!r}"
 
     def _proc(self, data) -> Proc:
@@ -1043,6 +1043,26 @@ def test_regression_a_get_of_a_process_killed_while_it_waits_is_never_answered()
             if msg[0] == m.REPLY] == []
     assert head.objects[pending].record == (RAW, 3.0)         # the driver still gets it
     check_invariants(head, collections.Counter({pending: 1}), {})
+
+
+def test_regression_a_wait_that_timed_out_leaves_no_waiter_behind():
+    # A task polling ray.wait([ref], timeout=0) on a long task: each answered
+    # wait stayed among the pending object's waiters (found by the machine as
+    # "object waits for gone wait"), one more per call, until the task ended.
+    head = make_head()
+    slow = spec()
+    head.submit(slow)
+    head.schedule()
+    head.take_outbox()
+    pending = slow[m.T_RETURNS][0]
+    head.hold([pending])
+    for req in range(1, 101):
+        head.remote_wait(2, req, [pending], 1)
+        head.remote_wait_now(2, req)
+    assert head.remote_waits == {} and head.objects[pending].waiters == []
+    replies = [msg for msgs in head.take_outbox().values() for msg in msgs
+               if msg[0] == m.REPLY]
+    assert [r[2] for r in replies] == [[]] * 100        # each answered: nothing ready
 
 
 def test_a_handler_that_raises_fails_the_task_it_concerns_and_the_head_goes_on():
