@@ -63,7 +63,9 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
         "OBJECT_STORE_MEMORY", None, _config.parse_bytes) or launch.default_store_size()
     rpn = ranks_per_node or _config.os_environ_get("RANKS_PER_NODE", None, int)
     job_id = os.environ.get("SLURM_JOB_ID") or f"local-{os.getpid()}"
-    listener, direct_addr = direct.listen(job_id)
+    # The head's own channel to the actors' processes on its host (A/B: issue 34).
+    head_channel = _config.os_environ_get("HEAD_CHANNEL", 1, int)
+    listener, direct_addr = direct.listen(job_id) if head_channel else (None, None)
     cfg = {
         "ranks_per_node": rpn,
         "store_size": int(store_size),
