@@ -218,7 +218,7 @@ class TaskFailed(NamedTuple):
 
 class ProcessEnded(NamedTuple):
     """An executor process is gone, crashed or not: everything it had started at the
-    head, ended there in one transition. Rank (``WorkerLoop._reclaim``) ->
+    head, ended there in one transition. Rank (``WorkerState.executor_ended``) ->
     ``Head.process_ended``."""
     kind: int
     pid: int
@@ -285,7 +285,7 @@ class Hold(NamedTuple):
 
 class Release(NamedTuple):
     """A process dropped refs. Executor, or a rank for a dead executor
-    (``WorkerLoop._reclaim``) -> ``Head.release``."""
+    (``WorkerState.executor_ended``) -> ``Head.release``."""
     kind: int
     object_ids: list
 
@@ -365,14 +365,14 @@ class Stopped(NamedTuple):
 
 class Log(NamedTuple):
     """Whole lines executors printed: [(pid, is_stderr, [line, ...])] (log_to_driver).
-    Rank (``WorkerLoop.send_logs``) -> ``HeadLoop._on_log``, printed on rank 0."""
+    Rank (``WorkerLoop._logs_out``) -> ``HeadLoop._on_log``, printed on rank 0."""
     kind: int
     entries: list
 
 
 class FreeBlocks(NamedTuple):
     """Store blocks to give back: [(offset, size)]. Those a dead executor was given
-    and never sealed: rank (``WorkerLoop._reclaim``) -> ``Head.free_blocks``; a
+    and never sealed: rank (``WorkerState.executor_ended``) -> ``Head.free_blocks``; a
     collective scratch block an executor replaced (``collective_buffers``):
     executor -> ``WorkerLoop.on_executor`` -> head."""
     kind: int

@@ -187,7 +187,7 @@ class Placement:
     def cpus_all_running(self) -> bool:
         """Whether every worker's CPUs run tasks and no executor is blocked in
         get: then no message the head could receive soon would start work
-        sooner (``HeadLoop`` skips its warm polling; ``WorkerLoop.cpus_all_running``
+        sooner (``HeadLoop`` skips its warm polling; ``WorkerState.cpus_all_running``
         is the rank's side). A worker whose CPUs its actors hold counts as not
         running tasks: calls to those actors may come through the head (in-rank
         actors always do). O(workers): called once per burst of activity."""
