@@ -44,9 +44,13 @@ def resources_from(options: dict, default_cpus: float, what: str) -> dict | None
     for name, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
         if v is not None and (not isinstance(v, (int, float)) or v < 0):
             raise ValueError(f"{name} must be a number >= 0, got {v!r}")
-    if num_gpus is not None and num_gpus > 1 and num_gpus != int(num_gpus):
-        # A GPU is shared by id: a fraction of one, or whole ones (as in Ray).
-        raise ValueError(f"num_gpus above 1 must be a whole number, got {num_gpus!r}")
+    # A request of one unit or less may be a fraction (tasks share the unit, a GPU
+    # by id); above one it takes whole units, as Ray's check at decoration says.
+    for name, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus), *(
+            (f"resources[{k!r}]", v) for k, v in custom.items())):
+        if v is not None and v > 1 and v != int(v):
+            raise ValueError(f"Resource quantities >1 must be whole numbers: {name} "
+                             f"of {what} is {v!r}")
     if num_cpus is None and not num_gpus and not custom:
         return None if default_cpus == 1 else {"CPU": default_cpus}
     res = {"CPU": default_cpus if num_cpus is None else num_cpus}

@@ -1,6 +1,13 @@
 """A node's GPUs are one pool, however many ranks share it (Ray 0.7 counts
-resources per node): the head as a pure object, and three fake hosts."""
+resources per node): the head as a pure object, and three fake hosts. Requests
+above one unit are whole numbers, as Ray checks at decoration."""
 from __future__ import annotations
+
+import re
+
+import pytest
+
+import hpc_ray as ray
 
 from hpc_ray.runtime.control import _cluster_resources
 from hpc_ray.runtime.head import Head
@@ -59,3 +66,25 @@ def test_three_fake_hosts_run_two_gpu_tasks_on_each_worker_node():
     assert res["gpus"] == 4
     assert sorted(res["two_gpu_tasks"]) == [[0, 1], [0, 1]]
     assert len(set(res["stores"])) == 2
+
+
+@pytest.mark.parametrize("options,named", [
+    ({"num_cpus": 1.5}, "num_cpus"), ({"num_gpus": 2.5}, "num_gpus"),
+    ({"resources": {"license": 3.25}}, "resources['license']")])
+def test_a_fraction_above_one_unit_is_refused_at_decoration(options, named):
+    with pytest.raises(ValueError, match=r"Resource quantities >1 must be whole numbers: "
+                                         + re.escape(named)):
+        ray.remote(**options)(lambda: 1)
+    with pytest.raises(ValueError, match="must be whole numbers"):
+        ray.remote(**options)(type("Actor", (), {}))
+
+    @ray.remote
+    def f():
+        return 1
+    with pytest.raises(ValueError, match="must be whole numbers"):
+        f.options(**options)
+
+
+def test_fractions_of_one_unit_and_whole_numbers_are_taken():
+    f = ray.remote(num_cpus=0.5, num_gpus=0.25, resources={"license": 2})(lambda: 1)
+    assert f._resources == {"CPU": 0.5, "GPU": 0.25, "license": 2}
