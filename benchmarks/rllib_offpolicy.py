@@ -92,17 +92,23 @@ def hpc_ray_dqn(args, small: bool = False) -> dict:
     return dict(out, setup_s=setup)
 
 
+def _replay_columns(rng, done_key: str) -> dict:
+    """50 CartPole-shaped transitions of random values (``done_key``: the library's
+    name for the episode-end column)."""
+    import numpy as np
+    return {"obs": rng.normal(size=(50, 4)).astype(np.float32),
+            "new_obs": rng.normal(size=(50, 4)).astype(np.float32),
+            "actions": rng.integers(0, 2, 50), "rewards": np.ones(50, np.float32),
+            done_key: np.zeros(50, bool), "weights": np.ones(50, np.float32)}
+
+
 def hpc_ray_replay(args) -> dict:
     import numpy as np
     from hpc_ray.rllib import SampleBatch
     from hpc_ray.rllib.optimizers.replay_buffer import PrioritizedReplayBuffer
     n = args.replay_size
     rng = np.random.default_rng(0)
-    batches = [SampleBatch(obs=rng.normal(size=(50, 4)).astype(np.float32),
-                           new_obs=rng.normal(size=(50, 4)).astype(np.float32),
-                           actions=rng.integers(0, 2, 50), rewards=np.ones(50, np.float32),
-                           dones=np.zeros(50, bool), weights=np.ones(50, np.float32))
-               for _ in range(n // 50)]
+    batches = [SampleBatch(**_replay_columns(rng, "dones")) for _ in range(n // 50)]
     rss0 = _rss()
     buf = PrioritizedReplayBuffer(n, alpha=0.6, seed=0)
     t0 = time.perf_counter()
@@ -185,11 +191,7 @@ def ray_replay(args) -> dict:
     from ray.rllib.utils.replay_buffers import PrioritizedReplayBuffer
     n = args.replay_size
     rng = np.random.default_rng(0)
-    batches = [SampleBatch(obs=rng.normal(size=(50, 4)).astype(np.float32),
-                           new_obs=rng.normal(size=(50, 4)).astype(np.float32),
-                           actions=rng.integers(0, 2, 50), rewards=np.ones(50, np.float32),
-                           terminateds=np.zeros(50, bool), weights=np.ones(50, np.float32))
-               for _ in range(n // 50)]
+    batches = [SampleBatch(**_replay_columns(rng, "terminateds")) for _ in range(n // 50)]
     rss0 = _rss()
     buf = PrioritizedReplayBuffer(capacity=n, alpha=0.6, storage_unit="timesteps")
     t0 = time.perf_counter()

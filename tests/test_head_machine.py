@@ -1018,17 +1018,22 @@ def test_direct_call_reports_are_read_before_tasks_and_at_most_some_held():
     assert len(head.history.tasks) == 1 + DIRECT_REPORTS_HELD - len(head.direct_reports)
 
 
+def _running_task(head: Head) -> tuple[list, int]:
+    """A task placed and running on a worker, and the id of its pending result."""
+    task = spec()
+    head.submit(task)
+    head.schedule()
+    head.take_outbox()
+    return task, task[m.T_RETURNS][0]
+
+
 def test_regression_a_get_of_a_process_killed_while_it_waits_is_never_answered():
     # Issue 33: a task put a value, then waited in get() for it and for a ref
     # still running elsewhere, and was killed. Its death freed the value; when
     # the other ref's task finished, the head answered the dead get and read
     # the freed id (KeyError in record_for), and the head failed for good.
     head = make_head()
-    slow = spec()
-    head.submit(slow)
-    head.schedule()
-    head.take_outbox()
-    pending = slow[m.T_RETURNS][0]
+    slow, pending = _running_task(head)
     mine = new_id()
     off = head.alloc(0, 1000)
     head.hold([mine])
@@ -1052,11 +1057,7 @@ def test_regression_a_wait_that_timed_out_leaves_no_waiter_behind():
     # wait stayed among the pending object's waiters (found by the machine as
     # "object waits for gone wait"), one more per call, until the task ended.
     head = make_head()
-    slow = spec()
-    head.submit(slow)
-    head.schedule()
-    head.take_outbox()
-    pending = slow[m.T_RETURNS][0]
+    _, pending = _running_task(head)
     head.hold([pending])
     for req in range(1, 101):
         head.remote_wait(2, req, [pending], 1)

@@ -190,11 +190,8 @@ def _exchange_headers(loop, comm, group: str, op: str, arr: np.ndarray) -> None:
     _wait(comm.Iallgather(mine, every), _polite(loop), loop, group, op, (mine, every))
     gone = [int(r) for r in np.flatnonzero(every[:, 0] == _GONE)]
     if gone:
-        msg = (f"{op} in collective group {group!r}: the actor of member(s) {gone} is "
-               f"gone (it died or was killed); the group is broken on every member: "
-               f"destroy it (destroy_collective_group) and create a new one")
-        loop.broken_groups[group] = msg
-        raise RayError(msg)
+        raise _broken(loop, group, f"{op} in collective group {group!r}: the actor of "
+                      f"member(s) {gone} is gone (it died or was killed)")
     if (every[:, 1] != every[0, 1]).any():
         # Every member sees the mismatch, so every member takes this branch.
         metas = comm.allgather((arr.shape, arr.dtype.str))
@@ -272,11 +269,8 @@ def _liveness(loop, group: str, op: str):
                            f"is gone; this rank stops waiting for the other members")
         dead = [i for i, pid in on_host if not _alive(pid)]
         if dead:
-            msg = (f"{op} in collective group {group!r}: the rank of member(s) {dead} is "
-                   f"gone (its process died); the group is broken on every member: "
-                   f"destroy it (destroy_collective_group) and create a new one")
-            loop.broken_groups[group] = msg
-            raise RayError(msg)
+            raise _broken(loop, group, f"{op} in collective group {group!r}: the rank of "
+                          f"member(s) {dead} is gone (its process died)")
     return alive
 
 
@@ -323,3 +317,11 @@ def _divide(arr: np.ndarray, n: int) -> None:
         arr //= n
     else:
         arr /= n
+
+
+def _broken(loop, group: str, why: str) -> RayError:
+    """The error of a group a member left: every later call on it raises it too."""
+    msg = (f"{why}; the group is broken on every member: destroy it "
+           f"(destroy_collective_group) and create a new one")
+    loop.broken_groups[group] = msg
+    return RayError(msg)

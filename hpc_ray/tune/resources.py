@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-__all__ = ["Resources", "normalize", "actor_options", "demand", "shape"]
+__all__ = ["Resources", "normalize", "actor_options", "demand", "held", "fits", "shape"]
 
 _BUILTIN = ("cpu", "gpu", "extra_cpu", "extra_gpu")
 _EXTRA_CUSTOM = "extra_custom/"
@@ -101,6 +101,22 @@ def demand(resources: dict) -> dict:
         name = key[len(_EXTRA_CUSTOM):] if key.startswith(_EXTRA_CUSTOM) else key
         need[name] = need.get(name, 0) + value
     return need
+
+
+def held(reservations) -> dict:
+    """What the given trials' reservations (``resources_per_trial`` dicts) hold
+    together, in the cluster's resource names."""
+    used: dict[str, float] = {}
+    for resources in reservations:
+        for name, v in demand(resources).items():
+            used[name] = used.get(name, 0.0) + v
+    return used
+
+
+def fits(resources: dict, used: dict, total: dict) -> bool:
+    """Whether a trial asking ``resources`` fits beside ``used`` within ``total``."""
+    return all(not v or used.get(name, 0.0) + v <= total.get(name, 0.0) + 1e-9
+               for name, v in demand(resources).items())
 
 
 def shape(resources: dict) -> tuple:

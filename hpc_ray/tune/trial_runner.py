@@ -44,7 +44,8 @@ from .error import ResetConfigError, TuneError
 from .experiment_state import JOURNAL_FILE, STATE_FILE, StateJournal, load_experiment_state
 from .logger import TrialLogger, truncate_results
 from .progress import ProgressReporter
-from .resources import actor_options as _actor_options, demand as _demand, shape as _shape
+from .resources import actor_options as _actor_options, demand as _demand, fits as _fits, held as _held
+from .resources import shape as _shape
 from .schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 from .trainable import unpack_dir
 from .trial import Trial, _jsonable
@@ -130,24 +131,14 @@ class TrialRunner:
         shape = _shape(resources)
         if any(k[1:] == shape for k, _ in self._idle):
             return True  # an idle actor of that shape is handed over (or replaced)
-        used = self._used()
-        for name, v in _demand(resources).items():
-            if v and used.get(name, 0.0) + v > self._total.get(name, 0.0) + 1e-9:
-                return False
-        return True
+        return _fits(resources, self._used(), self._total)
 
     def _used(self) -> dict[str, float]:
         """What running trials and idle actors hold; cached until a state changes."""
         if self._used_cache is None:
-            used: dict[str, float] = {}
-            for trial in self._trials:
-                if trial.status == Trial.RUNNING and trial._predecessor is None:
-                    for k, v in _demand(trial.resources).items():
-                        used[k] = used.get(k, 0.0) + v
-            for k, _ in self._idle:
-                for name, v in _demand(dict(k[1:])).items():
-                    used[name] = used.get(name, 0.0) + v
-            self._used_cache = used
+            running = [t.resources for t in self._trials
+                       if t.status == Trial.RUNNING and t._predecessor is None]
+            self._used_cache = _held(running + [dict(k[1:]) for k, _ in self._idle])
         return self._used_cache
 
     def add_trial(self, trial: Trial) -> None:
