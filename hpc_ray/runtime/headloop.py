@@ -43,6 +43,7 @@ from mpi4py import MPI
 from .. import _config
 from ..exceptions import RayError
 from ..transport import direct, wait
+from ..transport.channel import Channel
 from ..transport import messages as m
 from ..transport.comm import (CommThreadBell, Fetcher, Sender, control_waiting, deep_tier,
                               recv_control, tighten_timer_slack)
@@ -141,8 +142,8 @@ class HeadLoop(threading.Thread):
         self._handlers = self._make_handlers()
         #: Direct channels of actors' executors on this host: fd -> Channel.
         self.listener = listener
-        self.channels: dict[int, direct.Channel] = {}
-        self.channel_of: dict[int, direct.Channel] = {}    # actor id -> its channel
+        self.channels: dict[int, Channel] = {}
+        self.channel_of: dict[int, Channel] = {}    # actor id -> its channel
         #: Whether results are due on the channels (read them every round then);
         #: otherwise they are looked at every CHANNEL_CHECK seconds (new channels,
         #: closed ones, results that went the slow way).

@@ -361,7 +361,7 @@ class WorkerLoop:
             for ex in to_write:
                 if ex.outbox:
                     msgs, ex.outbox = ex.outbox, []
-                    ex.proc.send(msgs)
+                    ex.proc.channel.send(msgs)
 
     def send_out(self) -> None:
         """Pass the executors' printed lines on, then send the head what is due."""
@@ -389,7 +389,7 @@ class WorkerLoop:
         executor is replaced with a fresh process)."""
         self.state.retire_begin(ex)
         self._start_and_write()
-        ex.proc.send([(m.SHUTDOWN,)])
+        ex.proc.channel.send([(m.SHUTDOWN,)])
         self.pool.reap(ex.proc, close=False)
         self._read_remaining(ex)
         self.pool.close(ex.proc)
@@ -466,11 +466,11 @@ class WorkerLoop:
                 writers = []
                 for ex in state.all_executors():
                     p = ex.proc
-                    by_fd[p.fd] = ex
+                    by_fd[p.channel.fd] = ex
                     for fd in p.pipes:
                         pipes[fd] = ex
-                    if p.outbuf:
-                        writers.append(p.fd)
+                    if p.channel.outbuf:
+                        writers.append(p.channel.fd)
                 readers = list(pipes)
                 if bell_fd >= 0:
                     readers.append(bell_fd)
@@ -499,7 +499,7 @@ class WorkerLoop:
                 if flagged:
                     flags.down(self.rank)
                 for fd in writable:
-                    by_fd[fd].proc.write_some()
+                    by_fd[fd].proc.channel.write_some()
                 for fd in ready:
                     if fd == bell_fd:
                         doorbell.drain()   # a message is on its way: poll MPI at once
@@ -515,7 +515,7 @@ class WorkerLoop:
                     ex = by_fd[fd]
                     if ex.gone:
                         continue    # (retired or killed while this pass read another)
-                    frames = ex.proc.read_frames()
+                    frames = ex.proc.channel.read_frames()
                     if frames is None:
                         self.on_executor_died(ex)
                         active = True
@@ -557,7 +557,7 @@ class WorkerLoop:
         executors = self.state.all_executors()
         for ex in executors:
             try:
-                ex.proc.send([(m.SHUTDOWN,)])
+                ex.proc.channel.send([(m.SHUTDOWN,)])
             except Exception:
                 pass
         deadline = time.monotonic() + 2.0
