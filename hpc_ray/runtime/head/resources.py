@@ -48,6 +48,23 @@ class NodePool:
                 self.total[k] = v
                 self.avail[k] = self.avail.get(k, 0) + extra
 
+    def set(self, name: str, capacity: float) -> None:
+        """The node's ``name`` becomes ``capacity`` (0: it has none).
+
+        What running tasks and actors hold stays theirs: after a shrink below
+        that, ``avail`` is negative (nothing more is placed) and rises as they
+        give it back, so the capacity shrinks as they release it.
+        """
+        held = self.total.get(name, 0) - self.avail.get(name, 0)
+        if capacity:
+            self.total[name] = capacity
+        else:
+            self.total.pop(name, None)
+        if capacity or held:
+            self.avail[name] = capacity - held
+        else:
+            self.avail.pop(name, None)
+
 
 class WorkerInfo:
     __slots__ = ("rank", "node", "host", "total", "avail", "gpu_free", "inflight",
@@ -308,7 +325,8 @@ class Placement:
         have = scheduler.largest_worker(self.workers.values())
         warnings.warn(f"{what} needs {resources}, but no worker rank has {until} "
                       f"(largest: {have}); it stays pending until it fits. Pass resources "
-                      f"to init() or start ranks with more CPUs/GPUs.", stacklevel=2)
+                      f"to init(), create them with experimental.set_resource(), or start "
+                      f"ranks with more CPUs/GPUs.", stacklevel=2)
 
     def _wire(self, spec: list, w: WorkerInfo, gpu_ids: list[int], resources: dict) -> list:
         """The spec as sent to ``w``: function shipped once per rank, deps resolved."""
