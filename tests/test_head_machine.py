@@ -154,6 +154,7 @@ def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: di
                        if t.state is TaskState.PENDING}
     in_actor_flight = {tid for a in head.actors.values() for tid in a.inflight}
     inflight = collections.Counter()
+    fractions = collections.Counter()
     for task in head.tasks.values():
         tid = task.spec[m.T_ID]
         if task.state is TaskState.READY:
@@ -165,18 +166,25 @@ def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: di
             assert task.placed
             if is_call:
                 assert tid in in_actor_flight
-            elif task.resources.get("CPU"):
+            elif scheduler.in_cpu_queue(task.resources):
                 inflight[task.rank] += 1
+            elif task.resources.get("CPU"):
+                fractions[task.rank] += 1
         if is_call and task.state is TaskState.PENDING:
             assert tid in in_actor_queues
     tiny = collections.Counter(t.rank for t in head.tasks.values() if t.tiny)
     for task in head.tasks.values():
         if task.tiny:
             assert task.placed and task.state is TaskState.RUNNING and \
-                task.spec[m.T_ACTOR] is None and task.resources.get("CPU"), \
+                task.spec[m.T_ACTOR] is None and scheduler.in_cpu_queue(task.resources), \
                 f"task {task.spec[m.T_ID]} counted tiny while {task.state}"
     for r, w in head.workers.items():
         assert w.inflight == inflight[r], f"rank {r}: inflight {w.inflight} != {inflight[r]}"
+        assert w.fractions == fractions[r], f"rank {r}: {w.fractions} != {fractions[r]}"
+        # Fractions of a CPU are placed only where free, and whole CPUs only where
+        # free while fractions run: none is queued beyond the rank's CPUs.
+        assert not w.fractions or w.avail["CPU"] > -1e-9, \
+            f"rank {r}: {w.fractions} fractions with CPU avail {w.avail['CPU']}"
         assert w.tiny_inflight == tiny[r], \
             f"rank {r}: tiny_inflight {w.tiny_inflight} != {tiny[r]}"
     # A crowded node runs tiny tasks on no more ranks than it has cores (none of
@@ -354,7 +362,7 @@ class HeadMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), ndeps=st.integers(0, 3), retries=st.integers(0, 2),
           returns=st.integers(1, 2), gpu=st.sampled_from([0, 0.5, 0.25, 1, 2]),
-          lic=st.integers(0, 3), cpus=st.sampled_from([1, 1, 1, 0, 2, 3, 4]),
+          lic=st.integers(0, 3), cpus=st.sampled_from([1, 1, 1, 0, 0.25, 0.5, 2, 3, 4]),
           contain=st.booleans(), fn=st.sampled_from(["f", "tiny"]),
           x=st.sampled_from([0, 0, 1, 2]))
     def submit(self, data, ndeps, retries, returns, gpu, lic, cpus, contain, fn, x):
@@ -364,8 +372,8 @@ class HeadMachine(RuleBasedStateMachine):
         resources = None
         # 4 CPUs never fit (the node's 3 ranks have 3): such a task fails at
         # submission. lic=3, or any X, waits until set_resource makes room. 2 or
-        # 3 CPUs run on one rank with siblings lending theirs; 0 CPUs run beside
-        # the CPUs.
+        # 3 CPUs run on one rank with siblings lending theirs; 0 CPUs, or a
+        # fraction, run beside the CPUs (fractions only where free).
         if gpu or lic or cpus != 1 or x:
             resources = {"CPU": cpus, "GPU": gpu, "lic": lic}
             if x:

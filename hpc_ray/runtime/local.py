@@ -151,7 +151,8 @@ class LocalContext(context.ContextBase):
         if name in ("cluster_resources", "available_resources"):
             return {"CPU": float(os.cpu_count() or 1)}
         if name == "nodes":
-            return [{"NodeID": "node-0", "ClientID": "node-0", "NodeManagerHostname": socket.gethostname(),
+            return [{"NodeID": "node-0", "ClientID": "node-0",
+                     "NodeManagerHostname": socket.gethostname(),
                      "Alive": True, "Resources": {"CPU": os.cpu_count()}, "Ranks": [0]}]
         if name == "timeline":
             return list(self.events)

@@ -70,7 +70,7 @@ class WorkerInfo:
     __slots__ = ("rank", "node", "host", "total", "avail", "gpu_free", "inflight",
                  "blocked", "prefetch", "actors", "alive", "known_fns", "pid",
                  "steal_pending", "refill", "pool", "actor_cpus", "hosting", "lending",
-                 "tiny_inflight", "tiny_at")
+                 "tiny_inflight", "tiny_at", "fractions")
 
     def __init__(self, rank: int, node: int, host: str, resources: dict,
                  gpu_ids: list[int], pid: int, pool: NodePool | None = None) -> None:
@@ -87,6 +87,9 @@ class WorkerInfo:
         #: The node's GPU ids: id -> the fraction of it not held (``NodePool``).
         self.gpu_free = self.pool.gpu_free
         self.inflight = 0                     #: CPU tasks sent and not finished
+        #: Tasks holding a fraction of a CPU sent and not finished (not in
+        #: ``inflight``: see ``scheduler.in_cpu_queue``).
+        self.fractions = 0
         self.blocked = 0                      #: executors blocked in get()
         self.prefetch = 1                     #: extra tasks queued beyond CPUs
         self.actors = 0                       #: actors placed here
@@ -350,13 +353,18 @@ class Placement:
         task.attempts += 1
         task.placed = True
         task.gpu_ids = hold(w, task.resources, task.lenders)
-        if task.resources.get("CPU"):
-            # A num_cpus=0 task runs beside the rank's CPUs (worker.py: an extra
-            # executor), so it takes no place in the rank's CPU queue.
+        if scheduler.in_cpu_queue(task.resources):
+            # A num_cpus=0 task, or one of a fraction of a CPU, runs beside the
+            # rank's CPUs (worker_state.no_cpu: an extra executor), so it takes
+            # no place in the rank's CPU queue.
             w.inflight += 1
             if task.tiny:
                 w.tiny_inflight += 1
                 w.tiny_at = time.monotonic()
+        else:
+            task.tiny = False
+            if task.resources.get("CPU"):
+                w.fractions += 1
         self.send(w.rank, (m.EXECUTE, self._wire(task.spec, w, task.gpu_ids, task.resources)))
 
     def _unplace(self, task: TaskEntry) -> None:
@@ -371,11 +379,13 @@ class Placement:
             return
         w = self.workers.get(task.rank)
         if w is not None:
-            if task.resources.get("CPU"):
+            if scheduler.in_cpu_queue(task.resources):
                 w.inflight -= 1
                 if task.tiny:
                     w.tiny_inflight -= 1
                     w.tiny_at = time.monotonic()
+            elif task.resources.get("CPU"):
+                w.fractions -= 1
             give_back(w, task.resources, task.gpu_ids, task.lenders)
             if not w.refill and scheduler.low_water(w):
                 w.refill = True
