@@ -38,3 +38,20 @@ def test_a_capacity_that_is_not_a_non_negative_integer_is_refused(capacity):
 def test_before_init_it_says_to_call_init():
     with pytest.raises(ray.exceptions.RayError, match=r"ray.init has been called\.$"):
         set_resource("R", 1)
+
+
+@pytest.mark.mpi
+def test_set_resource_on_chosen_nodes_of_three_fake_hosts():
+    from conftest import run_mpi
+    from test_two_nodes import fake_hosts_command
+
+    cmd = fake_hosts_command("set_resource_nodes.py", hosts=("127.0.0.1:1", "127.0.0.2:2",
+                                                             "127.0.0.3:2"))
+    res = run_mpi("set_resource_nodes.py", 5, cmd=cmd, timeout=120).assert_ok(
+        "set_resource_nodes")
+    assert res["node_ids"] == ["node-0", "node-1", "node-2"]
+    assert res["r_on"] == ["node-2"]
+    assert len(res["r_stores"]) == 1                  # every R task ran on node 2
+    # A task's set_resource with no client_id is its own node's.
+    assert len(res["mine_on"]) == 1 and res["mine_on"][0] in ("node-1", "node-2")
+    assert res["mine_stores_match"] is True
