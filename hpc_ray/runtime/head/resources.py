@@ -288,8 +288,10 @@ class Placement:
         others back while another rank idles. Only tasks still in a worker
         rank's own queue come back (not those an executor already holds).
         """
+        # (A rank running fractions of a CPU takes whole ones only when free: it
+        # asks for none back.)
         spare = [w for w in workers if w.inflight < scheduler.task_cpus(w) + w.blocked
-                 and not w.hosting and not w.lending]
+                 and not w.hosting and not w.lending and not w.fractions]
         crowded = self.crowded_nodes
         now = time.monotonic() if crowded else 0.0
         for idle in spare:
@@ -353,10 +355,10 @@ class Placement:
         task.attempts += 1
         task.placed = True
         task.gpu_ids = hold(w, task.resources, task.lenders)
+        # Only a task of one CPU or more takes a place in the rank's CPU queue: a
+        # num_cpus=0 task, or one of a fraction of a CPU (counted in
+        # ``w.fractions``), runs beside it (worker_state.no_cpu: an extra executor).
         if scheduler.in_cpu_queue(task.resources):
-            # A num_cpus=0 task, or one of a fraction of a CPU, runs beside the
-            # rank's CPUs (worker_state.no_cpu: an extra executor), so it takes
-            # no place in the rank's CPU queue.
             w.inflight += 1
             if task.tiny:
                 w.tiny_inflight += 1
