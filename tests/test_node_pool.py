@@ -25,5 +25,8 @@ def test_actor_resources_and_fractional_packing(run, mode):
     # Four num_cpus=0.25 tasks at once on one CPU, not a fifth.
     assert values["quarters_at_once"] == [4, 4, 4, 4]
     assert values["quarters_of_five"] == [4, ["released"] * 5]
+    # A whole CPU is not shared with fractions: each waits for the other.
+    assert values["quarters_beside_whole"] == 0
+    assert values["whole_beside_quarters"] == 0
     assert values["halves_at_once"] == [2, 2]
     assert values["halves_of_three"] == [2, ["released"] * 3]

@@ -117,6 +117,28 @@ with section("fractional CPUs pack"):
     report("quarters_at_once", ray.get(quarters, timeout=60))
     report("quarters_of_five", started_before_release("five", 5, num_cpus=0.25))
 
+with section("fractions and whole CPUs share the one CPU"):
+    whole = gate.remote("whole-1", tmp_path("release-whole-1"))
+    poll_for(lambda: _started("whole-1") >= 1, 30)
+    quarters = [gate.options(num_cpus=0.25).remote("q-1", tmp_path("release-q-1"))
+                for _ in range(2)]
+    ray.wait(quarters, timeout=1)
+    report("quarters_beside_whole", _started("q-1"))
+    open(tmp_path("release-whole-1"), "w").close()
+    check(poll_for(lambda: _started("q-1") >= 2, 30))
+    open(tmp_path("release-q-1"), "w").close()
+    ray.get(quarters + [whole], timeout=60)
+    quarters = [gate.options(num_cpus=0.25).remote("q-2", tmp_path("release-q-2"))
+                for _ in range(2)]
+    poll_for(lambda: _started("q-2") >= 2, 30)
+    whole = gate.remote("whole-2", tmp_path("release-whole-2"))
+    ray.wait([whole], timeout=1)
+    report("whole_beside_quarters", _started("whole-2"))
+    open(tmp_path("release-q-2"), "w").close()
+    check(poll_for(lambda: _started("whole-2") >= 1, 30))
+    open(tmp_path("release-whole-2"), "w").close()
+    ray.get(quarters + [whole], timeout=60)
+
 with section("fractional custom resources pack"):
     halves = [meet_task.options(num_cpus=0, resources={"X": 0.5}).remote("half", 2)
               for _ in range(2)]
