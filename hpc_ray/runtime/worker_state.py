@@ -16,7 +16,9 @@ lending, dying at any step, standby executors, retirement.
 Tasks that hold a CPU queue in ``queue`` and run on the rank's CPU executors,
 one per CPU, so at most that many run at once (plus nested ones while an
 executor waits in ``get``). A ``num_cpus=0`` task holds no CPU and does not wait
-for one (as in Ray): it queues in ``zero_cpu_queue`` and runs on an extra
+for one (as in Ray), and a task that holds a fraction of one (``num_cpus=0.25``)
+was sent by the head only when that fraction is free (``scheduler.capacity_ok``),
+so several pack onto one CPU: either queues in ``zero_cpu_queue`` and runs on an extra
 executor, started when none is idle (at most ``MAX_EXTRA_EXECUTORS``) and
 stopped after ``extra_idle`` seconds without work. An extra executor's ``get``
 lends no CPU, so its BLOCKED count stays on this rank.
@@ -124,8 +126,9 @@ def thread_lent(ex: Executor) -> bool:
 
 
 def no_cpu(spec: list) -> bool:
-    """Whether a task holds no CPU (``num_cpus=0``): ``T_RES`` is (GPU ids, resources)."""
-    return not spec[m.T_RES][1].get("CPU")
+    """Whether a task holds no whole CPU (``num_cpus=0``, or a fraction):
+    ``T_RES`` is (GPU ids, resources)."""
+    return spec[m.T_RES][1].get("CPU", 0) < 1 - 1e-9
 
 
 class WorkerState:

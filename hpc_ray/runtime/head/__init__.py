@@ -189,6 +189,17 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
                                         pid, pool)
         self._workers_changed()
 
+    def set_resource(self, node: int, name: str, capacity: float) -> None:
+        """``experimental.set_resource``: ``node``'s custom resource ``name`` becomes
+        ``capacity``; 0 deletes it (``NodePool.set``: what tasks and actors hold
+        stays theirs until they end). Actors waiting for room are tried again;
+        ready tasks are placed by the scheduling pass that follows every event."""
+        pool = self.pools.get(node)
+        if pool is None:
+            pool = self.pools[node] = NodePool()
+        pool.set(name, capacity)
+        self.retry_pending_actors()
+
     def worker_stopped(self, rank: int) -> None:
         """The rank sent its last message (STOPPED): it takes no more work."""
         w = self.workers.get(rank)

@@ -42,6 +42,8 @@ PENDING, READY, RUNNING, FINISHED, FAILED = (TaskState.PENDING, TaskState.READY,
                                              TaskState.RUNNING, TaskState.FINISHED,
                                              TaskState.FAILED)
 TERMINAL = frozenset((FINISHED, FAILED))
+#: Resources only the ranks' start-up gives (``experimental.set_resource`` refuses them).
+_FIXED = frozenset(("CPU", "GPU"))
 #: Functions whose tasks' times the head keeps at most (``TaskLifecycle.is_tiny``).
 MAX_TIMED_FUNCTIONS = 4096
 
@@ -201,11 +203,15 @@ class TaskLifecycle:
             self._set_task_state(task, READY)
 
     def _feasible(self, shape, resources: dict) -> bool:
-        """Whether some worker rank could ever hold ``resources`` (cached per shape;
-        the cache is dropped when ranks come or go)."""
+        """Whether some worker rank could ever hold the CPUs and GPUs of ``resources``
+        (cached per shape; the cache is dropped when ranks come or go). Custom
+        resources are left out: ``experimental.set_resource`` may create them
+        later, so a task that needs more than any node has waits for them, with a
+        warning, as in Ray (``Placement._blocked``)."""
         known = self.feasible_shapes.get(shape)
         if known is None:
-            known = not self._alive or scheduler.feasible_anywhere(self._alive, resources)
+            fixed = {k: v for k, v in resources.items() if k in _FIXED}
+            known = not self._alive or scheduler.feasible_anywhere(self._alive, fixed)
             self.feasible_shapes[shape] = known
         return known
 
