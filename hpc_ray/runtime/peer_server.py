@@ -67,14 +67,15 @@ class PeerServer:
         for msgs in batches:
             for msg in msgs:
                 if msg[0] == m.EXECUTE:
-                    spec = msg[1]
+                    _, spec = msg
                     spec[m.T_RES] = self.held
                     self.calls[spec[m.T_ID]] = ch
                     calls.append(msg)
                 elif msg[0] == m.UNPIN:
-                    self.pins.pop((ch.fd, msg[1]), None)
+                    _, task_id = msg
+                    self.pins.pop((ch.fd, task_id), None)
                 elif msg[0] == m.CALLER_CPU:
-                    self.neighbour.caller_at(msg[1])
+                    self.neighbour.caller_at(*msg[1:])
         return calls
 
     def _drop(self, ch: direct.Channel) -> None:

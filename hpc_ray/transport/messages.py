@@ -5,8 +5,17 @@ travel in lists, one list per MPI send or socket frame (measured: a pickled
 slotted dataclass costs about 3x a tuple on the task hot path). The tuple's
 fields are those of the kind's ``NamedTuple`` below, in order, ``kind`` first;
 producers on hot paths build the plain tuple, others may build the named one
-(it pickles as the same tuple when sent through ``tuple(msg)``, and handlers
-index by position either way).
+(it pickles as the same tuple when sent through ``tuple(msg)``).
+
+Reading a message: dispatch on ``msg[0]`` (the ``kind`` field), then unpack the
+tuple into names that are exactly the kind's field names (as fast as indexing)::
+
+    _, task_id, results, contained, t_start, t_end, pid = msg
+
+A handler that passes every field on, in order, calls a function whose
+parameters are named as the fields, with ``*msg[1:]``; code that treats several
+kinds alike unpacks the fields they share (``kind, req_id, *rest = msg``). No
+handler reads a field by its position.
 
 ``SCHEMA`` maps each kind to its type. Each type's docstring names who sends it
 and who handles it. With ``HPC_RAY_CHECK_MESSAGES=1`` every message a rank

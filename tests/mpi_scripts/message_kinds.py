@@ -17,7 +17,7 @@ served = []
 class FetchServer:
     """Stands in for the MPI side of FETCH: records what it was asked to send."""
 
-    def serve(self, src, offset, size):
+    def serve(self, src, object_id, offset, size):
         served.append((src, offset, size))
 
 
