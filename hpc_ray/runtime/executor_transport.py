@@ -305,6 +305,8 @@ class ExecutorTransport:
         return msgs + calls if calls else msgs
 
     def _file(self, msgs: list) -> None:
+        if m.CHECKING:
+            m.check_all(msgs, f"executor {os.getpid()} from its rank or its callers")
         replies, inbox = self.replies, self.inbox
         for msg in msgs:
             if msg[0] == m.REPLY:

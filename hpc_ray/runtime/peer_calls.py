@@ -444,6 +444,8 @@ class PeerCaller:
             self._lost(link)
             return []
         for msgs in batches:
+            if m.CHECKING:
+                m.check_all(msgs, f"a caller from actor {link.actor_id:016x}")
             for msg in msgs:
                 if msg[0] == m.DIRECT_HELLO:
                     _, _, link.pid, link.rank = msg

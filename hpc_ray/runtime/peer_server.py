@@ -65,6 +65,8 @@ class PeerServer:
             return []
         calls = []
         for msgs in batches:
+            if m.CHECKING:
+                m.check_all(msgs, f"actor process {os.getpid()} from a caller")
             for msg in msgs:
                 if msg[0] == m.EXECUTE:
                     _, spec = msg
