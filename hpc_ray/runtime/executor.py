@@ -249,7 +249,8 @@ class ExecutorContext(context.ContextBase):
     def handle(self, msg: tuple) -> None:
         kind = msg[0]
         if kind == m.EXECUTE:
-            self.execute(*msg[1:])
+            _, spec = msg
+            self.execute(spec)
         elif kind == m.REPLY:
             _, req_id, payload = msg
             self.transport.replies[req_id] = payload

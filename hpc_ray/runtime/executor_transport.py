@@ -118,7 +118,7 @@ class ExecutorTransport:
             # from there the same way.
             for msg in msgs:
                 if msg[0] == m.TASK_DONE or msg[0] == m.TASK_FAILED:
-                    _, task_id, *_ = msg
+                    _, task_id = msg[:2]
                     self.direct_tids.discard(task_id)
         if not all(msg[0] == m.COLLECTIVE_OP for msg in msgs):
             # (A collective is answered by the rank itself: nothing of it reaches
@@ -146,7 +146,8 @@ class ExecutorTransport:
         return True
 
     def send_direct(self, msgs: list) -> None:
-        for _, task_id, *_ in msgs:      # (TASK_DONE and TASK_FAILED only)
+        for msg in msgs:        # (TASK_DONE and TASK_FAILED only)
+            _, task_id = msg[:2]
             self.direct_tids.discard(task_id)
         try:
             self.dconn.send_bytes(pickle.dumps(msgs, protocol=5))

@@ -338,9 +338,9 @@ class WorkerState:
                 out.append(msg)
             elif kind in _REQUEST_KINDS:
                 # ids: a GET's or WAIT's object_ids, an ALLOC's size, a CONTROL_CALL's name.
-                _, req_id, ids, *rest = msg
+                _, req_id, ids = msg[:3]
                 rreq = self.requests.ask(ex, req_id, _REQUEST_KINDS[kind], ids)
-                out.append((kind, rreq, ids, *rest))
+                out.append((kind, rreq) + msg[2:])
             elif kind == m.WAIT_NOW:
                 _, req_id = msg
                 rreq = self.requests.rank_id(ex, req_id)

@@ -14,7 +14,7 @@ tuple into names that are exactly the kind's field names (as fast as indexing)::
 
 A handler that passes every field on, in order, calls a function whose
 parameters are named as the fields, with ``*msg[1:]``; code that treats several
-kinds alike unpacks the fields they share (``kind, req_id, *rest = msg``). No
+kinds alike unpacks the leading fields they share (``_, req_id = msg[:2]``). No
 handler reads a field by its position.
 
 ``SCHEMA`` maps each kind to its type. Each type's docstring names who sends it

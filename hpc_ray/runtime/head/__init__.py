@@ -416,7 +416,7 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
                         f"rank {src} and carried on without it; the head's traceback:\n{tb}")
         try:
             if kind in (m.TASK_DONE, m.TASK_FAILED):
-                _, task_id, *_ = msg
+                _, task_id = msg[:2]
                 task = self.tasks.get(task_id)
                 if task is not None:
                     self._fail_task(task, (ERROR, dumps(err)))
@@ -428,7 +428,7 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
                 else:
                     self._fail_task_now(spec, err)
             elif kind in (m.GET, m.WAIT, m.ALLOC, m.CONTROL_CALL):
-                _, req_id, *_ = msg
+                _, req_id = msg[:2]
                 self._cancel_requests(src, (req_id,))
                 self.send(src, (m.REPLY, req_id, _failed_reply(kind, msg, err,
                                                                self.node_of[src],
