@@ -162,40 +162,40 @@ class HeadLoop(threading.Thread):
             m.TASK_DONE: lambda src, msg: head.task_done(src, *msg[1:]),
             m.TASK_FAILED: lambda src, msg: head.task_failed(src, *msg[1:]),
             m.PROCESS_ENDED: lambda src, msg: head.process_ended(src, *msg[1:]),
-            m.SUBMIT: lambda src, msg: head.submit(msg[1]),
+            m.SUBMIT: lambda src, msg: head.submit(*msg[1:]),
             m.PUT: self._on_put,
-            m.GET: lambda src, msg: head.remote_get(src, msg[1], msg[2]),
-            m.WAIT: lambda src, msg: head.remote_wait(src, msg[1], msg[2], msg[3]),
-            m.WAIT_NOW: lambda src, msg: head.remote_wait_now(src, msg[1]),
+            m.GET: lambda src, msg: head.remote_get(src, *msg[1:]),
+            m.WAIT: lambda src, msg: head.remote_wait(src, *msg[1:]),
+            m.WAIT_NOW: lambda src, msg: head.remote_wait_now(src, *msg[1:]),
             m.ALLOC: self._on_alloc,
-            m.HOLD: lambda src, msg: head.hold(msg[1]),
-            m.RELEASE: lambda src, msg: head.release(msg[1]),
-            m.BLOCKED: lambda src, msg: head.blocked(src, msg[1]),
-            m.ADD_LOCATION: lambda src, msg: head.add_location(msg[1], msg[2]),
-            m.ACTOR_READY: lambda src, msg: head.actor_ready(msg[1], msg[2]),
-            m.ACTOR_DIED: lambda src, msg: head.actor_died(msg[1], msg[2], msg[3]),
+            m.HOLD: lambda src, msg: head.hold(*msg[1:]),
+            m.RELEASE: lambda src, msg: head.release(*msg[1:]),
+            m.BLOCKED: lambda src, msg: head.blocked(src, *msg[1:]),
+            m.ADD_LOCATION: lambda src, msg: head.add_location(*msg[1:]),
+            m.ACTOR_READY: lambda src, msg: head.actor_ready(*msg[1:]),
+            m.ACTOR_DIED: lambda src, msg: head.actor_died(*msg[1:]),
             m.CONTROL_CALL: self._on_control,
-            m.PROFILE: lambda src, msg: head.add_events(msg[1]),
-            m.DIRECT_DONE: lambda src, msg: head.direct_report(msg[1]),
-            m.FREE_BLOCKS: lambda src, msg: head.free_blocks(src, msg[1]),
-            m.FETCH: lambda src, msg: self.fetcher.serve(src, msg[2], msg[3]),
-            m.RETURNED: lambda src, msg: head.tasks_returned(src, msg[1]),
+            m.PROFILE: lambda src, msg: head.add_events(*msg[1:]),
+            m.DIRECT_DONE: lambda src, msg: head.direct_report(*msg[1:]),
+            m.FREE_BLOCKS: lambda src, msg: head.free_blocks(src, *msg[1:]),
+            m.FETCH: lambda src, msg: self.fetcher.serve(src, *msg[1:]),
+            m.RETURNED: lambda src, msg: head.tasks_returned(src, *msg[1:]),
             m.STOPPED: self._on_stopped,
-            m.LOG: lambda src, msg: self.logs.append((src, msg[1])),
+            m.LOG: lambda src, msg: self.logs.append((src, *msg[1:])),
         }
 
     # --- handlers ---------------------------------------------------------------
 
     def _on_put(self, src: int, msg: tuple) -> None:
-        _, oid, rec, contained = msg
-        self.head.hold((oid,))
-        self.head.put_object(oid, rec, contained)
+        _, object_id, record, contained = msg
+        self.head.hold((object_id,))
+        self.head.put_object(object_id, record, contained)
 
     def _on_alloc(self, src: int, msg: tuple) -> None:
+        _, req_id, size = msg
         node = self.head.node_of[src]
-        size = msg[2]
         off = self.head.alloc(node, size)
-        self.head.send(src, (m.REPLY, msg[1], (node, off, self.head.store_size)))
+        self.head.send(src, (m.REPLY, req_id, (node, off, self.head.store_size)))
 
     def _on_stopped(self, src: int, msg: tuple) -> None:
         self.stopped.add(src)
@@ -203,15 +203,15 @@ class HeadLoop(threading.Thread):
 
     def _on_control(self, src: int, msg: tuple) -> None:
         from . import control
-        _, req, name, args = msg
+        _, req_id, name, args = msg
         if name == "collective_join":
-            self.head.collective_join(src, req, *args)
+            self.head.collective_join(src, req_id, *args)
             return
         try:
             result = (True, control.call(self.head, name, args))
         except Exception as exc:  # returned to the caller, raised there
             result = (False, exc)
-        self.head.send(src, (m.REPLY, req, result))
+        self.head.send(src, (m.REPLY, req_id, result))
 
     # --- loop -------------------------------------------------------------------
 

@@ -441,37 +441,41 @@ class PeerCaller:
             self._lost(link)
             return []
         for msgs in batches:
+            if m.CHECKING:
+                m.check_all(msgs, f"a caller from actor {link.actor_id:016x}")
             for msg in msgs:
                 if msg[0] == m.DIRECT_HELLO:
-                    link.rank = msg[3]
-                    link.pid = msg[2]
+                    _, _, link.pid, link.rank = msg
                 else:
                     self._answer(link, msg)
         return []
 
     def _answer(self, link: Link, msg: tuple) -> None:
-        tid = msg[1]
-        oid = link.inflight.pop(tid, None)
+        done = msg[0] == m.TASK_DONE
+        if done:
+            _, task_id, results, contained, t_start, t_end, pid = msg
+        else:
+            _, task_id, error, t_start, t_end, pid = msg
+            contained = None
+        oid = link.inflight.pop(task_id, None)
         if oid is None:
             return
         sent = self.pending.get(oid)
-        done = msg[0] == m.TASK_DONE
         if sent is not None:
-            self._report(tid, sent[3], "FINISHED" if done else "FAILED", link.rank, oid,
-                         sent[4], msg[-3], msg[-2], msg[-1])
-        contained = msg[3] if done else None
+            self._report(task_id, sent[3], "FINISHED" if done else "FAILED", link.rank, oid,
+                         sent[4], t_start, t_end, pid)
         if self.dropped and oid in self.dropped:
             self.dropped.discard(oid)
             self.pending.pop(oid, None)
             if contained:
                 with self.lock:
-                    link.channel.send([(m.UNPIN, tid)])
+                    link.channel.send([(m.UNPIN, task_id)])
             return
-        record = msg[2][0] if done else msg[2]
+        record = results[0] if done else error
         pins = [context.ObjectRef(c, _owned=False) for c in contained] if contained else None
         # In results before it leaves pending: another thread's wait sees it in one or
         # the other at every moment.
-        self.results[oid] = Result(record, contained, pins, link, tid)
+        self.results[oid] = Result(record, contained, pins, link, task_id)
         self.pending.pop(oid, None)
         if self.dropped and oid in self.dropped:
             self._let_go(oid)   # its ref died since the test above: see forget

@@ -66,16 +66,19 @@ class PeerServer:
             return []
         calls = []
         for msgs in batches:
+            if m.CHECKING:
+                m.check_all(msgs, f"actor process {os.getpid()} from a caller")
             for msg in msgs:
                 if msg[0] == m.EXECUTE:
-                    spec = msg[1]
+                    _, spec = msg
                     spec[m.T_RES] = self.held
                     self.calls[spec[m.T_ID]] = ch
                     calls.append(msg)
                 elif msg[0] == m.UNPIN:
-                    self.pins.pop((ch.fd, msg[1]), None)
+                    _, task_id = msg
+                    self.pins.pop((ch.fd, task_id), None)
                 elif msg[0] == m.CALLER_CPU:
-                    self.neighbour.caller_at(msg[1])
+                    self.neighbour.caller_at(*msg[1:])
         return calls
 
     def _drop(self, ch: Channel) -> None:

@@ -65,13 +65,16 @@ class RankTransport(ExecutorTransport):
             got = False
             for src, msgs in recv_control(self.loop.comm):
                 for msg in msgs:
-                    if msg[0] == m.REPLY and msg[1] >= REQ_BASE:
-                        self.inbox.append(msg)
-                        got = True
-                    elif msg[0] == m.FETCH:
-                        self.loop.fetcher.serve(src, msg[2], msg[3])
-                    else:
-                        self.loop.deferred.append((src, [msg]))
+                    if msg[0] == m.FETCH:
+                        self.loop.fetcher.serve(src, *msg[1:])
+                        continue
+                    if msg[0] == m.REPLY:
+                        _, req_id, _ = msg
+                        if req_id >= REQ_BASE:
+                            self.inbox.append(msg)
+                            got = True
+                            continue
+                    self.loop.deferred.append((src, [msg]))
             self.loop.sender.progress()
             self.loop.fetcher.progress()
             if got:

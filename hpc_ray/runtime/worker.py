@@ -173,45 +173,43 @@ class WorkerLoop:
     def on_control(self, src: int, msg: tuple) -> None:
         kind = msg[0]
         state = self.state
-        if kind == m.EXECUTE:
-            spec = msg[1]
+        if kind == m.EXECUTE or kind == m.CREATE_ACTOR:
+            _, spec = msg
             if spec[m.T_BLOB] is not None:
                 state.fn_blobs[spec[m.T_FN]] = spec[m.T_BLOB]
-            if spec[m.T_ACTOR] is not None:
+            if kind == m.CREATE_ACTOR:
+                self._after_fetches(spec, self._start_rank_actor
+                                    if spec[m.T_MAX_CALLS] == m.IN_RANK else self._start_actor)
+            elif spec[m.T_ACTOR] is not None:
                 self._actor_call(spec)
             else:
                 self._after_fetches(spec, state.task_arrived)
         elif kind == m.REPLY:
-            r = state.head_replied(msg[1], msg[2])
+            _, req_id, payload = msg
+            r = state.head_replied(req_id, payload)
             if r is not None:
-                self._fetch_then_answer(r, msg[2])
-        elif kind == m.CREATE_ACTOR:
-            spec = msg[1]
-            if spec[m.T_BLOB] is not None:
-                state.fn_blobs[spec[m.T_FN]] = spec[m.T_BLOB]
-            if spec[m.T_MAX_CALLS] == m.IN_RANK:
-                self._after_fetches(spec, self._start_rank_actor)
-            else:
-                self._after_fetches(spec, self._start_actor)
+                self._fetch_then_answer(r, payload)
         elif kind == m.KILL_ACTOR:
-            ex = state.forget_actor(msg[1])
-            dropped = self.rank_ctx is not None and self.rank_ctx.drop(msg[1])
+            _, actor_id, no_restart = msg
+            ex = state.forget_actor(actor_id)
+            dropped = self.rank_ctx is not None and self.rank_ctx.drop(actor_id)
             if ex is not None:
                 self._kill(ex)
-            if (ex is not None or dropped) and not msg[2]:
-                state.out.append((m.ACTOR_DIED, msg[1], "killed", True))
+            if (ex is not None or dropped) and not no_restart:
+                state.out.append((m.ACTOR_DIED, actor_id, "killed", True))
         elif kind == m.GROUP_CREATE:
-            self.create_group(msg[1], msg[2], msg[3])
+            self.create_group(*msg[1:])
         elif kind == m.STEAL:
-            state.steal(msg[1])
+            state.steal(*msg[1:])
         elif kind == m.THROTTLE:
-            state.throttle(msg[1], msg[2])
+            state.throttle(*msg[1:])
         elif kind == m.RUN_FUNCTION:
+            _, blob = msg
             self._start_and_write()     # (the executors started after run it first)
-            self.pool.run_functions.append(msg[1])
+            self.pool.run_functions.append(blob)
             state.send_all(msg)
         elif kind == m.FETCH:
-            self.fetcher.serve(src, msg[2], msg[3])
+            self.fetcher.serve(src, *msg[1:])
         elif kind == m.SHUTDOWN:
             self.stop = True
             state.stopping = True
@@ -336,10 +334,10 @@ class WorkerLoop:
     # --- executors -----------------------------------------------------------------
 
     def on_executor(self, ex: Executor, msgs: list) -> None:
-        for msg in self.state.on_executor(ex, msgs) or ():     # COLLECTIVE_OP
+        for _, req_id, group, op, args in self.state.on_executor(ex, msgs) or ():  # COLLECTIVE_OP
             from . import collective_ops as collective
-            self.state.send(ex, [(m.REPLY, msg[1],
-                                  collective.rank_run_op(self, *msg[2:], owner=ex))])
+            self.state.send(ex, [(m.REPLY, req_id,
+                                  collective.rank_run_op(self, group, op, args, owner=ex))])
 
     def flush(self) -> None:
         """Carry out what the state asked for: start executors, write each outbox

@@ -307,52 +307,69 @@ class WorkerState:
         for msg in msgs:
             kind = msg[0]
             if kind == m.TASK_DONE or kind == m.TASK_FAILED:
-                entry = ex.assigned.pop(msg[1], None)
+                if kind == m.TASK_DONE:
+                    _, task_id, results, _, t_start, t_end, _ = msg
+                else:
+                    _, task_id, _, t_start, t_end, _ = msg
+                entry = ex.assigned.pop(task_id, None)
                 if entry is not None and ex.actor_id is None:
-                    self.fn_times.record(entry[1][m.T_FN], msg[-2] - msg[-3])   # end - start
+                    self.fn_times.record(entry[1][m.T_FN], t_end - t_start)
                 if kind == m.TASK_DONE and ex.unsealed:
-                    self._sealed(ex, msg[2])
+                    self._sealed(ex, results)
                 out.append(msg)
                 if not ex.assigned:
                     ex.idle_since = self.clock()
                     if ex.retiring and ex not in self.retire:
                         self.retire.append(ex)
             elif kind == m.HOLD:
-                ex.took(msg[1])
+                _, object_ids = msg
+                ex.took(object_ids)
                 out.append(msg)
             elif kind == m.RELEASE:
-                ex.gave_back(msg[1])
+                _, object_ids = msg
+                ex.gave_back(object_ids)
                 out.append(msg)
             elif kind == m.PUT:
-                ex.took((msg[1],))
+                _, object_id, record, _ = msg
+                ex.took((object_id,))
                 if ex.unsealed:
-                    self._sealed(ex, (msg[2],))
+                    self._sealed(ex, (record,))
                 out.append(msg)
             elif kind == m.SUBMIT:
-                ex.took(msg[1][m.T_RETURNS])
+                _, spec = msg
+                ex.took(spec[m.T_RETURNS])
                 out.append(msg)
             elif kind in _REQUEST_KINDS:
-                rreq = self.requests.ask(ex, msg[1], _REQUEST_KINDS[kind], msg[2])
+                # ids: a GET's or WAIT's object_ids, an ALLOC's size, a CONTROL_CALL's name.
+                _, req_id, ids = msg[:3]
+                rreq = self.requests.ask(ex, req_id, _REQUEST_KINDS[kind], ids)
                 out.append((kind, rreq) + msg[2:])
             elif kind == m.WAIT_NOW:
-                rreq = self.requests.rank_id(ex, msg[1])
+                _, req_id = msg
+                rreq = self.requests.rank_id(ex, req_id)
                 if rreq is not None:
                     out.append((m.WAIT_NOW, rreq))
             elif kind == m.FREE_BLOCKS:
                 # Scratch blocks (collective_buffers) the executor gave back itself.
-                for off, _size in msg[1]:
+                _, blocks = msg
+                for off, _size in blocks:
                     ex.unsealed.pop(off, None)
                 out.append(msg)
-            elif kind == m.BLOCKED or kind == m.UNBLOCK or kind == m.LEND:
-                self._lend(ex, kind, msg[1])
+            elif kind == m.BLOCKED or kind == m.LEND:
+                _, delta = msg
+                self._lend(ex, kind, delta)
+            elif kind == m.UNBLOCK:
+                _, req_id = msg
+                self._lend(ex, kind, req_id)
             elif kind == m.EXEC_READY:
                 ex.ready = True
                 if ex.actor_id is not None:
                     self._refill_standby()
             elif kind == m.ACTOR_DIED:
+                _, actor_id, _, _ = msg
                 out.append(msg)
-                if self.actors.get(msg[1]) is ex:
-                    self.forget_actor(msg[1])
+                if self.actors.get(actor_id) is ex:
+                    self.forget_actor(actor_id)
                     ex.actor_id = None  # a clean exit: do not report a crash
             elif kind == m.COLLECTIVE_OP:
                 left = (left or []) + [msg]

@@ -368,7 +368,8 @@ class Fetcher:
             reqs.append(self.comm.Irecv([piece, MPI.BYTE], src_rank, Tag.OBJECT_DATA))
         self.inflight.append((reqs, oid, local_rec, on_done))
 
-    def serve(self, dest: int, offset: int, size: int) -> None:
+    def serve(self, dest: int, object_id: int, offset: int, size: int) -> None:
+        """Send ``dest`` the bytes its FETCH of ``object_id`` asked for."""
         self.sender.send_raw(dest, self.arena.writable(offset, size))
 
     def moving(self) -> bool:
