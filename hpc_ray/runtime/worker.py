@@ -20,8 +20,9 @@ between (``wait.loop_backoff``): at most 1 ms apart after recent activity,
 10 ms apart after a second of quiet. When the whole job is on one host, it
 raises its flag (``comm.SleepFlags``) and sleeps from 1 ms doubling up to
 50 ms, and every sender rings the doorbell of a rank whose flag is up, so the
-message is read at once. (On several hosts, a process on the rank's host that sends after
-a pause rings.) A dead executor (EOF on its pipe) is reported and replaced.
+message is read at once. (On several hosts, a process on the rank's host that
+sends after a pause rings.) A dead executor (EOF on its pipe) is reported and
+replaced.
 
 A rank that has hosted an actor keeps one executor started ahead (``standby``)
 for its next actor, as Ray's worker pool does: creating an actor then costs no
