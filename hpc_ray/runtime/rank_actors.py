@@ -56,8 +56,7 @@ class RankTransport(ExecutorTransport):
 
     def recv(self, timeout: float | None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
-        # The rank's own back-off: polls at once after activity, 20 us sleeps
-        # while a reply is due (its first 10 ms), then doubling to 1 ms. (A fixed
+        # The rank's own back-off: sleeps from 20 us doubling to 1 ms. (A fixed
         # 20 us sleep woke an in-rank actor waiting in get() 50,000 times a second.)
         backoff = Backoff()
         checked = time.monotonic()
@@ -86,8 +85,7 @@ class RankTransport(ExecutorTransport):
                 checked = now
                 self._check_driver()
             pause = backoff.next_timeout()
-            if pause:
-                time.sleep(pause if deadline is None else min(pause, deadline - now))
+            time.sleep(pause if deadline is None else min(pause, deadline - now))
 
     def _check_driver(self) -> None:
         from .worker import _alive

@@ -494,21 +494,6 @@ class WorkerState:
                         break
             self.send(ex, batch)
 
-    def cpus_all_running(self) -> bool:
-        """Whether every CPU executor runs a task that waits on nothing here.
-
-        Then no message from the head could start work on this rank before one
-        of those tasks ends, and polling MPI every 20 us (the warm phase of the
-        back-off) only takes the cores they run on: two caller tasks making
-        direct actor calls ran their batches 1.6x faster with the head's and
-        the ranks' warm phases off (benchmarks/README.md)."""
-        if self.requests or not self.executors:
-            return False
-        for ex in self.executors:
-            if not ex.assigned or ex.blocked or ex.lending:
-                return False
-        return True
-
     # --- executors ending --------------------------------------------------------
 
     def idle_executors(self) -> list[Executor]:
