@@ -342,33 +342,3 @@ def test_nothing_is_sent_after_shutdown_is_queued():
     head.task_done(1, tid, [(RAW, 0)], None, 0.0, 0.0, 1)
     head.schedule()
     assert head.take_outbox() == {}
-
-
-def test_the_head_knows_when_every_cpu_runs_a_task():
-    # HeadLoop skips its warm polling then: no message it could receive soon
-    # would start work sooner.
-    head = make_head(workers=2)
-    assert not head.cpus_all_running()            # idle CPUs
-    first = spec_for()
-    head.submit(first)
-    head.schedule()
-    executes(head)
-    assert not head.cpus_all_running()            # one CPU still idle
-    head.submit(spec_for())
-    head.schedule()
-    assert len(executes(head)) == 1
-    assert head.cpus_all_running()
-    busy = head.workers[1]
-    busy.blocked += 1                             # its task waits in get()
-    assert not head.cpus_all_running()
-    busy.blocked -= 1
-    rank = next(r for r, w in head.workers.items() if w.inflight)
-    head.task_done(rank, first[m.T_ID], [(RAW, 1)], [], 0.0, 0.0, 1)
-    assert not head.cpus_all_running()            # a CPU is free again
-
-
-def test_cpus_held_by_actors_keep_the_head_polling():
-    # Calls to those actors may come through the head (in-rank actors' always do).
-    head = make_head(workers=1)
-    head.workers[1].actor_cpus = 1
-    assert not head.cpus_all_running()

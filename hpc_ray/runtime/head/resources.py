@@ -204,24 +204,6 @@ class Placement:
         if not self.ready.count:
             self._rebalance(workers)
 
-    def cpus_all_running(self) -> bool:
-        """Whether every worker's CPUs run tasks and no executor is blocked in
-        get: then no message the head could receive soon would start work
-        sooner (``HeadLoop`` skips its warm polling; ``WorkerState.cpus_all_running``
-        is the rank's side). A worker whose CPUs its actors hold counts as not
-        running tasks: calls to those actors may come through the head (in-rank
-        actors always do). O(workers): called once per burst of activity."""
-        workers = list(self.workers.values())
-        if not workers:
-            return False
-        for w in workers:
-            if not w.alive:
-                continue
-            cpus = scheduler.task_cpus(w)
-            if cpus <= 0 or w.blocked or w.lending or w.hosting or w.inflight < cpus:
-                return False
-        return True
-
     def _picker(self, workers: list):
         """``pick(task)`` for one scheduling pass.
 
