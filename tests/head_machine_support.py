@@ -63,12 +63,11 @@ def error_record(msg="boom") -> tuple:
     return (ERROR, pickle.dumps(TaskError("f", msg, 1, "host", ValueError(msg))))
 
 
-def make_head(gpus: int = 0, cpu_ids=None) -> Head:
+def make_head(gpus: int = 0) -> Head:
     head = Head(len(WORKERS) + 1, [0] * (len(WORKERS) + 1), STORE,
                 ["host"] * (len(WORKERS) + 1))
     for r in WORKERS:
-        head.add_worker(r, {"CPU": 1, "GPU": gpus, "lic": 2}, list(range(gpus)), 1000 + r,
-                        cpu_ids)
+        head.add_worker(r, {"CPU": 1, "GPU": gpus, "lic": 2}, list(range(gpus)), 1000 + r)
     return head
 
 
@@ -151,12 +150,6 @@ def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: di
                 fractions[task.rank] += 1
         if is_call and task.state is TaskState.PENDING:
             assert tid in in_actor_queues
-    tiny = collections.Counter(t.rank for t in head.tasks.values() if t.tiny)
-    for task in head.tasks.values():
-        if task.tiny:
-            assert task.placed and task.state is TaskState.RUNNING and \
-                task.spec[m.T_ACTOR] is None and scheduler.in_cpu_queue(task.resources), \
-                f"task {task.spec[m.T_ID]} counted tiny while {task.state}"
     for r, w in head.workers.items():
         assert w.inflight == inflight[r], f"rank {r}: inflight {w.inflight} != {inflight[r]}"
         assert w.fractions == fractions[r], f"rank {r}: {w.fractions} != {fractions[r]}"
@@ -164,14 +157,6 @@ def check_invariants(head: Head, driver_holds: collections.Counter, unsealed: di
         # free while fractions run: none is queued beyond the rank's CPUs.
         assert not w.fractions or w.avail["CPU"] > -1e-9, \
             f"rank {r}: {w.fractions} fractions with CPU avail {w.avail['CPU']}"
-        assert w.tiny_inflight == tiny[r], \
-            f"rank {r}: tiny_inflight {w.tiny_inflight} != {tiny[r]}"
-    # A crowded node runs tiny tasks on no more ranks than it has cores (none of
-    # the machine's ranks stops making progress: TINY_LIVE_SECONDS is endless there).
-    for node, cores in head.crowded_nodes.items():
-        busy = sum(w.total["CPU"] for w in head.workers.values()
-                   if w.node == node and w.tiny_inflight)
-        assert busy <= cores, f"node {node}: tiny tasks on {busy} CPUs of ranks, {cores} cores"
     # --- resources ---
     grants = [t for t in head.tasks.values() if t.placed and t.spec[m.T_ACTOR] is None] + \
         [a for a in head.actors.values() if a.state in (ActorState.STARTING, ActorState.ALIVE)]

@@ -86,14 +86,3 @@ def test_a_long_task_of_a_new_function_does_not_hold_back_the_short_ones(run, mo
     # 1 long and 9 short naps on 2 workers: while the long one runs the other
     # worker takes the short ones; batched with it, 4 or 5 would wait behind it.
     assert values["naps_with_the_long_one"] <= 2, values
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("mode", ["mpiexec", "embedded"])
-def test_a_crowded_node_runs_tiny_tasks_on_as_many_ranks_as_cores(run, mode):
-    # 4 worker ranks on (at most) 2 CPUs: a burst of tiny tasks spread evenly
-    # would put half of them on the two busiest ranks, not nearly all.
-    result = run("tiny_concentrate.py", 5, mode=mode, timeout=120)
-    values = result.assert_ok("tiny_concentrate")
-    assert values["busiest_share"] >= 0.9, values
-    assert values["nap_workers"] == 4, values

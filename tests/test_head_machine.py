@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, settings, strategies as st  # noqa: E402
 from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition,  # noqa: E402
                                  rule)
 
-from hpc_ray.runtime import control, scheduler  # noqa: E402
+from hpc_ray.runtime import control  # noqa: E402
 from hpc_ray.runtime.head import TaskState  # noqa: E402
 from hpc_ray.transport import messages as m  # noqa: E402
 from hpc_ray.transport.serialization import ERROR, RAW, SHM, loads  # noqa: E402
@@ -50,12 +50,7 @@ class HeadMachine(RuleBasedStateMachine):
         # order follows their values, and hypothesis replays an example expecting
         # the same steps (a shared counter made replays "flaky").
         reset_ids()
-        # The node's 3 one-CPU ranks share 2 cores: tasks of a function that
-        # runs fast ("tiny") go to 2 of them at most (scheduler.concentrate).
-        self.head = make_head(gpus=2, cpu_ids=[0, 1])
-        self.tiny_settings = scheduler.TINY_LIVE_SECONDS, scheduler.TINY_AFTER
-        scheduler.TINY_LIVE_SECONDS = float("inf")
-        scheduler.TINY_AFTER = 1   # (tiny from its first end: within a short run)
+        self.head = make_head(gpus=2)
         self.driver_holds: collections.Counter = collections.Counter()
         self.unsealed: dict[int, int] = {}   # offset -> size, allocated and not sealed
         self.actor_ids: list[int] = []
@@ -73,10 +68,7 @@ class HeadMachine(RuleBasedStateMachine):
         self.over: dict[tuple, float] = {}
 
     def teardown(self) -> None:
-        try:
-            self._everything_ends()
-        finally:
-            scheduler.TINY_LIVE_SECONDS, scheduler.TINY_AFTER = self.tiny_settings
+        self._everything_ends()
 
     def _everything_ends(self) -> None:
         """The job ends: every process dies, every actor is killed, every task
@@ -149,7 +141,7 @@ class HeadMachine(RuleBasedStateMachine):
 
     @rule(n=st.integers(1, 12))
     def tiny_burst(self, n):
-        # Plain one-CPU tasks of the fast function: enough of them fill the ranks.
+        # Plain one-CPU tasks of a fast function: enough of them fill the ranks.
         for _ in range(n):
             s = spec(fn="tiny")
             self.head.submit(s)

@@ -404,10 +404,6 @@ class HeadLoop(threading.Thread):
                 last_check = now
                 with head.lock:
                     head.retry_pending_actors()
-                    if head.crowded_nodes and head.ready.count:
-                        # Tiny tasks held back for ranks that have stopped
-                        # making progress (scheduler.concentrate) go elsewhere.
-                        schedule(head)
             if active:
                 backoff.reset()
                 self.bell.stale = True

@@ -19,18 +19,6 @@ MAX_PREFETCH = 256
 PREFETCH_SECONDS = 0.002
 
 
-#: A function whose tasks ran this long or less on average (``TINY_AFTER`` of them
-#: at least) has its tasks kept on few ranks of a crowded node (``concentrate``).
-TINY_SECONDS = 0.001
-TINY_AFTER = 8
-#: A rank holding tiny tasks counts as busy with them while it took or ended one
-#: this recently; one that did neither for longer is stuck (a long call, a wait)
-#: and no longer keeps the node's other ranks out. (At 20 ms, with 4 ranks on 2
-#: busy cores, the head saw live ranks go that long between results, and a
-#: burst went to 3 or 4 of them in 3 runs of 6.)
-TINY_LIVE_SECONDS = 0.2
-
-
 def shape_of(resources: dict) -> tuple:
     """A hashable key of a resource request: tasks with equal keys queue together."""
     if resources is DEFAULT_TASK_RESOURCES:
@@ -252,49 +240,3 @@ def prefetch_depth(avg_seconds: float, target_seconds: float, cap: int) -> int:
     if avg_seconds <= 0:
         return cap
     return max(1, min(cap, int(target_seconds / avg_seconds)))
-
-
-def tiny_holder(w, now: float) -> bool:
-    """Whether ``w`` runs tiny tasks now and is making progress with them."""
-    return w.tiny_inflight > 0 and now - w.tiny_at < TINY_LIVE_SECONDS
-
-
-def concentrate(room: list, workers: list, crowded: dict, now: float) -> list:
-    """Of the workers with ``room`` for a tiny task, those it may go to.
-
-    A node whose ranks have more CPUs in all than the node has cores
-    (``crowded``: node -> cores) runs tiny tasks on as many of its ranks as it
-    has cores: a burst spread over every rank keeps all their processes waking
-    on the same cores, to no gain, and the head's rank waits behind them
-    (docs/scaling.md: 8 ranks on 2 cores ran bursts 9-16% slower than 3). Ranks
-    already busy with tiny tasks keep their place, the busiest first; free
-    places go to the least loaded other ranks. A holder that made no progress
-    for ``TINY_LIVE_SECONDS`` gives up its place. Other nodes keep every rank.
-    """
-    if not crowded:
-        return room
-    used: dict = {}
-    keep: set = set()
-    holders = [w for w in workers if w.node in crowded and tiny_holder(w, now)]
-    holders.sort(key=lambda w: -w.tiny_inflight)
-    # The first rank of a node always has a place, even one with more CPUs than
-    # the node has cores (mpiexec ranks given num_cpus=3 on 2 cores): else no
-    # rank of the node would take a tiny task, and they would wait forever.
-    for w in holders:
-        held = used.get(w.node, 0)
-        cpus = held + _cpu(w)
-        if cpus <= crowded[w.node] + _EPS or not held:
-            used[w.node] = cpus
-            keep.add(w)
-    out = []
-    for w in room:   # (least loaded first)
-        cores = crowded.get(w.node)
-        if cores is None or w in keep:
-            out.append(w)
-        elif not w.tiny_inflight:   # (a holder left out above, or stuck, takes no more)
-            held = used.get(w.node, 0)
-            cpus = held + _cpu(w)
-            if cpus <= cores + _EPS or not held:
-                used[w.node] = cpus
-                out.append(w)
-    return out

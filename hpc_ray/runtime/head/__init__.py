@@ -118,14 +118,6 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         self.remote_gets: dict[tuple, list] = {}
         self._warned: set = set()
         self.avg_task_seconds = 0.001
-        #: Node -> the CPU ids its worker ranks may run on (what they reported).
-        self.node_cpus: dict[int, set] = {}
-        #: Node -> its cores, for nodes whose ranks have more CPUs than that
-        #: (``scheduler.concentrate``); empty where none is, or none reported.
-        self.crowded_nodes: dict[int, int] = {}
-        #: Function id -> [tasks ended, their average seconds] (``is_tiny``);
-        #: kept only while some node is crowded.
-        self.fn_seconds: dict = {}
 
     # --- compatibility views ------------------------------------------------------
 
@@ -167,16 +159,12 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
 
     # --- workers ------------------------------------------------------------------
 
-    def add_worker(self, rank: int, resources: dict, gpu_ids: list[int], pid: int,
-                   cpu_ids=None) -> None:
+    def add_worker(self, rank: int, resources: dict, gpu_ids: list[int], pid: int) -> None:
         """A worker rank joined. Custom resources (anything but CPU and GPU) are what
         ``init(resources=...)`` gave the whole job, as in Ray: they go once to the
         node of the first worker rank that reports them, shared by its ranks. The
-        rank's ``gpu_ids`` join its node's pool of GPU ids (``NodePool.add_gpus``).
-        ``cpu_ids``: the CPUs the rank may run on (its affinity), None if unknown."""
+        rank's ``gpu_ids`` join its node's pool of GPU ids (``NodePool.add_gpus``)."""
         node = self.node_of[rank]
-        if cpu_ids is not None:
-            self.node_cpus.setdefault(node, set()).update(cpu_ids)
         pool = self.pools.get(node)
         if pool is None:
             pool = self.pools[node] = NodePool()
@@ -210,13 +198,6 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
     def _workers_changed(self) -> None:
         self._alive = [w for w in self.workers.values() if w.alive]
         self._most_rank_cpus = scheduler.most_rank_cpus(self._alive)
-        rank_cpus: dict = {}
-        for w in self._alive:
-            rank_cpus[w.node] = rank_cpus.get(w.node, 0) + w.total.get("CPU", 0)
-        self.crowded_nodes = {node: len(cpus) for node, cpus in self.node_cpus.items()
-                              if cpus and rank_cpus.get(node, 0) > len(cpus)}
-        if not self.crowded_nodes:
-            self.fn_seconds.clear()
         self.feasible_shapes.clear()      # which shapes fit depends on the ranks
 
     def send(self, rank: int, msg: tuple) -> None:

@@ -9,7 +9,6 @@ plus one failed pick per shape, never the length of the backlog.
 from __future__ import annotations
 
 import collections
-import time
 import warnings
 
 from ...transport import messages as m
@@ -70,7 +69,7 @@ class WorkerInfo:
     __slots__ = ("rank", "node", "host", "total", "avail", "gpu_free", "inflight",
                  "blocked", "prefetch", "actors", "alive", "known_fns", "pid",
                  "steal_pending", "refill", "pool", "actor_cpus", "hosting", "lending",
-                 "tiny_inflight", "tiny_at", "fractions")
+                 "fractions")
 
     def __init__(self, rank: int, node: int, host: str, resources: dict,
                  gpu_ids: list[int], pid: int, pool: NodePool | None = None) -> None:
@@ -101,10 +100,6 @@ class WorkerInfo:
         self.refill = True                    #: filling its queue (see scheduler)
         self.hosting = 0                      #: tasks/actors wider than one rank run here
         self.lending = 0                      #: such grants its CPUs are lent to
-        #: Of ``inflight``: tasks placed as tiny (``scheduler.concentrate``), and
-        #: when the last of them was placed here or ended (time.monotonic()).
-        self.tiny_inflight = 0
-        self.tiny_at = 0.0
 
 
 
@@ -215,13 +210,10 @@ class Placement:
         (measured with benchmarks/head_scaling.py: the scan was 94% of the head's
         time at 1,024 ranks).
         """
-        rooms: dict = {}          # (shape, tiny) -> [workers with room, next index]
+        rooms: dict = {}          # shape -> [workers with room, next index]
         most_cpus = self._most_rank_cpus
         arg_nodes = self._arg_nodes
         capacity_ok = scheduler.capacity_ok
-        crowded = self.crowded_nodes
-        is_tiny = self.is_tiny if crowded else None
-        now = time.monotonic() if crowded else 0.0
 
         def pick(task):
             need = task.resources
@@ -234,22 +226,17 @@ class Placement:
             nodes = arg_nodes(task)
             if nodes:
                 return scheduler.pick_worker(workers, need, nodes)
-            tiny = is_tiny is not None and is_tiny(task)
-            key = (task.shape, tiny)
-            entry = rooms.get(key)
+            entry = rooms.get(task.shape)
             if entry is None:
                 room = [w for w in workers if capacity_ok(w, need)]
                 room.sort(key=scheduler.load)
-                if tiny:
-                    room = scheduler.concentrate(room, workers, crowded, now)
-                entry = rooms[key] = [room, 0]
+                entry = rooms[task.shape] = [room, 0]
             room = entry[0]
             while room:
                 i = entry[1] % len(room)
                 w = room[i]
                 if capacity_ok(w, need):
                     entry[1] = i + 1
-                    task.tiny = tiny
                     return w
                 room.pop(i)
                 entry[1] = i
@@ -274,17 +261,10 @@ class Placement:
         # asks for none back.)
         spare = [w for w in workers if w.inflight < scheduler.task_cpus(w) + w.blocked
                  and not w.hosting and not w.lending and not w.fractions]
-        crowded = self.crowded_nodes
-        now = time.monotonic() if crowded else 0.0
         for idle in spare:
             room = int(scheduler.task_cpus(idle) + idle.blocked - idle.inflight)
             donors = [w for w in workers if not w.steal_pending and w is not idle
                       and w.inflight > scheduler.task_cpus(w) + w.blocked]
-            if idle.node in crowded:
-                # A crowded node's ranks left out of its tiny tasks on purpose
-                # (scheduler.concentrate) take none from its ranks running them.
-                donors = [w for w in donors
-                          if w.node != idle.node or not scheduler.tiny_holder(w, now)]
             if not donors or room <= 0:
                 return
             donor = max(donors, key=lambda w: w.inflight - scheduler.task_cpus(w))
@@ -342,13 +322,8 @@ class Placement:
         # ``w.fractions``), runs beside it (worker_state.no_cpu: an extra executor).
         if scheduler.in_cpu_queue(task.resources):
             w.inflight += 1
-            if task.tiny:
-                w.tiny_inflight += 1
-                w.tiny_at = time.monotonic()
-        else:
-            task.tiny = False
-            if task.resources.get("CPU"):
-                w.fractions += 1
+        elif task.resources.get("CPU"):
+            w.fractions += 1
         self.send(w.rank, (m.EXECUTE, self._wire(task.spec, w, task.gpu_ids, task.resources)))
 
     def _unplace(self, task: TaskEntry) -> None:
@@ -365,9 +340,6 @@ class Placement:
         if w is not None:
             if scheduler.in_cpu_queue(task.resources):
                 w.inflight -= 1
-                if task.tiny:
-                    w.tiny_inflight -= 1
-                    w.tiny_at = time.monotonic()
             elif task.resources.get("CPU"):
                 w.fractions -= 1
             give_back(w, task.resources, task.gpu_ids, task.lenders)
@@ -375,4 +347,3 @@ class Placement:
                 w.refill = True
         task.gpu_ids = []
         task.lenders = ()
-        task.tiny = False

@@ -44,8 +44,6 @@ PENDING, READY, RUNNING, FINISHED, FAILED = (TaskState.PENDING, TaskState.READY,
 TERMINAL = frozenset((FINISHED, FAILED))
 #: Resources only the ranks' start-up gives (``experimental.set_resource`` refuses them).
 _FIXED = frozenset(("CPU", "GPU"))
-#: Functions whose tasks' times the head keeps at most (``TaskLifecycle.is_tiny``).
-MAX_TIMED_FUNCTIONS = 4096
 
 ALLOWED: dict[TaskState, frozenset] = {
     PENDING: frozenset((READY, RUNNING, FAILED)),
@@ -63,7 +61,7 @@ class IllegalTransition(RuntimeError):
 class TaskEntry:
     __slots__ = ("spec", "missing", "rank", "retries_left", "resources", "shape", "gpu_ids",
                  "state", "t_submit", "t_start", "t_end", "pid", "attempts", "placed",
-                 "lenders", "tiny")
+                 "lenders")
 
     def __init__(self, spec: list, resources: dict, shape, retries: int) -> None:
         self.spec = spec                      #: the TaskSpec (a list while on the head)
@@ -81,7 +79,6 @@ class TaskEntry:
         self.pid = 0
         self.attempts = 0
         self.placed = False                   #: holds resources at ``rank`` (or its actor)
-        self.tiny = False                     #: placed as tiny (scheduler.concentrate)
 
 
 def check_transition(task: TaskEntry, new: TaskState) -> None:
@@ -267,8 +264,6 @@ class TaskLifecycle:
         task.t_start, task.t_end, task.pid = t0, t1, pid
         self.avg_task_seconds = 0.9 * self.avg_task_seconds + 0.1 * (t1 - t0)
         actor_id = task.spec[m.T_ACTOR]
-        if self.crowded_nodes and actor_id is None:
-            self._time_function(task.spec[m.T_FN], t1 - t0)
         self._unplace(task)
         if actor_id is not None:
             actor = self.actors.get(actor_id)
@@ -283,25 +278,6 @@ class TaskLifecycle:
                 w.prefetch = scheduler.prefetch_depth(self.avg_task_seconds,
                                                       scheduler.PREFETCH_SECONDS,
                                                       scheduler.MAX_PREFETCH)
-
-    def _time_function(self, fn, seconds: float) -> None:
-        """Keep ``fn``'s tasks' count and average time (``is_tiny``)."""
-        times = self.fn_seconds
-        got = times.get(fn)
-        if got is None:
-            if len(times) >= MAX_TIMED_FUNCTIONS:
-                times.clear()   # (functions made in a loop: start counting again)
-            times[fn] = [1, seconds]
-        else:
-            got[0] += 1
-            got[1] = 0.9 * got[1] + 0.1 * seconds
-
-    def is_tiny(self, task: TaskEntry) -> bool:
-        """Whether ``task``'s function has run ``TINY_AFTER`` times at least, in
-        ``TINY_SECONDS`` or less on average, and the task takes a CPU."""
-        got = self.fn_seconds.get(task.spec[m.T_FN])
-        return got is not None and got[0] >= scheduler.TINY_AFTER and \
-            got[1] <= scheduler.TINY_SECONDS and bool(task.resources.get("CPU"))
 
     def worker_crashed(self, rank: int, tids: list[int], exitcode: int, pid: int,
                        actor_id: int | None) -> None:
