@@ -380,7 +380,8 @@ class PeerCaller:
         if not sent % placement.TELL_EVERY:
             # Only threads that share a GIL with other calling threads tell: see
             # transport/placement.py. A lone caller's actor stays where it is.
-            if len(self.senders) > 1 and placement.current_cpu is not None:
+            if len(self.senders) > 1 and placement.current_cpu is not None \
+                    and wait.enabled("nudge"):
                 msgs.append((m.CALLER_CPU, placement.current_cpu()))
             self.senders.clear()
         with self.lock:
