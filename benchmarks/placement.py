@@ -3,9 +3,7 @@
 The ``actor_nn_sync`` row of the microbenchmark (two driver threads, each looping
 ``get(a_i.f.remote())`` on its own actor) swings between two speeds from one run to
 the next on a 2-core machine. This script shows where the swing comes from by
-fixing where each party runs (``os.sched_setaffinity``) and running the same loop
-(a pinned actor has no other CPU, so hpc_ray's ``transport/placement.py`` does
-not move it):
+fixing where each party runs (``os.sched_setaffinity``) and running the same loop:
 
     free     nothing pinned: the kernel places the threads and the actors' processes
     apart    both driver threads on CPU 0, both actors on CPU 1

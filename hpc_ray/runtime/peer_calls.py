@@ -57,14 +57,13 @@ import collections
 import select
 import threading
 import time
-from threading import get_ident
 
 from .. import _config
 from ..exceptions import ActorDiedError
 from ..transport import direct
 from ..transport.channel import Channel
 from ..transport import messages as m
-from ..transport import placement, wait
+from ..transport import wait
 from ..transport.serialization import INLINE, INLINE_MAX, RAW
 from . import context, values
 
@@ -200,8 +199,6 @@ class Link:
         #: Whether a thread of the driver is reading this socket now
         #: (``driver_calls.DriverLinks``).
         self.reading = False
-        #: Calls sent on it: one in ``placement.TELL_EVERY`` carries the caller's CPU.
-        self.sent = 0
         #: The actor's rank and process, from its DIRECT_HELLO.
         self.rank = -1
         self.pid = 0
@@ -273,8 +270,6 @@ class PeerCaller:
         #: the head knows too (``settle``), or it could go to that process.
         self.dead: dict[int, int] = {}
         self.refused: dict[int, float] = {}
-        #: Threads of this process that sent calls since the last ``placement`` report.
-        self.senders: set[int] = set()
 
     def escaping(self, spec: list) -> list[int]:
         """The objects a call's arguments refer to, where some may be this caller's
@@ -375,15 +370,6 @@ class PeerCaller:
             if spec[m.T_DEPS] or spec[m.T_CONTAINED] else lifetime
         self.pending[oid] = (link, tid, keep, spec[m.T_NAME], time.time())
         msgs = [(m.EXECUTE, spec)]
-        self.senders.add(get_ident())
-        sent = link.sent = link.sent + 1
-        if not sent % placement.TELL_EVERY:
-            # Only threads that share a GIL with other calling threads tell: see
-            # transport/placement.py. A lone caller's actor stays where it is.
-            if len(self.senders) > 1 and placement.current_cpu is not None \
-                    and wait.enabled("nudge"):
-                msgs.append((m.CALLER_CPU, placement.current_cpu()))
-            self.senders.clear()
         with self.lock:
             alone = not link.channel.outbuf
             if link.channel.send(msgs) or not alone:

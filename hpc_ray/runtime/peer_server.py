@@ -12,7 +12,6 @@ import os
 from ..transport import direct
 from ..transport.channel import FAIR_READ, Channel
 from ..transport import messages as m
-from ..transport import placement
 from . import context
 from .peer_calls import address
 
@@ -38,8 +37,6 @@ class PeerServer:
         self.queued = 0
         #: What the actor holds (GPU ids, resources): a direct call runs with it.
         self.held = None
-        #: Where its callers run: it moves off a polling caller's CPU.
-        self.neighbour = placement.Neighbour()
         readers[listener.fileno()] = self._accept
 
     @classmethod
@@ -77,8 +74,6 @@ class PeerServer:
                 elif msg[0] == m.UNPIN:
                     _, task_id = msg
                     self.pins.pop((ch.fd, task_id), None)
-                elif msg[0] == m.CALLER_CPU:
-                    self.neighbour.caller_at(*msg[1:])
         return calls
 
     def _drop(self, ch: Channel) -> None:

@@ -88,7 +88,6 @@ class Msg(enum.IntEnum):
     LEND = 35
     UNPIN = 36
     DIRECT_DONE = 37
-    CALLER_CPU = 38
     EXEC_READY = 40
 
 
@@ -129,7 +128,6 @@ UNBLOCK = Msg.UNBLOCK.value
 LEND = Msg.LEND.value
 UNPIN = Msg.UNPIN.value
 DIRECT_DONE = Msg.DIRECT_DONE.value
-CALLER_CPU = Msg.CALLER_CPU.value
 
 
 # --- head (rank 0) -> worker rank (and the rank passes some on to an executor) -----
@@ -437,14 +435,6 @@ class Unpin(NamedTuple):
     task_id: int
 
 
-class CallerCpu(NamedTuple):
-    """The CPU a caller of direct calls runs on (``transport/placement.py``), sent
-    beside one call in many. Caller -> the actor's executor, over their direct
-    socket."""
-    kind: int
-    cpu: int
-
-
 class DirectDone(NamedTuple):
     """Direct calls a task or actor made and saw answered (``runtime/peer_calls.py``),
     for ``tasks()`` and the timeline: a pickled list of summaries as the head's
@@ -465,7 +455,7 @@ SCHEMA: dict[int, type] = {
     PROFILE: Profile, RETURNED: Returned, STOPPED: Stopped, FREE_BLOCKS: FreeBlocks,
     FETCH: Fetch, COLLECTIVE_OP: CollectiveOp, EXEC_READY: ExecReady, LOG: Log,
     DIRECT_HELLO: DirectHello, UNBLOCK: Unblock, LEND: Lend, UNPIN: Unpin,
-    DIRECT_DONE: DirectDone, CALLER_CPU: CallerCpu,
+    DIRECT_DONE: DirectDone,
 }
 
 #: Kinds the head handles (``HeadLoop``'s handler table must cover exactly these).

@@ -48,8 +48,6 @@ MECHANISMS = {
     "spin": "busy-poll sockets before blocking (Spinner; the driver's own rounds)",
     "look": "a task's process does not spin while /proc/loadavg shows more ready threads "
             "than cores",
-    "nudge": "a caller calling actors from several threads tells each actor its CPU, and an "
-             "actor on that CPU moves (transport/placement.py)",
 }
 
 

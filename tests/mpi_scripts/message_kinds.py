@@ -135,7 +135,6 @@ from hpc_ray.runtime.executor import ExecutorContext
 from hpc_ray.runtime.worker import WorkerLoop
 from hpc_ray.runtime.worker_state import WorkerState
 from hpc_ray.transport.comm import Fetcher
-from hpc_ray.transport.placement import Neighbour
 
 forwarded = [
     (m.TaskDone, Head.task_done, 1), (m.TaskFailed, Head.task_failed, 1),
@@ -150,7 +149,7 @@ forwarded = [
     (m.GroupCreate, WorkerLoop.create_group, 0), (m.Steal, WorkerState.steal, 0),
     (m.Throttle, WorkerState.throttle, 0), (m.Execute, ExecutorContext.execute, 0),
     (m.CreateActor, ExecutorContext.create_actor_here, 0),
-    (m.RunFunction, ExecutorContext.run_function, 0), (m.CallerCpu, Neighbour.caller_at, 0),
+    (m.RunFunction, ExecutorContext.run_function, 0),
 ]
 for schema, fn, skip in forwarded:
     params = list(inspect.signature(fn).parameters)[1 + skip:]
