@@ -57,12 +57,6 @@ from .worker_state import EXTRA_IDLE_DEFAULT, Executor, WorkerState
 #: slowed to what the head can take, and what the head has to read before the
 #: driver's own messages stays bounded.
 HEAD_WINDOW = 4
-#: How long an idle rank whose window is full waits before it looks again: from
-#: MIN, doubling while the head stays behind, up to MAX. A fixed 0.1 ms made 16
-#: ranks on 2 cores 3.5x slower than 1 ms did (20,000 tasks, benchmarks/ranks.py):
-#: ranks kept polling while the head, behind, needed the cores.
-WINDOW_WAIT_MIN = 1e-4
-WINDOW_WAIT_MAX = 5e-3
 
 #: A standby executor is due (``WorkerLoop._start_standby``): it starts once the
 #: rank's CPUs had STANDBY_SPARE idle cores on average over a look of
@@ -370,7 +364,6 @@ class WorkerLoop:
         bell_fd = doorbell.fileno()
         flags = self.flags if bell_fd >= 0 else None
         backoff = loop_backoff(False, self.cfg["one_host"] and bell_fd >= 0, flags is not None)
-        window_wait = WINDOW_WAIT_MIN
         last_check = time.monotonic()
         try:
             while not self.stop:
@@ -419,12 +412,10 @@ class WorkerLoop:
                     for fd, ex in by_fd.items():
                         if not throttled or ex.serial not in throttled:
                             readers.append(fd)
-                    window_wait = WINDOW_WAIT_MIN
                 elif not active:
-                    # The head is behind: look again soon, later the longer it stays
-                    # behind (many ranks polling every 0.1 ms took the cores it needs).
-                    timeout = window_wait
-                    window_wait = min(WINDOW_WAIT_MAX, window_wait * 2)
+                    # The head is behind and no executor is read: poll for its
+                    # answers at most the back-off's cap apart (no deep or flagged sleep).
+                    timeout = min(timeout, backoff.cap)
                     flagged = False
                 if flagged:
                     # Flag up, then one more look: a message sent before a sender
