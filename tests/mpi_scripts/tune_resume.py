@@ -4,8 +4,9 @@ with resume=True.  Phase "first" runs until the test kills it (or phase
 finishes it and checks that every trial finished exactly once, each result
 iteration logged once, unfinished trials continuing from their checkpoints.
 
-Every train() appends "<phase> <trial tag> <iteration> <restored-from>" to a
-ledger in the test's directory, flushed at once, so the test sees progress.
+Every train() appends "<phase> <trial tag> <iteration> <restored-from> <node id>"
+to a ledger in the test's directory, flushed at once, so the test sees progress
+(and, on two nodes, where each trial ran: the runtime's ``node-<i>``).
 """
 import faulthandler, os, sys
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
@@ -17,6 +18,7 @@ from _harness import check, init_kwargs, ok, report, section, tmp_path
 
 import hpc_ray as ray
 from hpc_ray import tune
+from hpc_ray.runtime import context
 
 PHASE = sys.argv[1]
 LEDGER = tmp_path("ledger")
@@ -34,7 +36,8 @@ class Slow(tune.Trainable):
         time.sleep(SLEEP)
         self.i += 1
         with open(LEDGER, "a") as f:
-            f.write(f"{PHASE} {self.config['k']} {self.i} {self.restored_from}\n")
+            f.write(f"{PHASE} {self.config['k']} {self.i} {self.restored_from} "
+                    f"node-{context.current().node}\n")
         return {"value": self.config["k"] * self.i}
 
     def _save(self, checkpoint_dir):
