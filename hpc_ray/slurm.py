@@ -220,6 +220,14 @@ def _directives(spec: JobSpec) -> list[str]:
     return [_sbatch_line(o) for o in opts]
 
 
+#: srun's option that ends the whole step when one task exits non-zero or is
+#: killed. Without it, a lost node's ranks leave the others waiting on them
+#: until the job's time limit (MPI reports nothing to the survivors); with it,
+#: the job ends within seconds and srun names the node and tasks (ranks):
+#: ``srun: error: n2: tasks 2-3: Killed``. (mpiexec ends the job by itself.)
+KILL_ON_BAD_EXIT = "--kill-on-bad-exit=1"
+
+
 def render_script(spec: JobSpec) -> str:
     """The sbatch script for ``spec``: #SBATCH lines, set-up, launch, USR1 forwarding."""
     driver = str(Path(spec.driver).resolve())
@@ -227,7 +235,7 @@ def render_script(spec: JobSpec) -> str:
                                                  *spec.args))
     if spec.launcher == "srun":
         mpi = f" --mpi={spec.srun_mpi}" if spec.srun_mpi else ""
-        launch = f"srun{mpi} {rank_cmd}"
+        launch = f"srun {KILL_ON_BAD_EXIT}{mpi} {rank_cmd}"
     else:
         launch = f'mpiexec -n "$SLURM_NTASKS" {rank_cmd}'
     lines = ["#!/bin/bash",

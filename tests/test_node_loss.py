@@ -12,6 +12,7 @@ continues its trials from their checkpoints.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import uuid
 
@@ -20,7 +21,10 @@ import pytest
 
 from conftest import (LAUNCH_MARKER, SCRIPTS_DIR, _kill_launch, _launch_processes, launch_env,
                       poll_for, run_mpi)
+from slurm.fixtures import hpc_ray_cli, job_env, slurm_two_nodes, two_node_job_dir, wait_job
 from test_two_nodes import HOSTS, fake_hosts_command
+
+__all__ = ["slurm_two_nodes", "two_node_job_dir"]  # fixtures, imported to be found by pytest
 
 pytestmark = [pytest.mark.mpi, pytest.mark.faults]
 
@@ -55,11 +59,13 @@ class Launch:
     test can act on while it runs."""
 
     def __init__(self, script: str, *args: str, tmp_path, timeout: float = 120,
-                 env: dict | None = None):
+                 env: dict | None = None, launcher_flags: tuple[str, ...] = ()):
         env = launch_env(4, "mpiexec", timeout,
                          {"HPC_RAY_TEST_TMPDIR": str(tmp_path), **(env or {})})
         self.marker = env[LAUNCH_MARKER] = uuid.uuid4().hex
-        self.proc = subprocess.Popen(fake_hosts_command(script, *args), env=env,
+        cmd = fake_hosts_command(script, *args)
+        cmd[1:1] = launcher_flags
+        self.proc = subprocess.Popen(cmd, env=env,
                                      cwd=str(SCRIPTS_DIR), stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)
@@ -202,3 +208,134 @@ def test_a_tune_run_that_lost_a_node_resumes_from_its_checkpoints(launches, tmp_
                              and k in lost_on_b]
     assert ran_past_a_checkpoint, summary
     assert all(summary[k]["restored_from"][0] >= 2 for k in ran_past_a_checkpoint), summary
+
+
+def test_a_lost_node_is_named_where_the_launcher_lets_the_job_run_on(launches, tmp_path):
+    """Under ``mpiexec -disable-auto-cleanup`` (as under Slurm, where the job
+    waits for slurmctld to declare the node down), MPI tells the survivors
+    nothing when node B's ranks die: rank 0 finds node B silent, names it and
+    its ranks, fails the driver's ``get`` with that error and aborts the job.
+    (Should B's hydra proxy die too, mpiexec ends the job at once, flag or not.)"""
+    b = HOSTS[1]
+    launch = launches("node_loss.py", tmp_path=tmp_path, env={"HPC_RAY_NODE_TIMEOUT": "3"},
+                      launcher_flags=("-disable-auto-cleanup",))
+    assert poll_for(lambda: [r for r in started_tasks(tmp_path) if r[0] == "node-1"], 90), \
+        started_tasks(tmp_path)
+    topology = launch.topology_files()
+    launch.lose_node(b, with_proxy=False)
+    rc, out, err = launch.wait(END_TIMEOUT)
+    assert rc != 0, out + err
+    said = (f"hpc_ray: lost node {b} (ranks 2, 3): none of its ranks was heard from "
+            f"for 3 s (the node failed, or its processes were killed); ending the job.")
+    assert said in err, out + err
+    # The driver's get raised it, naming the task it waited for.
+    error = next(line for line in out.splitlines() if line.startswith("RESULT error="))
+    assert error.startswith('RESULT error="WorkerCrashedError: hold was lost: ' + said), error
+    assert poll_for(lambda: not launch.left(), 15), launch.left()
+    assert topology and not [path for path in topology if os.path.exists(path)]
+
+
+# --- the watch itself, without MPI ---------------------------------------------------
+
+
+def test_node_watch_names_the_first_node_none_of_whose_ranks_is_heard():
+    from hpc_ray.runtime import node_watch
+    hosts = ["a", "a", "b", "b", "c"]
+    watch = node_watch.NodeWatch([0, 0, 1, 1, 2], hosts, now=100.0)
+    assert watch.ranks == {1: [2, 3], 2: [4]}            # rank 0's node is not watched
+    timeout = node_watch.NODE_TIMEOUT
+
+    def lost_at(t):     # checked a second before, as rank 0's loop does
+        watch.checked = t - 1.0
+        return watch.lost(t)
+
+    assert lost_at(100.0 + timeout) is None
+    watch.heard[2] = 100.0 + timeout                       # one rank of b still talks
+    assert lost_at(100.0 + timeout + 1) == 2               # c is silent
+    watch.heard[4] = 100.0 + timeout
+    assert lost_at(100.0 + timeout + 1) is None
+    assert lost_at(100.0 + 2 * timeout + 1) == 1
+    assert watch.describe(1).startswith(
+        f"hpc_ray: lost node b (ranks 2, 3): none of its ranks was heard from for "
+        f"{timeout:g} s")
+
+
+def test_node_watch_does_not_blame_the_nodes_for_rank_0s_own_stall():
+    from hpc_ray.runtime import node_watch
+    watch = node_watch.NodeWatch([0, 1], ["a", "b"], now=100.0)
+    # Rank 0's loop did not look for longer than the timeout: node b's ALIVEs
+    # of that time still wait unread, and its silence counts from now.
+    late = 100.0 + node_watch.NODE_TIMEOUT + node_watch.STALL + 1
+    assert watch.lost(late) is None
+    watch.checked = late + node_watch.NODE_TIMEOUT      # looked every second since
+    assert watch.lost(late + node_watch.NODE_TIMEOUT + 1) == 1
+
+
+@pytest.mark.parametrize("cfg, node_of, watched", [
+    ({"one_host": False}, [0, 0, 1, 1], True),
+    ({"one_host": True}, [0, 0, 1, 1], False),     # HPC_RAY_RANKS_PER_NODE's pretend nodes
+    ({"one_host": False}, [0, 0, 0], False),
+])
+def test_only_jobs_over_several_hosts_are_watched(cfg, node_of, watched):
+    from hpc_ray.runtime import node_watch
+    watch = node_watch.for_job(cfg, node_of, ["h"] * len(node_of))
+    assert (watch is not None) == watched
+
+
+# --- two Slurm nodes -----------------------------------------------------------------
+
+
+@pytest.mark.timeout(240)
+def test_a_submitted_job_losing_node_n2_ends_naming_it(slurm_two_nodes, two_node_job_dir):
+    """``hpc-ray submit --nodes 2``: node n2's ranks, their executors and the
+    slurmstepd that started them are SIGKILLed while the driver on n1 waits on
+    tasks there. Slurm reports nothing to the step (it would wait for slurmctld
+    to declare n2 down, SlurmdTimeout); rank 0 finds n2 silent, names it and
+    its ranks, and the job ends."""
+    c = slurm_two_nodes
+    d = two_node_job_dir
+    out = d / "out.txt"
+    env = job_env(c, HPC_RAY_TEST_TMPDIR=str(d), HPC_RAY_NODE_TIMEOUT="3",
+                  PYTHONPATH=os.pathsep.join([str(SCRIPTS_DIR.parents[1]), str(SCRIPTS_DIR)]))
+    proc = hpc_ray_cli("submit", str(SCRIPTS_DIR / "node_loss.py"), "--nodes", "2",
+                       "--ntasks-per-node", "2", "--output", str(out), "--parsable",
+                       env=env, cwd=d)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job = proc.stdout.split()[-1]
+    running_on_n2 = poll_for(lambda: [r for r in started_tasks(d) if r[0] == "node-1"], 120)
+    assert running_on_n2, (started_tasks(d), out.read_text() if out.exists() else "")
+    victims: dict[int, psutil.Process] = {}
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("SLURMD_NODENAME") == "n2" and \
+                    "node_loss.py" in " ".join(p.cmdline()):
+                for q in (p, *p.children(recursive=True), p.parent()):
+                    victims[q.pid] = q
+        except psutil.Error:
+            continue
+    assert any("slurmstepd" in " ".join(q.cmdline()) for q in victims.values())
+    for q in victims.values():
+        try:
+            q.kill()
+        except psutil.Error:
+            pass
+    (record,) = wait_job(c, job, timeout=END_TIMEOUT, output=out)
+    text = out.read_text()
+    assert record["JobState"] == "FAILED", text
+    assert 'RESULT nodes=[["n1", [0, 1]], ["n2", [2, 3]]]' in text.splitlines()
+    assert ("hpc_ray: lost node n2 (ranks 2, 3): none of its ranks was heard from for 3 s "
+            "(the node failed, or its processes were killed); ending the job.") in text, text
+    assert "RESULT error=\"WorkerCrashedError: hold was lost: hpc_ray: lost node n2" in text
+
+    def left_on_n1():
+        return [p for p in psutil.process_iter()
+                if _environ(p).get("SLURMD_NODENAME") == "n1" and
+                _environ(p).get("HPC_RAY_TEST_TMPDIR") == str(d)]
+    assert poll_for(lambda: not left_on_n1(), 15), left_on_n1()
+
+
+def _environ(p: psutil.Process) -> dict:
+    try:
+        return p.environ()
+    except psutil.Error:
+        return {}

@@ -2,6 +2,7 @@
 
     head (rank 0) ──EXECUTE/REPLY/CREATE_ACTOR/KILL_ACTOR/RUN_FUNCTION/SHUTDOWN──▶ rank
     rank ──[executor messages, req ids renumbered]──▶ head
+    rank ──ALIVE, each second, on another node than rank 0's──▶ head (node_watch)
     rank ◀──FETCH──▶ ranks of other nodes (raw store bytes on Tag.OBJECT_DATA)
     rank ══ socketpair ══ executor (one per CPU for tasks, one per actor, and
                                    extras for num_cpus=0 tasks, on demand,
@@ -14,23 +15,21 @@ standby, batch sizing) is ``worker_state.WorkerState``, with no I/O: the loop
 feeds it what it reads and carries out what it asks, starting executors
 through ``executor_procs.ExecutorPool``.
 
-The loop never runs user code. It blocks in ``select`` on the executors' pipes
-and its doorbell (``wait.Doorbell``) with a back-off timeout and polls MPI in
-between: at most 1 ms apart after recent activity (up to 10 ms on a node with
-more ranks than cores: ``polling_backoff``), 10 ms apart after a second of
-quiet (``DEEP_CAP``). When the whole job is on one host, it raises its flag
-(``comm.SleepFlags``) and sleeps as soon as it has spun a little (after a
-short warm phase where a reply is due), from 1 ms doubling up to 50 ms, and
-every sender rings the doorbell of a rank whose flag is up, so the message is
-read at once. (On several hosts, a process on the rank's host that sends after
-a pause rings.) A dead executor (EOF on its pipe) is reported and replaced.
+The loop never runs user code. It blocks in ``select`` on the executors' pipes and its
+doorbell (``wait.Doorbell``) with a back-off timeout and polls MPI in between: at most 1 ms
+apart after recent activity (up to 10 ms on a node with more ranks than cores:
+``polling_backoff``), 10 ms apart after a second of quiet (``DEEP_CAP``). When the whole job
+is on one host, it raises its flag (``comm.SleepFlags``) and sleeps as soon as it has spun a
+little (after a short warm phase where a reply is due), from 1 ms doubling up to 50 ms, and
+every sender rings the doorbell of a rank whose flag is up, so the message is read at once.
+(On several hosts, a process on the rank's host that sends after a pause rings.) A dead
+executor (EOF on its pipe) is reported and replaced.
 
-A rank that has hosted an actor keeps one executor started ahead (``standby``)
-for its next actor, as Ray's worker pool does: creating an actor then costs no
-interpreter start-up. The next one starts once the last is up and the rank's
-CPUs have a core to spare (``transport/idle_cores.py``); while they stay busy
-it does not start, and an actor created meanwhile starts its own executor, as
-with no standby (``HPC_RAY_ACTOR_STANDBY=0``: none).
+A rank that has hosted an actor keeps one executor started ahead (``standby``) for its next
+actor, as Ray's worker pool does: creating an actor then costs no interpreter start-up. The
+next one starts once the last is up and the rank's CPUs have a core to spare
+(``transport/idle_cores.py``); while they stay busy it does not start, and an actor created
+meanwhile starts its own executor, as with no standby (``HPC_RAY_ACTOR_STANDBY=0``: none).
 """
 from __future__ import annotations
 
@@ -51,7 +50,9 @@ from ..transport.idle_cores import IdleCores
 from ..transport.placement import usable_cores
 from ..transport.serialization import loads
 from ..transport.wait import Backoff, Doorbell
+from . import context
 from .executor_procs import ExecutorPool
+from .node_watch import HEARTBEAT
 from .rank_actors import DriverGone
 from .worker_state import EXTRA_IDLE_DEFAULT, Executor, WorkerState
 
@@ -294,7 +295,6 @@ class WorkerLoop:
 
     def _rank_context(self):
         if self.rank_ctx is None:
-            from . import context
             from .rank_actors import RankContext
             self.rank_ctx = RankContext(self)
             context.set_id_prefix(self.rank, 0)
@@ -431,6 +431,7 @@ class WorkerLoop:
                                   self.cfg["one_host"] and bell_fd >= 0, flags is not None)
         window_wait = WINDOW_WAIT_MIN
         last_check = time.monotonic()
+        alive = not self.cfg["one_host"] and bool(node_of) and self.node != node_of[0]
         try:
             while not self.stop:
                 active = False
@@ -531,13 +532,15 @@ class WorkerLoop:
                     state.dispatch()
                     self.flush()
                     self.send_out()
-                if self.rank_ctx is not None and (self.rank_ctx.out or context_released()):
+                if self.rank_ctx is not None and (self.rank_ctx.out or context.released):
                     self.rank_ctx.flush()
                 if active:
                     backoff.reset()
                 now = time.monotonic()
-                if now - last_check > 1.0:
+                if now - last_check > HEARTBEAT:
                     last_check = now
+                    if alive:   # (node_watch: rank 0's watch over the other nodes)
+                        state.out.append((m.ALIVE,))
                     if self.driver_pid and not _alive(self.driver_pid):
                         sys.stderr.write(f"hpc_ray worker rank {self.rank}: the driver "
                                          f"(pid {self.driver_pid}) is gone; exiting\n")
@@ -578,11 +581,6 @@ class WorkerLoop:
 def _needs_fetch(spec: list) -> bool:
     deps = spec[m.T_DEPS]
     return bool(deps) and any(d[2][0] == m.FETCH_PLAN for d in deps)
-
-
-def context_released() -> bool:
-    from .context import released
-    return bool(released)
 
 
 def _alive(pid: int) -> bool:

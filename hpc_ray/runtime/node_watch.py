@@ -1,0 +1,94 @@
+"""Rank 0's watch over the other nodes: a node none of whose ranks is heard from
+for ``NODE_TIMEOUT`` seconds is lost, and the job ends, naming it.
+
+    worker rank on another node ── ALIVE, every HEARTBEAT s ──▶ HeadLoop ─▶ NodeWatch.hear
+    HeadLoop._loop, once a second ─▶ NodeWatch.check ─▶ lost: stderr, Head.mark_broken, Abort
+
+MPI tells the surviving ranks nothing when a node dies, and not every launcher
+ends the job: hydra does at once (unless ``-disable-auto-cleanup``), but under
+Slurm the job waits until slurmctld declares the node down (``SlurmdTimeout``,
+minutes), with the driver blocked in ``get`` on tasks that will never finish.
+Only jobs whose ranks span several hosts are watched (``cfg["one_host"]``).
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+from .. import _config
+
+#: Seconds between a worker rank's ALIVE messages (``WorkerLoop.run``).
+HEARTBEAT = 1.0
+#: Seconds of silence from every rank of a node before it counts as lost
+#: (``HPC_RAY_NODE_TIMEOUT``). Ray declares a node dead after 30 s without
+#: heartbeats (300 x 100 ms). Shorter ends the job sooner after a failure, but a
+#: node whose ranks' loops cannot run for that long (a machine swapping hard)
+#: would be taken for a failed one.
+NODE_TIMEOUT = _config.os_environ_get("NODE_TIMEOUT", 30.0, float)
+#: A gap this long between two of rank 0's own checks means its loop was held
+#: up, not the nodes: the ALIVEs of that time still wait in MPI, unread.
+STALL = 5 * HEARTBEAT
+#: Seconds the driver's thread has, after a node is lost, to see its ``get``
+#: raise the error before the job is aborted.
+GRACE = 1.0
+
+
+class NodeWatch:
+    """When each watched rank (those not on rank 0's node) was last heard from."""
+
+    def __init__(self, node_of: list[int], host_of: list[str], now: float) -> None:
+        #: Node -> its ranks, for every node but rank 0's.
+        self.ranks: dict[int, list[int]] = {}
+        for rank, node in enumerate(node_of):
+            if node != node_of[0]:
+                self.ranks.setdefault(node, []).append(rank)
+        self.host_of = host_of
+        #: Rank -> monotonic time of its last ALIVE (start-up counts as one).
+        self.heard = {r: now for ranks in self.ranks.values() for r in ranks}
+        #: When ``lost`` last looked.
+        self.checked = now
+        self.ended = False
+
+    def hear(self, rank: int) -> None:
+        self.heard[rank] = time.monotonic()
+
+    def lost(self, now: float) -> int | None:
+        """The first node none of whose ranks was heard from for NODE_TIMEOUT s."""
+        if now - self.checked > STALL:
+            for rank in self.heard:     # (counted from now: see STALL)
+                self.heard[rank] = max(self.heard[rank], now)
+        self.checked = now
+        for node, ranks in self.ranks.items():
+            if all(now - self.heard[r] > NODE_TIMEOUT for r in ranks):
+                return node
+        return None
+
+    def describe(self, node: int) -> str:
+        ranks = self.ranks[node]
+        return (f"hpc_ray: lost node {self.host_of[ranks[0]]} (ranks "
+                f"{', '.join(map(str, ranks))}): none of its ranks was heard from for "
+                f"{NODE_TIMEOUT:g} s (the node failed, or its processes were killed); "
+                f"ending the job. Run it again to resume from checkpoints (a requeued "
+                f"Tune job resumes with tune.run(..., resume=True)).")
+
+    def check(self, now: float, head, comm) -> None:
+        """End the job if a node is lost: say which on stderr, fail every pending
+        ``get`` with that error (``Head.mark_broken``), then ``MPI_Abort``."""
+        node = None if self.ended else self.lost(now)
+        if node is None:
+            return
+        self.ended = True
+        text = self.describe(node)
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+        with head.lock:
+            head.mark_broken(text)
+        time.sleep(GRACE)
+        comm.Abort(1)
+
+
+def for_job(cfg: dict, node_of: list[int], host_of: list[str]) -> NodeWatch | None:
+    """A watch for a job over several hosts; None for one host."""
+    if cfg.get("one_host") or len(set(node_of)) < 2:
+        return None
+    return NodeWatch(node_of, host_of, time.monotonic())
