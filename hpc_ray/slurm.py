@@ -221,10 +221,11 @@ def _directives(spec: JobSpec) -> list[str]:
 
 
 #: srun's option that ends the whole step when one task exits non-zero or is
-#: killed. Without it, a lost node's ranks leave the others waiting on them
-#: until the job's time limit (MPI reports nothing to the survivors); with it,
-#: the job ends within seconds and srun names the node and tasks (ranks):
-#: ``srun: error: n2: tasks 2-3: Killed``. (mpiexec ends the job by itself.)
+#: killed, naming it (``srun: error: n2: task 3: Killed``; a task is a rank):
+#: without it, the other ranks of a job whose rank the OOM killer took would
+#: wait on it until the job's time limit (MPI tells them nothing). A node lost
+#: with its slurmstepd reports nothing to srun until slurmctld declares it down
+#: (SlurmdTimeout); rank 0's ``runtime/node_watch.py`` ends that job first.
 KILL_ON_BAD_EXIT = "--kill-on-bad-exit=1"
 
 

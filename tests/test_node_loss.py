@@ -33,14 +33,18 @@ pytestmark = [pytest.mark.mpi, pytest.mark.faults]
 END_TIMEOUT = 60
 
 
-def node_processes(marker: str, host: str, with_proxy: bool) -> list[psutil.Process]:
-    """The launch's ranks on ``host`` (hydra's ``PMI_HOSTNAME``), their executors
-    and, ``with_proxy``, the hydra proxy that started them."""
+def node_processes(marker: str, host: str, with_proxy: bool,
+                   ranks: tuple[int, ...] | None = None) -> list[psutil.Process]:
+    """The launch's ranks on ``host`` (hydra's ``PMI_HOSTNAME``; only ``ranks``
+    if given), their executors and, ``with_proxy``, the hydra proxy that started
+    them."""
     found: dict[int, psutil.Process] = {}
     for p in psutil.process_iter():
         try:
             env = p.environ()
             if env.get(LAUNCH_MARKER) != marker or env.get("PMI_HOSTNAME") != host:
+                continue
+            if ranks is not None and int(env.get("PMI_RANK", -1)) not in ranks:
                 continue
             found[p.pid] = p
             for child in p.children(recursive=True):
@@ -70,9 +74,11 @@ class Launch:
                                      stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)
 
-    def lose_node(self, host: str, with_proxy: bool) -> list[int]:
-        """SIGKILL every process of the launch on ``host``; their pids."""
-        victims = node_processes(self.marker, host, with_proxy)
+    def lose_node(self, host: str, with_proxy: bool,
+                  ranks: tuple[int, ...] | None = None) -> list[int]:
+        """SIGKILL every process of the launch on ``host`` (of ``ranks`` only, if
+        given); their pids."""
+        victims = node_processes(self.marker, host, with_proxy, ranks)
         for p in victims:
             try:
                 p.kill()
@@ -210,11 +216,18 @@ def test_a_tune_run_that_lost_a_node_resumes_from_its_checkpoints(launches, tmp_
     assert all(summary[k]["restored_from"][0] >= 2 for k in ran_past_a_checkpoint), summary
 
 
-def test_a_lost_node_is_named_where_the_launcher_lets_the_job_run_on(launches, tmp_path):
+@pytest.mark.parametrize("ranks, lost", [
+    ((2, 3), "node 127.0.0.3 (ranks 2, 3): none of its ranks was heard from for 3 s "
+             "(the node failed, or its processes were killed)"),
+    ((3,), "rank 3 on node 127.0.0.3: not heard from for 3 s (killed, or hung)"),
+], ids=["node", "one-rank"])
+def test_a_lost_node_is_named_where_the_launcher_lets_the_job_run_on(launches, tmp_path,
+                                                                      ranks, lost):
     """Under ``mpiexec -disable-auto-cleanup`` (as under Slurm, where the job
     waits for slurmctld to declare the node down), MPI tells the survivors
     nothing when node B's ranks die: rank 0 finds node B silent, names it and
-    its ranks, fails the driver's ``get`` with that error and aborts the job.
+    its ranks (or the one rank, if only one died), fails the driver's ``get``
+    with that error and aborts the job.
     (Should B's hydra proxy die too, mpiexec ends the job at once, flag or not.)"""
     b = HOSTS[1]
     launch = launches("node_loss.py", tmp_path=tmp_path, env={"HPC_RAY_NODE_TIMEOUT": "3"},
@@ -222,11 +235,10 @@ def test_a_lost_node_is_named_where_the_launcher_lets_the_job_run_on(launches, t
     assert poll_for(lambda: [r for r in started_tasks(tmp_path) if r[0] == "node-1"], 90), \
         started_tasks(tmp_path)
     topology = launch.topology_files()
-    launch.lose_node(b, with_proxy=False)
+    launch.lose_node(b, with_proxy=False, ranks=ranks)
     rc, out, err = launch.wait(END_TIMEOUT)
     assert rc != 0, out + err
-    said = (f"hpc_ray: lost node {b} (ranks 2, 3): none of its ranks was heard from "
-            f"for 3 s (the node failed, or its processes were killed); ending the job.")
+    said = f"hpc_ray: lost {lost}; ending the job."
     assert said in err, out + err
     # The driver's get raised it, naming the task it waited for.
     error = next(line for line in out.splitlines() if line.startswith("RESULT error="))
@@ -250,12 +262,13 @@ def test_node_watch_names_the_first_node_none_of_whose_ranks_is_heard():
         return watch.lost(t)
 
     assert lost_at(100.0 + timeout) is None
-    watch.heard[2] = 100.0 + timeout                       # one rank of b still talks
-    assert lost_at(100.0 + timeout + 1) == 2               # c is silent
-    watch.heard[4] = 100.0 + timeout
-    assert lost_at(100.0 + timeout + 1) is None
-    assert lost_at(100.0 + 2 * timeout + 1) == 1
-    assert watch.describe(1).startswith(
+    watch.heard[2] = watch.heard[4] = 100.0 + timeout      # b's rank 2 and c still talk
+    assert lost_at(100.0 + timeout + 1) == (1, [3])        # b's rank 3 does not
+    assert watch.describe(1, [3]).startswith(
+        f"hpc_ray: lost rank 3 on node b: not heard from for {timeout:g} s")
+    watch.heard[3] = 100.0 + timeout + 0.5                  # b fails: silent within a beat
+    assert lost_at(100.0 + 2 * timeout + 1) == (1, [2, 3])
+    assert watch.describe(1, [2, 3]).startswith(
         f"hpc_ray: lost node b (ranks 2, 3): none of its ranks was heard from for "
         f"{timeout:g} s")
 
@@ -268,7 +281,7 @@ def test_node_watch_does_not_blame_the_nodes_for_rank_0s_own_stall():
     late = 100.0 + node_watch.NODE_TIMEOUT + node_watch.STALL + 1
     assert watch.lost(late) is None
     watch.checked = late + node_watch.NODE_TIMEOUT      # looked every second since
-    assert watch.lost(late + node_watch.NODE_TIMEOUT + 1) == 1
+    assert watch.lost(late + node_watch.NODE_TIMEOUT + 1) == (1, [1])
 
 
 @pytest.mark.parametrize("cfg, node_of, watched", [

@@ -1,5 +1,6 @@
 """Rank 0's watch over the other nodes: a node none of whose ranks is heard from
-for ``NODE_TIMEOUT`` seconds is lost, and the job ends, naming it.
+for ``NODE_TIMEOUT`` seconds is lost (or one of its ranks, if only that one is
+silent), and the job ends, naming it.
 
     worker rank on another node ── ALIVE, every HEARTBEAT s ──▶ HeadLoop ─▶ NodeWatch.hear
     HeadLoop._loop, once a second ─▶ NodeWatch.check ─▶ lost: stderr, Head.mark_broken, Abort
@@ -52,33 +53,43 @@ class NodeWatch:
     def hear(self, rank: int) -> None:
         self.heard[rank] = time.monotonic()
 
-    def lost(self, now: float) -> int | None:
-        """The first node none of whose ranks was heard from for NODE_TIMEOUT s."""
+    def lost(self, now: float) -> tuple[int, list[int]] | None:
+        """The first node with a rank not heard from for NODE_TIMEOUT s, and its
+        silent ranks (those silent for nearly as long count: the ranks of a failed
+        node fall silent within a heartbeat of each other)."""
         if now - self.checked > STALL:
             for rank in self.heard:     # (counted from now: see STALL)
                 self.heard[rank] = max(self.heard[rank], now)
         self.checked = now
         for node, ranks in self.ranks.items():
-            if all(now - self.heard[r] > NODE_TIMEOUT for r in ranks):
-                return node
+            if any(now - self.heard[r] > NODE_TIMEOUT for r in ranks):
+                return node, [r for r in ranks
+                              if now - self.heard[r] > NODE_TIMEOUT - 2 * HEARTBEAT]
         return None
 
-    def describe(self, node: int) -> str:
+    def describe(self, node: int, silent: list[int]) -> str:
         ranks = self.ranks[node]
-        return (f"hpc_ray: lost node {self.host_of[ranks[0]]} (ranks "
-                f"{', '.join(map(str, ranks))}): none of its ranks was heard from for "
-                f"{NODE_TIMEOUT:g} s (the node failed, or its processes were killed); "
-                f"ending the job. Run it again to resume from checkpoints (a requeued "
-                f"Tune job resumes with tune.run(..., resume=True)).")
+        host = self.host_of[ranks[0]]
+        if silent == ranks:
+            what = (f"lost node {host} (ranks {', '.join(map(str, ranks))}): none of its "
+                    f"ranks was heard from for {NODE_TIMEOUT:g} s (the node failed, or its "
+                    f"processes were killed)")
+        else:
+            what = (f"lost rank{'s' if len(silent) > 1 else ''} "
+                    f"{', '.join(map(str, silent))} on node {host}: not heard from for "
+                    f"{NODE_TIMEOUT:g} s (killed, or hung)")
+        return (f"hpc_ray: {what}; ending the job. Run it again to resume from "
+                f"checkpoints (a requeued Tune job resumes with tune.run(..., resume=True)).")
 
     def check(self, now: float, head, comm) -> None:
-        """End the job if a node is lost: say which on stderr, fail every pending
-        ``get`` with that error (``Head.mark_broken``), then ``MPI_Abort``."""
-        node = None if self.ended else self.lost(now)
-        if node is None:
+        """End the job if a node (or a rank of it) is lost: say which on stderr,
+        fail every pending ``get`` with that error (``Head.mark_broken``), then
+        ``MPI_Abort``."""
+        found = None if self.ended else self.lost(now)
+        if found is None:
             return
         self.ended = True
-        text = self.describe(node)
+        text = self.describe(*found)
         sys.stderr.write(text + "\n")
         sys.stderr.flush()
         with head.lock:
