@@ -437,7 +437,7 @@ class HeadLoop(threading.Thread):
                         # making progress (scheduler.concentrate) go elsewhere.
                         schedule(head)
                 if self.watch is not None and not self.stop_requested:
-                    self.watch.check(now, head, self.comm)
+                    self.watch.check(now, self.comm)
             if active:
                 backoff.reset()
                 self.bell.stale = True

@@ -3,13 +3,18 @@ for ``NODE_TIMEOUT`` seconds is lost (or one of its ranks, if only that one is
 silent), and the job ends, naming it.
 
     worker rank on another node ── ALIVE, every HEARTBEAT s ──▶ HeadLoop ─▶ NodeWatch.hear
-    HeadLoop._loop, once a second ─▶ NodeWatch.check ─▶ lost: stderr, Head.mark_broken, Abort
+    HeadLoop._loop, once a second ─▶ NodeWatch.check ─▶ lost: a line on stderr, MPI_Abort
 
 MPI tells the surviving ranks nothing when a node dies, and not every launcher
 ends the job: hydra does at once (unless ``-disable-auto-cleanup``), but under
 Slurm the job waits until slurmctld declares the node down (``SlurmdTimeout``,
 minutes), with the driver blocked in ``get`` on tasks that will never finish.
 Only jobs whose ranks span several hosts are watched (``cfg["one_host"]``).
+
+The job is aborted at once, as a launcher would have done, rather than failing
+the driver's pending ``get`` calls first: a library that takes such errors for
+its own failures records them (Tune would mark the trials of the lost node
+ERROR once their retries failed too, and a requeued job would not resume them).
 """
 from __future__ import annotations
 
@@ -29,9 +34,6 @@ NODE_TIMEOUT = _config.os_environ_get("NODE_TIMEOUT", 30.0, float)
 #: A gap this long between two of rank 0's own checks means its loop was held
 #: up, not the nodes: the ALIVEs of that time still wait in MPI, unread.
 STALL = 5 * HEARTBEAT
-#: Seconds the driver's thread has, after a node is lost, to see its ``get``
-#: raise the error before the job is aborted.
-GRACE = 1.0
 
 
 class NodeWatch:
@@ -81,20 +83,15 @@ class NodeWatch:
         return (f"hpc_ray: {what}; ending the job. Run it again to resume from "
                 f"checkpoints (a requeued Tune job resumes with tune.run(..., resume=True)).")
 
-    def check(self, now: float, head, comm) -> None:
+    def check(self, now: float, comm) -> None:
         """End the job if a node (or a rank of it) is lost: say which on stderr,
-        fail every pending ``get`` with that error (``Head.mark_broken``), then
-        ``MPI_Abort``."""
+        then ``MPI_Abort``."""
         found = None if self.ended else self.lost(now)
         if found is None:
             return
         self.ended = True
-        text = self.describe(*found)
-        sys.stderr.write(text + "\n")
+        sys.stderr.write(self.describe(*found) + "\n")
         sys.stderr.flush()
-        with head.lock:
-            head.mark_broken(text)
-        time.sleep(GRACE)
         comm.Abort(1)
 
 
