@@ -3,16 +3,20 @@ failure would) while the driver on node A waits in ``ray.get`` on tasks there.
 
 Two fake hosts through MPICH hydra (``test_two_nodes.fake_hosts_command``):
 node B's ranks, their executors and, for a whole node, the hydra proxy that
-started them. Hydra's default (auto-cleanup) ends the job: it SIGKILLs every
-other rank, the driver included, so what the user sees is hydra's report
-(``BAD TERMINATION ... RUNNING AT <host>``); nothing of the job stays on node
-A. A Tune run that lost a node and is started again (as a requeued job is)
-continues its trials from their checkpoints.
+started them. Hydra's default (auto-cleanup) ends the job at once: it SIGKILLs
+every other rank, the driver included, so what the user sees is hydra's report
+(``BAD TERMINATION ... RUNNING AT <host>``). Where the launcher lets the job
+run on (``mpiexec -disable-auto-cleanup``; Slurm, whose step waits for
+slurmctld to declare the node down), rank 0's ``node_watch`` finds the node
+silent, names it and its ranks on stderr and aborts the job. Either way
+nothing of the job stays on node A, and a Tune run that lost a node and is
+started again (as a requeued job is) continues its trials from their
+checkpoints. The two-node Slurm (n1, n2) runs the same through ``hpc-ray
+submit``.
 """
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import uuid
 
@@ -25,8 +29,6 @@ from slurm.fixtures import hpc_ray_cli, job_env, slurm_two_nodes, two_node_job_d
 from test_two_nodes import HOSTS, fake_hosts_command
 
 __all__ = ["slurm_two_nodes", "two_node_job_dir"]  # fixtures, imported to be found by pytest
-
-pytestmark = [pytest.mark.mpi, pytest.mark.faults]
 
 #: Seconds the job may take to end once node B is gone: generous for this
 #: loaded 2-core machine; the job ends in under a second when it is idle.
@@ -146,6 +148,9 @@ def started_tasks(tmp_path) -> list[list[str]]:
     return rows
 
 
+@pytest.mark.mpi
+@pytest.mark.faults
+@pytest.mark.timeout(200)
 @pytest.mark.parametrize("with_proxy", [False, True], ids=["ranks", "node"])
 def test_losing_a_node_ends_the_job_and_leaves_nothing(launches, tmp_path, with_proxy):
     a, b = HOSTS
@@ -175,6 +180,9 @@ def ledger_rows(path) -> list[list[str]]:
     return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.mpi
+@pytest.mark.faults
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("flags", [(), ("-disable-auto-cleanup",)],
                          ids=["hydra-ends-it", "rank-0-ends-it"])
 def test_a_tune_run_that_lost_a_node_resumes_from_its_checkpoints(launches, tmp_path, flags):
@@ -234,10 +242,13 @@ def assert_resumed_from_checkpoints(summary: dict, first: list[list[str]], lost:
     assert all(summary[k]["restored_from"][0] >= 2 for k in past_a_checkpoint), summary
 
 
+@pytest.mark.mpi
+@pytest.mark.faults
+@pytest.mark.timeout(200)
 @pytest.mark.parametrize("ranks, lost", [
-    ((2, 3), "node 127.0.0.3 (ranks 2, 3): none of its ranks was heard from for 3 s "
+    ((2, 3), "node 127.0.0.3 (ranks 2, 3): none of its ranks was heard from for 6 s "
              "(the node failed, or its processes were killed)"),
-    ((3,), "rank 3 on node 127.0.0.3: not heard from for 3 s (killed, or hung)"),
+    ((3,), "rank 3 on node 127.0.0.3: not heard from for 6 s (killed, or hung)"),
 ], ids=["node", "one-rank"])
 def test_a_lost_node_is_named_where_the_launcher_lets_the_job_run_on(launches, tmp_path,
                                                                       ranks, lost):
@@ -247,7 +258,9 @@ def test_a_lost_node_is_named_where_the_launcher_lets_the_job_run_on(launches, t
     its ranks (or the one rank, if only one died) and aborts the job.
     (Should B's hydra proxy die too, mpiexec ends the job at once, flag or not.)"""
     b = HOSTS[1]
-    launch = launches("node_loss.py", tmp_path=tmp_path, env={"HPC_RAY_NODE_TIMEOUT": "3"},
+    # (6 s: a live rank of the node, heard from each second, stays clear of the
+    # two heartbeats' margin that makes its ranks' silence the node's.)
+    launch = launches("node_loss.py", tmp_path=tmp_path, env={"HPC_RAY_NODE_TIMEOUT": "6"},
                       launcher_flags=("-disable-auto-cleanup",))
     assert poll_for(lambda: [r for r in started_tasks(tmp_path) if r[0] == "node-1"], 90), \
         started_tasks(tmp_path)
@@ -350,6 +363,7 @@ def slurm_test_env(c, job_dir, **extra: str) -> dict:
 
 
 
+@pytest.mark.faults
 @pytest.mark.timeout(240)
 def test_a_submitted_job_losing_node_n2_ends_naming_it(slurm_two_nodes, two_node_job_dir):
     """``hpc-ray submit --nodes 2``: node n2's ranks, their executors and the
@@ -391,6 +405,7 @@ def _environ(p: psutil.Process) -> dict:
         return {}
 
 
+@pytest.mark.faults
 @pytest.mark.timeout(300)
 def test_a_submitted_tune_job_that_lost_n2_resumes_when_run_again(slurm_two_nodes,
                                                                   two_node_job_dir):

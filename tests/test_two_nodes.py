@@ -4,6 +4,8 @@
 tests/fake_host_ssh.sh`` starts one hydra proxy per "host"; MPI then splits its
 shared-memory groups per host and the ranks of the two hosts talk over MPI's
 network path. The same driver runs on the two-node Slurm in ``test_slurm_nodes.py``.
+Distributed SGD replicas and Tune trials spread over both nodes
+(``mpi_scripts/train_two_nodes.py``); losing one of them: ``test_node_loss.py``.
 """
 from __future__ import annotations
 
@@ -72,6 +74,7 @@ def test_node_name_is_the_launchers(monkeypatch, env, name):
     assert node_name() == (name or socket.gethostname())
 
 
+@pytest.mark.timeout(200)
 def test_sgd_and_tune_over_two_fake_hosts(run):
     res = run("train_two_nodes.py", 4, cmd=fake_hosts_command("train_two_nodes.py"),
               timeout=150).assert_ok("train_two_nodes")

@@ -16,7 +16,7 @@ faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", 1
                                   exit=True)
 
 import numpy as np
-from _harness import check, ok, report, section
+from _harness import ok, report, section
 
 import hpc_ray as ray
 from hpc_ray import tune
