@@ -5,14 +5,15 @@
     comm thread (HeadLoop): recv batches ─▶ Head.handle ─▶ schedule ─▶ isend batches
                              FETCH requests from other nodes ─▶ raw Isend from the store
 
-Who calls MPI on rank 0: whichever thread holds ``HeadLoop.progress``, and only inside
-``HeadLoop.poll_once`` (one round: receive, handle, send, progress the transfers). Normally
-that is the comm thread. A user thread waiting in ``get``/``wait`` takes the same lock and
-runs rounds itself for a while (``DRIVER_SPINS``), so a sync round trip involves no
-hand-over between threads; meanwhile ``driver_polling`` tells the comm thread to stay idle,
-and when the waiter gives up polling it wakes the comm thread. That one lock is the whole
-hand-over: no other code on rank 0 calls MPI, except ``MPI_Abort`` when shutdown cannot
-reach the workers or a node is lost (``node_watch``). MPI sees serialized calls from several
+Who calls MPI on rank 0: whichever thread holds ``HeadLoop.progress``, and only
+inside ``HeadLoop.poll_once`` (one round: receive, handle, send, progress the
+transfers). Normally that is the comm thread. A user thread waiting in
+``get``/``wait`` takes the same lock and runs rounds itself for a while
+(``DRIVER_SPINS``), so a sync round trip involves no hand-over between threads;
+meanwhile ``driver_polling`` tells the comm thread to stay idle, and when the
+waiter gives up polling it wakes the comm thread. That one lock is the whole
+hand-over: no other code on rank 0 calls MPI, except ``MPI_Abort`` when
+shutdown cannot reach the workers or a node is lost. MPI sees serialized calls from several
 threads (``MPI_THREAD_SERIALIZED`` use; mpi4py asks for ``MPI_THREAD_MULTIPLE``).
 ``tests/mpi_scripts/driver_threads.py`` hammers it from many user threads.
 
@@ -137,8 +138,7 @@ class HeadLoop(threading.Thread):
         self.last_flush = 0.0
         #: Executors' lines (LOG), printed at the end of the round, under the head's lock.
         self.logs: list = []
-        #: Rank 0's watch over the other nodes (``node_watch``); None on one host.
-        self.watch = None
+        self.watch = None   #: NodeWatch over the other nodes (node_watch.py); None on one host
         self._handlers = self._make_handlers()
         #: Direct channels of actors' executors on this host: fd -> Channel.
         self.listener = listener

@@ -2,7 +2,7 @@
 for ``NODE_TIMEOUT`` seconds is lost (or one of its ranks, if only that one is
 silent), and the job ends, naming it.
 
-    worker rank on another node ── ALIVE, every HEARTBEAT s ──▶ HeadLoop ─▶ NodeWatch.hear
+    rank of another node ── ALIVE, each HEARTBEAT s ──▶ HeadLoop ─▶ NodeWatch.hear
     HeadLoop._loop, once a second ─▶ NodeWatch.check ─▶ lost: a line on stderr, MPI_Abort
 
 MPI tells the surviving ranks nothing when a node dies, and not every launcher

@@ -15,21 +15,23 @@ standby, batch sizing) is ``worker_state.WorkerState``, with no I/O: the loop
 feeds it what it reads and carries out what it asks, starting executors
 through ``executor_procs.ExecutorPool``.
 
-The loop never runs user code. It blocks in ``select`` on the executors' pipes and its
-doorbell (``wait.Doorbell``) with a back-off timeout and polls MPI in between: at most 1 ms
-apart after recent activity (up to 10 ms on a node with more ranks than cores:
-``polling_backoff``), 10 ms apart after a second of quiet (``DEEP_CAP``). When the whole job
-is on one host, it raises its flag (``comm.SleepFlags``) and sleeps as soon as it has spun a
-little (after a short warm phase where a reply is due), from 1 ms doubling up to 50 ms, and
-every sender rings the doorbell of a rank whose flag is up, so the message is read at once.
-(On several hosts, a process on the rank's host that sends after a pause rings.) A dead
-executor (EOF on its pipe) is reported and replaced.
+The loop never runs user code. It blocks in ``select`` on the executors' pipes
+and its doorbell (``wait.Doorbell``) with a back-off timeout and polls MPI in
+between: at most 1 ms apart after recent activity (up to 10 ms on a node with
+more ranks than cores: ``polling_backoff``), 10 ms apart after a second of
+quiet (``DEEP_CAP``). When the whole job is on one host, it raises its flag
+(``comm.SleepFlags``) and sleeps as soon as it has spun a little (after a
+short warm phase where a reply is due), from 1 ms doubling up to 50 ms, and
+every sender rings the doorbell of a rank whose flag is up, so the message is
+read at once. (On several hosts, a process on the rank's host that sends after
+a pause rings.) A dead executor (EOF on its pipe) is reported and replaced.
 
-A rank that has hosted an actor keeps one executor started ahead (``standby``) for its next
-actor, as Ray's worker pool does: creating an actor then costs no interpreter start-up. The
-next one starts once the last is up and the rank's CPUs have a core to spare
-(``transport/idle_cores.py``); while they stay busy it does not start, and an actor created
-meanwhile starts its own executor, as with no standby (``HPC_RAY_ACTOR_STANDBY=0``: none).
+A rank that has hosted an actor keeps one executor started ahead (``standby``)
+for its next actor, as Ray's worker pool does: creating an actor then costs no
+interpreter start-up. The next one starts once the last is up and the rank's
+CPUs have a core to spare (``transport/idle_cores.py``); while they stay busy
+it does not start, and an actor created meanwhile starts its own executor, as
+with no standby (``HPC_RAY_ACTOR_STANDBY=0``: none).
 """
 from __future__ import annotations
 
