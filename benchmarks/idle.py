@@ -12,7 +12,7 @@ each system, one job of 4 worker CPUs:
     first task      ray.get(f.remote()) of a trivial task right after 1.5 s of
                     quiet (median of 6 pauses): what the pause costs the next call
     after 50 ms     the same after 50 ms of quiet: long enough for a job on one
-                    host to sleep on its doorbells (comm.DEEP_AFTER_ONE_HOST),
+                    host to sleep on its doorbells (wait.DEEP_AFTER_ONE_HOST),
                     short of the 1 s after which a job on several hosts does
     next task       the same call again, right after the first (median of 6 x 10)
     busy overhead   while 2 CPU-bound tasks of 4 s run: CPU seconds per second

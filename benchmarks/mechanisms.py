@@ -1,9 +1,9 @@
 """Does each waiting mechanism pay where every process has a core? An A/B harness.
 
-Issue 34: a spin, yield, nudge or hand-over stays only if a run with it beats
-a run without it on a configuration with no more runnable processes than
-cores. Each mechanism of ``hpc_ray/transport/wait.py`` (``wait.MECHANISMS``)
-can be turned off with ``HPC_RAY_WAIT_OFF=<name>``; this script runs one
+Issue 34: a waiting mechanism stays only if a run with it beats a run without
+it on a configuration with no more runnable processes than cores. Each
+mechanism of ``hpc_ray/transport/wait.py`` (``wait.MECHANISMS``: ``spin`` and
+``look``) can be turned off with ``HPC_RAY_WAIT_OFF=<name>``; this script runs one
 workload job with it on and one with it off, alternating which goes first, in
 interleaved rounds, and prints each figure's median and the ratio off/on
 (below 1: the mechanism pays; about 1: it does not).
@@ -21,11 +21,13 @@ in one of two modes:
     mpiexec      mpiexec -n 2 python job.py; ray.init(): rank 0 drives, rank 1 works
 
     python benchmarks/mechanisms.py                            # every mechanism, both modes
-    python benchmarks/mechanisms.py --mechanisms spin,yield --modes mpiexec --rounds 5
+    python benchmarks/mechanisms.py --mechanisms spin,look --modes mpiexec --rounds 5
     python benchmarks/mechanisms.py --base /tmp/other-checkout # "off" = that checkout
 
 With ``--base`` the "off" side is another checkout (its PYTHONPATH) instead of
-an env setting: an A/B of a mechanism already removed, or of two branches.
+an env setting: an A/B of a mechanism already removed (``yield``, ``repoll``,
+``warm`` and ``handover`` went in issue 34: a checkout before that turns them
+on), or of two branches.
 Figures from a shared machine (other jobs running) are noisy: the harness
 interleaves rounds so that drift hits both sides alike, prints each side's
 lowest and highest round, the machine's load average at the start and the end,

@@ -352,4 +352,4 @@ def kill(actor: ActorHandle, no_restart: bool = True) -> None:
     """Kill an actor now; its pending and later calls raise ActorDiedError."""
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill() takes an actor handle, got {type(actor).__name__}")
-    context.current().control("kill", actor._actor_id, no_restart)
+    context.current().control("kill", actor._actor_id, bool(no_restart))

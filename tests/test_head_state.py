@@ -143,14 +143,88 @@ def test_contained_refs_live_as_long_as_their_container():
     assert 5 not in head.objects and 6 not in head.objects
 
 
-def test_infeasible_task_fails_at_once_naming_the_resource():
+def test_a_task_wanting_more_cpus_than_any_node_fails_at_once():
     head = make_head()
-    s = spec_for(resources={"CPU": 1, "TPU": 1})
+    s = spec_for(resources={"CPU": 5})
     head.submit(s)
     head.schedule()
     assert executes(head) == []
     err = loads(head.objects[s[m.T_RETURNS][0]].record[1])
-    assert isinstance(err, InfeasibleTaskError) and "TPU" in str(err)
+    assert isinstance(err, InfeasibleTaskError) and "CPU" in str(err)
+
+
+def test_a_task_wanting_an_unknown_resource_waits_and_runs_once_it_is_created():
+    head = make_head()
+    s = spec_for(resources={"CPU": 1, "TPU": 1})
+    head.submit(s)
+    with pytest.warns(UserWarning, match="TPU.*set_resource"):
+        head.schedule()
+    assert executes(head) == []
+    assert head.objects[s[m.T_RETURNS][0]].record is None     # pending, not failed
+    head.set_resource(0, "TPU", 1)
+    head.schedule()
+    assert [w[m.T_ID] for _, w in executes(head)] == [s[m.T_ID]]
+
+
+def _running_with(head: Head, resources: dict, n: int) -> list:
+    specs = [spec_for(args=(i,), resources=resources) for i in range(n)]
+    for s in specs:
+        head.submit(s)
+    head.schedule()
+    sent = {w[m.T_ID] for _, w in executes(head)}
+    return [s for s in specs if s[m.T_ID] in sent]
+
+
+def test_set_resource_grows_a_resource_and_queued_tasks_then_run():
+    head = Head(3, [0, 0, 0], 1 << 20, ["h"] * 3)
+    head.add_worker(1, {"CPU": 1, "lic": 1}, [], 1)
+    head.add_worker(2, {"CPU": 1, "lic": 1}, [], 2)
+    assert len(_running_with(head, {"CPU": 0, "lic": 1}, 3)) == 1
+    head.set_resource(0, "lic", 3)
+    head.schedule()
+    assert len(executes(head)) == 2            # the two queued ones now run
+    assert head.pools[0].total["lic"] == 3 and head.pools[0].avail["lic"] == 0
+
+
+def test_shrinking_a_held_resource_revokes_nothing_and_it_shrinks_as_tasks_end():
+    head = Head(2, [0, 0], 1 << 20, ["h"] * 2)
+    head.add_worker(1, {"CPU": 1, "lic": 2}, [], 1)
+    running = _running_with(head, {"CPU": 0, "lic": 1}, 2)
+    assert len(running) == 2
+    head.set_resource(0, "lic", 1)
+    pool = head.pools[0]
+    assert (pool.total["lic"], pool.avail["lic"]) == (1, -1)
+    late = _running_with(head, {"CPU": 0, "lic": 1}, 1)
+    assert late == []                          # 2 held of 1: nothing more is placed
+    head.task_done(1, running[0][m.T_ID], [(RAW, 1)], None, 0.0, 1.0, 7)
+    head.schedule()
+    assert executes(head) == [] and pool.avail["lic"] == 0
+    head.task_done(1, running[1][m.T_ID], [(RAW, 1)], None, 0.0, 1.0, 7)
+    head.schedule()
+    assert len(executes(head)) == 1            # the late task holds the one left
+
+
+def test_deleting_a_held_resource_waits_for_its_holders():
+    head = Head(2, [0, 0], 1 << 20, ["h"] * 2)
+    head.add_worker(1, {"CPU": 1, "lic": 1}, [], 1)
+    running, = _running_with(head, {"CPU": 0, "lic": 1}, 1)
+    head.set_resource(0, "lic", 0)
+    assert "lic" not in head.pools[0].total
+    head.task_done(1, running[m.T_ID], [(RAW, 1)], None, 0.0, 1.0, 7)
+    assert head.pools[0].avail.get("lic", 0) == 0
+    with pytest.warns(UserWarning, match="lic"):
+        assert _running_with(head, {"CPU": 0, "lic": 1}, 1) == []
+
+
+def test_an_actor_waiting_for_a_resource_is_placed_when_it_is_created():
+    head = make_head()
+    create = build_spec(9, b"cls", "C", (), {}, 1, {}, 0, 0, 556, 0)
+    with pytest.warns(UserWarning, match="TPU"):
+        head.create_actor(create, {"TPU": 1}, 0, None, "C")
+    assert [msg for msgs in head.take_outbox().values() for msg in msgs] == []
+    head.set_resource(0, "TPU", 2)
+    sent = [msg[0] for msgs in head.take_outbox().values() for msg in msgs]
+    assert sent == [m.CREATE_ACTOR]
 
 
 def test_custom_resources_are_the_jobs_total_shared_by_a_nodes_ranks():
@@ -268,33 +342,3 @@ def test_nothing_is_sent_after_shutdown_is_queued():
     head.task_done(1, tid, [(RAW, 0)], None, 0.0, 0.0, 1)
     head.schedule()
     assert head.take_outbox() == {}
-
-
-def test_the_head_knows_when_every_cpu_runs_a_task():
-    # HeadLoop skips its warm polling then: no message it could receive soon
-    # would start work sooner.
-    head = make_head(workers=2)
-    assert not head.cpus_all_running()            # idle CPUs
-    first = spec_for()
-    head.submit(first)
-    head.schedule()
-    executes(head)
-    assert not head.cpus_all_running()            # one CPU still idle
-    head.submit(spec_for())
-    head.schedule()
-    assert len(executes(head)) == 1
-    assert head.cpus_all_running()
-    busy = head.workers[1]
-    busy.blocked += 1                             # its task waits in get()
-    assert not head.cpus_all_running()
-    busy.blocked -= 1
-    rank = next(r for r, w in head.workers.items() if w.inflight)
-    head.task_done(rank, first[m.T_ID], [(RAW, 1)], [], 0.0, 0.0, 1)
-    assert not head.cpus_all_running()            # a CPU is free again
-
-
-def test_cpus_held_by_actors_keep_the_head_polling():
-    # Calls to those actors may come through the head (in-rank actors' always do).
-    head = make_head(workers=1)
-    head.workers[1].actor_cpus = 1
-    assert not head.cpus_all_running()

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from mpi4py import MPI
 
 from hpc_ray.transport import comm, wait
-from hpc_ray.transport.comm import (DEEP_AFTER_ONE_HOST, DEEP_CAP_ONE_HOST, RING_AFTER,
-                                    CommThreadBell, Sender)
-from hpc_ray.transport.wait import RUNG_POLLS, Backoff, Doorbell
-from hpc_ray.runtime.worker import DEEP_AFTER, DEEP_CAP, polling_backoff
+from hpc_ray.transport.comm import RING_AFTER, CommThreadBell, Sender
+from hpc_ray.transport.wait import (DEEP_AFTER, DEEP_AFTER_ONE_HOST, DEEP_CAP,
+                                    DEEP_CAP_ONE_HOST, HEAD_DEEP_CAP, SLEEP_FIRST, Backoff,
+                                    Doorbell, loop_backoff)
 
 
 class Clock:
@@ -35,10 +35,9 @@ def _with_clock(monkeypatch) -> Clock:
 
 def test_a_long_idle_loop_sleeps_up_to_the_deep_cap(monkeypatch):
     clock = _with_clock(monkeypatch)
-    backoff = Backoff(cap=0.001, spin_limit=2, warm=0.01, deep_after=1.0, deep_cap=0.01)
+    backoff = Backoff(cap=0.001, deep_after=1.0, deep_cap=0.01)
     backoff.reset()
-    assert [backoff.next_timeout() for _ in range(2)] == [0.0, 0.0]
-    assert backoff.next_timeout() == backoff.short            # warm
+    assert backoff.next_timeout() == SLEEP_FIRST
     clock.now += 0.5
     assert max(backoff.next_timeout() for _ in range(20)) == 0.001
     clock.now += 0.6                                          # 1.1 s without activity
@@ -46,42 +45,49 @@ def test_a_long_idle_loop_sleeps_up_to_the_deep_cap(monkeypatch):
     assert deep == sorted(deep) and deep[0] == 0.002 and deep[-1] == 0.01
     assert backoff.next_timeout(deep=False) == 0.001          # a message is due
     backoff.reset()                                           # activity
-    assert backoff.next_timeout() == 0.0
+    assert backoff.next_timeout() == SLEEP_FIRST
 
 
 def test_without_a_deep_tier_the_cap_holds(monkeypatch):
     clock = _with_clock(monkeypatch)
-    backoff = Backoff(cap=0.001, spin_limit=0)
+    backoff = Backoff(cap=0.001)
     clock.now += 100.0
     assert max(backoff.next_timeout() for _ in range(30)) == 0.001
 
 
-def test_worker_ranks_have_the_deep_tier_however_crowded():
-    for ranks in (3, 8, 32):
-        backoff = polling_backoff(ranks_on_node=ranks, cores=2)
-        assert backoff.deep_after == DEEP_AFTER and backoff.deep_cap == DEEP_CAP
-        assert backoff.cap <= DEEP_CAP
+def test_rank_loops_have_the_deep_tier():
+    for head, cap in ((False, DEEP_CAP), (True, HEAD_DEEP_CAP)):
+        backoff = loop_backoff(head, rung=False, flagged=False)
+        assert backoff.deep_after == DEEP_AFTER and backoff.deep_cap == cap
+        assert backoff.cap <= cap
         # Every sender on the rank's host rings it: it sleeps deep much sooner.
-        backoff = polling_backoff(ranks_on_node=ranks, cores=2, one_host=True)
+        backoff = loop_backoff(head, rung=True, flagged=False)
         assert backoff.deep_after == DEEP_AFTER_ONE_HOST
-        assert backoff.deep_cap == DEEP_CAP_ONE_HOST > DEEP_CAP
+        assert backoff.deep_cap == DEEP_CAP_ONE_HOST > cap
 
 
-def test_a_ring_polls_at_once_but_leaves_a_deep_sleeper_deep(monkeypatch):
+def test_a_deep_cap_the_user_set_wins(monkeypatch):
+    monkeypatch.setattr(wait, "IDLE_POLL_MS", 600000.0)
+    monkeypatch.setattr(wait, "HEAD_IDLE_POLL_MS", 7.0)
+    for rung in (False, True):
+        assert loop_backoff(False, rung, False).deep_cap == 600.0
+        assert loop_backoff(True, rung, False).deep_cap == 0.007
+
+
+def test_a_ring_leaves_a_deep_sleeper_deep(monkeypatch):
     clock = _with_clock(monkeypatch)
-    backoff = Backoff(cap=0.001, spin_limit=20, warm=0.01, deep_after=1.0, deep_cap=0.01)
+    backoff = Backoff(cap=0.001, deep_after=1.0, deep_cap=0.01)
     backoff.reset()
     clock.now += 2.0
     while backoff.next_timeout() < 0.01:
         pass
     backoff.rung()                          # e.g. a caller's summary for the head
-    assert [backoff.next_timeout() for _ in range(RUNG_POLLS)] == [0.0] * RUNG_POLLS
-    assert backoff.next_timeout() == 0.01   # no warm phase, no climb from 20 us again
+    assert backoff.next_timeout() == 0.01   # no climb from 20 us again
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(
-    st.tuples(st.just("wait"), st.booleans(), st.booleans()),
+    st.tuples(st.just("wait"), st.booleans()),
     st.tuples(st.just("reset")),
     st.tuples(st.just("advance"), st.floats(0.0, 2.0))), max_size=80))
 def test_backoff_bounds_hold_after_every_event(events):
@@ -89,28 +95,22 @@ def test_backoff_bounds_hold_after_every_event(events):
     real = comm.monotonic
     comm.monotonic = wait.monotonic = clock
     try:
-        backoff = Backoff(cap=0.001, spin_limit=3, warm=0.01, deep_after=1.0, deep_cap=0.01)
+        backoff = Backoff(cap=0.001, deep_after=1.0, deep_cap=0.01)
         last_active = clock.now
-        spins = 0
         for event in events:
             if event[0] == "advance":
                 clock.now += event[1]
             elif event[0] == "reset":
                 backoff.reset()
-                last_active, spins = clock.now, 0
+                last_active = clock.now
             else:
-                _, reply_soon, deep = event
-                t = backoff.next_timeout(reply_soon, deep)
+                _, deep = event
+                t = backoff.next_timeout(deep)
                 quiet = clock.now - last_active
-                if spins < 3:
-                    assert t == 0.0                 # spins right after activity
-                    spins += 1
-                elif reply_soon and quiet < 0.01:
-                    assert t == backoff.short       # warm: a reply is due soon
-                elif deep and quiet > 1.0:
-                    assert backoff.short <= t <= 0.01
+                if deep and quiet > 1.0:
+                    assert SLEEP_FIRST <= t <= 0.01
                 else:
-                    assert backoff.short <= t <= 0.001   # never past cap unless long idle
+                    assert SLEEP_FIRST <= t <= 0.001   # never past cap unless long idle
     finally:
         comm.monotonic = wait.monotonic = real
 
@@ -128,9 +128,8 @@ class _Rings:
 @settings(max_examples=300, deadline=None)
 @given(gaps=st.lists(st.one_of(st.floats(0.0, 0.003), st.floats(0.0, 0.05)),
                      min_size=1, max_size=60),
-       ranks_on_node=st.sampled_from([2, 3, 8, 32]), reply_soon=st.booleans())
-def test_on_one_host_no_message_waits_past_the_cap_for_a_deep_sleeper(gaps, ranks_on_node,
-                                                                      reply_soon):
+       head=st.booleans())
+def test_on_one_host_no_message_waits_past_the_cap_for_a_deep_sleeper(gaps, head):
     """The ring rule against the back-off of a rank whose job is on one host:
     messages from one sender at the given gaps; the rank polls MPI, takes what
     came, sleeps ``next_timeout()`` unless rung. A message must never wait
@@ -144,7 +143,7 @@ def test_on_one_host_no_message_waits_past_the_cap_for_a_deep_sleeper(gaps, rank
     sender.bell = rings = _Rings()
     sender.session_id = "model"
     try:
-        backoff = polling_backoff(ranks_on_node, cores=2, one_host=True)
+        backoff = loop_backoff(head, rung=True, flagged=False)
         start = clock.now
         sends, t = [], start
         for gap in gaps:
@@ -159,7 +158,7 @@ def test_on_one_host_no_message_waits_past_the_cap_for_a_deep_sleeper(gaps, rank
                     taken += 1
                 backoff.reset()
                 continue
-            wake = now + backoff.next_timeout(reply_soon)
+            wake = now + backoff.next_timeout()
             # Senders act during the sleep (not before: this poll saw nothing).
             nxt = taken
             while nxt < len(sends) and sends[nxt] <= wake:
@@ -340,16 +339,10 @@ def test_a_loops_last_look_sees_a_message_whose_send_has_returned(run):
     assert values["missed"] == 0, values
 
 
-def test_a_flagged_backoff_climbs_fast_to_the_deep_cap_after_its_spins_and_warm_phase(
-        monkeypatch):
-    clock = _with_clock(monkeypatch)
-    backoff = polling_backoff(3, cores=2, one_host=True, flagged=True)
-    assert backoff.warm == wait.FLAGGED_WARM
+def test_a_flagged_backoff_climbs_fast_to_the_deep_cap(monkeypatch):
+    _with_clock(monkeypatch)
+    backoff = loop_backoff(False, rung=True, flagged=True)
     backoff.reset()
-    spins = [backoff.next_timeout() for _ in range(backoff.spin_limit)]
-    assert spins == [0.0] * backoff.spin_limit and not backoff.flagged_sleep
-    assert backoff.next_timeout() == backoff.short and not backoff.flagged_sleep   # warm
-    clock.now += wait.FLAGGED_WARM * 1.01
     sleeps = [backoff.next_timeout() for _ in range(8)]
     assert backoff.flagged_sleep
     # From 1 ms, doubling: a message that showed in MPI only after the last look
@@ -359,20 +352,9 @@ def test_a_flagged_backoff_climbs_fast_to_the_deep_cap_after_its_spins_and_warm_
     assert all(b <= 2 * a + 1e-12 for a, b in zip(sleeps, sleeps[1:]))
     # A ring (the message it announces may not be in MPI yet) starts the climb again.
     backoff.rung()
-    assert [backoff.next_timeout() for _ in range(RUNG_POLLS)] == [0.0] * RUNG_POLLS
     assert backoff.next_timeout() == wait.FLAGGED_FIRST
-    # No reply due (every CPU runs a task): no warm phase after activity.
-    backoff.reset()
-    for _ in range(backoff.spin_limit):
-        backoff.next_timeout()
-    assert backoff.next_timeout(reply_soon=False) == wait.FLAGGED_FIRST
     # Bytes on their way need the loop's polls: no flagged sleep then.
     assert backoff.next_timeout(deep=False) <= backoff.cap and not backoff.flagged_sleep
-    # A crowded node spins less and has no warm phase.
-    crowded = polling_backoff(8, cores=2, one_host=True, flagged=True)
-    crowded.reset()
-    assert [crowded.next_timeout() for _ in range(crowded.spin_limit + 1)][-1] == \
-        wait.FLAGGED_FIRST
 
 
 def test_rank_0s_comm_thread_raises_its_flag_only_while_it_sleeps():

@@ -169,14 +169,14 @@ def test_a_collective_ends_with_an_error_when_the_driver_is_gone():
 
 
 def test_turning_a_mechanism_off_for_an_a_b_run():
-    """``HPC_RAY_WAIT_OFF`` turns the spins off (a Spinner never spins, a loop's
-    back-off sleeps at once); a name it does not know warns and keeps them all."""
+    """``HPC_RAY_WAIT_OFF`` turns the spins off (a Spinner never spins, nor does
+    a look); a name it does not know warns and keeps them all."""
     code = ("from hpc_ray.transport import wait;"
-            "print(sorted(wait.OFF), wait.Spinner().due(), wait.Backoff().spin_limit)")
-    env = {**os.environ, "HPC_RAY_WAIT_OFF": "spin,repoll"}
+            "print(sorted(wait.OFF), wait.Spinner().due(), wait.Spinner(look=True).look)")
+    env = {**os.environ, "HPC_RAY_WAIT_OFF": "spin,look"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, env=env)
-    assert out.stdout.split("]")[1].split() == ["False", "0"], out.stderr
+    assert out.stdout.split("]")[1].split() == ["False", "False"], out.stderr
     env["HPC_RAY_WAIT_OFF"] = "spin,fast"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, env=env)

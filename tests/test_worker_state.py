@@ -139,9 +139,12 @@ class WorkerStateMachine(RuleBasedStateMachine):
 
     # --- the head's side ---------------------------------------------------------
 
-    @rule(zero_cpu=st.booleans(), fn=st.sampled_from("fgh"), max_calls=st.sampled_from([0, 0, 1, 2]))
-    def task_arrives(self, zero_cpu, fn, max_calls):
-        s = spec(0 if zero_cpu else 1.0, fn, max_calls)
+    @rule(cpus=st.sampled_from([0, 0.25, 1.0, 1.0]), fn=st.sampled_from("fgh"),
+          max_calls=st.sampled_from([0, 0, 1, 2]))
+    def task_arrives(self, cpus, fn, max_calls):
+        # A fraction of a CPU runs beside the CPU executors, as num_cpus=0 does
+        # (the head sends one only where that fraction is free).
+        s = spec(cpus, fn, max_calls)
         self.tasks[s[m.T_ID]] = s
         self.state.task_arrived(s)
         self.loop()
@@ -399,7 +402,8 @@ class WorkerStateMachine(RuleBasedStateMachine):
 
 
 def _zero(s: list) -> bool:
-    return not s[m.T_RES][1].get("CPU")
+    """A task for extra executors: no whole CPU (``worker_state.no_cpu``)."""
+    return s[m.T_RES][1].get("CPU", 0) < 1
 
 
 WorkerStateMachine.TestCase.settings = settings(

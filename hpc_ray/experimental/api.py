@@ -2,6 +2,7 @@
 ``set_resource``."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..runtime.context import ObjectRef
@@ -39,16 +40,39 @@ def wait(object_ids: Any, num_returns: int = 1, timeout: float | None = None,
 
 
 def set_resource(resource_name: str, capacity: float, client_id: str | None = None) -> None:
-    """Ray 0.7's dynamic resources. Not supported: a job's resources are fixed at
-    ``init()``.
+    """Create, change or delete a custom resource of a node, as Ray 0.7 does.
+
+    Tasks and actors waiting for the resource start once it has room, including
+    those that asked for it before any node had it. Setting a capacity below
+    what running tasks and actors hold takes nothing from them: the resource
+    shrinks as they give it back. ``cluster_resources()``,
+    ``available_resources()`` and ``nodes()`` show the change at once.
+
+    Args:
+        resource_name: the custom resource's name (not ``"CPU"`` or ``"GPU"``:
+            those are the worker ranks' own, fixed when they start).
+        capacity: a non-negative whole number; 0 deletes the resource.
+        client_id: the node, as the ``"NodeID"`` (or ``"ClientID"``) of
+            ``hpc_ray.nodes()``; None: the node the caller runs on (for the
+            driver, the driver's node).
 
     Raises:
-        NotImplementedError: always; give the resource to ``init(resources=...)``.
+        ValueError: a negative or fractional capacity, ``"CPU"``/``"GPU"``, or an
+            unknown ``client_id``.
+        TypeError: ``resource_name`` is not a str.
     """
-    raise NotImplementedError(
-        f"set_resource({resource_name!r}, {capacity!r}) is not supported: hpc_ray's "
-        f"resources are fixed when the job starts; pass "
-        f"init(resources={{{resource_name!r}: {capacity!r}}}) instead")
+    from .. import api
+    if not isinstance(resource_name, str):
+        raise TypeError(f"resource_name must be a str, got {type(resource_name).__name__}")
+    if resource_name in ("CPU", "GPU"):
+        raise ValueError(f"set_resource() changes custom resources, not {resource_name!r}: "
+                         f"a rank's CPUs and GPUs are fixed when it starts (init(num_cpus=, "
+                         f"num_gpus=), SLURM_CPUS_PER_TASK)")
+    if isinstance(capacity, bool) or not isinstance(capacity, (int, float)) or \
+            not math.isfinite(capacity) or capacity < 0 or capacity != int(capacity):
+        raise ValueError(f"Capacity {capacity!r} must be a non-negative integer.")
+    ctx = api._state_context()
+    ctx.control("set_resource", resource_name, int(capacity), client_id, ctx.rank)
 
 
 def _is_ndarray(value: Any) -> bool:

@@ -63,12 +63,11 @@ SLOT = 2 << 20
 SMALL = 64 << 10
 #: Header bytes before the data: token, counter, signature (a cache line).
 HEADER = 64
-#: A wait looks without sleeping (yielding the core between looks) for this
-#: long, since the members of a step arrive within about this much of each
-#: other; then it sleeps between looks, doubling up to ``wait.SLEEP_CAP``, so
-#: that a member waiting for a long computation of another does not keep a
-#: core busy. It checks that the member it waits for lives every
-#: ``wait.CHECK_EVERY`` (``wait.wait_until``).
+#: A wait looks without sleeping for this long, since the members of a step
+#: arrive within about this much of each other; then it sleeps between looks,
+#: doubling up to ``wait.SLEEP_CAP``, so that a member waiting for a long
+#: computation of another does not keep a core busy. It checks that the member
+#: it waits for lives every ``wait.CHECK_EVERY`` (``wait.wait_until``).
 SPIN = 0.002
 
 _UFUNCS = {"sum": np.add, "mean": np.add, "prod": np.multiply, "min": np.minimum,

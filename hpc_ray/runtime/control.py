@@ -79,11 +79,27 @@ def _available_resources(head: Head) -> dict:
     return avail
 
 
+def _set_resource(head: Head, name: str, capacity: float, client_id: str | None,
+                  rank: int) -> None:
+    """``experimental.set_resource``: on the node ``client_id`` names (a ``NodeID``
+    of ``nodes()``), or the node of the caller's ``rank`` when it is None."""
+    if client_id is None:
+        node = head.node_of[rank]
+    else:
+        known = {f"node-{n}": n for n in sorted(set(head.node_of))}
+        node = known.get(client_id)
+        if node is None:
+            raise ValueError(f"no node {client_id!r} (known: {sorted(known)}); pass a "
+                             f"'NodeID' of hpc_ray.nodes(), or None for the caller's node")
+    head.set_resource(node, name, capacity)
+
+
 def _nodes(head: Head) -> list[dict]:
     by_node: dict[int, dict] = {}
     for w in head.workers.values():
         n = by_node.setdefault(w.node, {
-            "NodeID": f"node-{w.node}", "NodeManagerHostname": w.host,
+            "NodeID": f"node-{w.node}", "ClientID": f"node-{w.node}",
+            "NodeManagerHostname": w.host,
             "NodeManagerAddress": w.host, "Alive": True, "Resources": {},
             "Ranks": [], "ObjectStoreMemory": head.store_size,
             "ObjectStoreUsed": head.objects.allocators[w.node].used,
@@ -101,9 +117,12 @@ def _nodes(head: Head) -> list[dict]:
                 if v:
                     by_node[node]["Resources"][k] = v
     if 0 not in by_node:
-        by_node[0] = {"NodeID": "node-0", "NodeManagerHostname": head.host_of[0],
+        pool = head.pools.get(0)
+        by_node[0] = {"NodeID": "node-0", "ClientID": "node-0",
+                      "NodeManagerHostname": head.host_of[0],
                       "NodeManagerAddress": head.host_of[0], "Alive": True,
-                      "Resources": {}, "Ranks": [0], "ObjectStoreMemory": head.store_size,
+                      "Resources": {k: v for k, v in pool.total.items() if v} if pool else {},
+                      "Ranks": [0], "ObjectStoreMemory": head.store_size,
                       "ObjectStoreUsed": head.objects.allocators[0].used,
                       "ObjectsReceived": head.objects.received.get(0, 0),
                       "BytesReceived": head.objects.received_bytes.get(0, 0)}
@@ -311,6 +330,7 @@ _CALLS = {
     "create_actor": _create_actor,
     "get_actor": _get_actor,
     "kill": _kill,
+    "set_resource": _set_resource,
     "cluster_resources": _cluster_resources,
     "available_resources": _available_resources,
     "nodes": _nodes,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import gc
 import threading
 import logging
-import os
 import sys
 import time
 from typing import Any
@@ -179,11 +178,6 @@ class DriverContext(context.ContextBase):
                         finally:
                             loop.progress.release()
                         spins = 0 if active else spins + 1
-                        if not active:
-                            # An empty round gives the core to a process ready to run
-                            # on it (often the rank or executor the result waits
-                            # on), as the executors' busy-poll does (transport/wait.py).
-                            wait.pause()
                     else:
                         spins += 1  # the comm thread is finishing a round; it then idles
                     continue
@@ -199,8 +193,6 @@ class DriverContext(context.ContextBase):
                             head.cond.wait(min(nap, 0.001 * min(spins, 100)))
                         finally:
                             loop.driver_sleepers -= 1
-                if loop.woke_sleeper:
-                    loop.event.set()      # the comm thread waits for this thread to run
 
     def get(self, refs: list, timeout: float | None) -> list:
         return self.caller.get(refs, timeout)

@@ -249,13 +249,15 @@ class ExecutorContext(context.ContextBase):
     def handle(self, msg: tuple) -> None:
         kind = msg[0]
         if kind == m.EXECUTE:
-            self.execute(msg[1])
+            _, spec = msg
+            self.execute(spec)
         elif kind == m.REPLY:
-            self.transport.replies[msg[1]] = msg[2]
+            _, req_id, payload = msg
+            self.transport.replies[req_id] = payload
         elif kind == m.CREATE_ACTOR:
-            self.create_actor_here(msg[1])
+            self.create_actor_here(*msg[1:])
         elif kind == m.RUN_FUNCTION:
-            self.run_function(msg[1])
+            self.run_function(*msg[1:])
         elif kind == m.SHUTDOWN:
             self.flush()
             os._exit(0)
@@ -547,11 +549,7 @@ class ExecutorContext(context.ContextBase):
                 self.flush()
                 self.transport.recv(None)
             while inbox:
-                msg = inbox.pop(0)
-                if msg[0] == m.EXECUTE:
-                    self.execute(msg[1])
-                else:
-                    self.handle(msg)
+                self.handle(inbox.pop(0))
 
 
 class _DepFailed(Exception):

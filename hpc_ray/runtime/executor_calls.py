@@ -99,15 +99,14 @@ class ExecutorCallerHost:
     def keep_up(self, link) -> None:
         """A caller far ahead of its actor: take the answers that came and let go of
         dropped results, and wait while the actor's socket takes no more."""
-        if len(link.inflight) <= peer_calls.INFLIGHT_READ and \
-                len(link.channel.outbuf) <= peer_calls.OUTBUF_HIGH:
+        if len(link.inflight) <= peer_calls.INFLIGHT_READ and not link.channel.backed_up():
             return
         self.ctx.flush()
         transport = self.ctx.transport
         transport.recv(0)
         links = self.ctx.peer.links
-        if len(link.channel.outbuf) > peer_calls.OUTBUF_HIGH:
-            transport.await_(lambda: len(link.channel.outbuf) <= peer_calls.OUTBUF_HIGH // 2
+        if link.channel.backed_up():
+            transport.await_(lambda: link.channel.drained()
                              or links.get(link.actor_id) is not link, None, blocking=True)
 
     def poll_links(self, need) -> None:

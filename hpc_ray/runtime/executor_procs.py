@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import socket
 import subprocess
 import sys
 from multiprocessing.connection import Connection
 
 from ..transport import messages as m
-from ..transport.frames import add_frame, read_available, split_frames, write_pending
+from ..transport.channel import Channel
 from .worker_state import Executor
 
 #: Environment variables of the MPI launcher that an executor must not see: with
@@ -35,16 +34,18 @@ OUTPUT_READS = 16
 class ExecutorProc:
     """The rank's handle on one executor process."""
 
-    __slots__ = ("proc", "conn", "pid", "fd", "outbuf", "inbuf", "pipes")
+    __slots__ = ("proc", "conn", "pid", "channel", "pipes")
 
     def __init__(self, proc: subprocess.Popen, conn: Connection) -> None:
         self.proc = proc
         self.conn = conn
         self.pid = proc.pid
-        self.fd = conn.fileno()
-        os.set_blocking(self.fd, False)
-        self.outbuf = bytearray()
-        self.inbuf = bytearray()
+        #: The rank's end of the executor's socket, non-blocking both ways: a rank
+        #: that blocked writing to a busy executor, while that executor blocked
+        #: writing its results to the rank, would deadlock. (Sent even before
+        #: EXEC_READY: the bytes wait until the executor reads.) ``conn`` owns the
+        #: file descriptor.
+        self.channel = Channel(None, conn.fileno())
         #: Its stdout/stderr pipes (log_to_driver): fd -> [is stderr, partial line, file].
         self.pipes: dict[int, list] = {}
         for f, is_err in ((proc.stdout, False), (proc.stderr, True)):
@@ -54,27 +55,6 @@ class ExecutorProc:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
-
-    # The rank's end of the socket is non-blocking and buffered both ways: a rank
-    # that blocked writing to a busy executor, while that executor blocked writing
-    # its results to the rank, would deadlock. Frames are multiprocessing's
-    # (a 4-byte big-endian length, then the bytes), so the executor reads them
-    # with a plain Connection.
-
-    def send(self, msgs: list) -> None:
-        # Sent even before EXEC_READY: the bytes wait until the executor reads.
-        add_frame(self.outbuf, pickle.dumps(msgs, protocol=5))
-        self.write_some()
-
-    def write_some(self) -> None:
-        write_pending(self.fd, self.outbuf)
-
-    def read_frames(self) -> list[bytes] | None:
-        """Complete frames available now; None at EOF (the executor died)."""
-        got = read_available(self.fd, self.inbuf)
-        if not got:
-            return None if got is None else []
-        return split_frames(self.inbuf)
 
 
 class ExecutorPool:
@@ -119,7 +99,7 @@ class ExecutorPool:
         ex.proc = ExecutorProc(proc, Connection(parent_sock.detach()))
         ex.pid = proc.pid
         if self.run_functions:
-            ex.proc.send([(m.RUN_FUNCTION, b) for b in self.run_functions])
+            ex.proc.channel.send([(m.RUN_FUNCTION, b) for b in self.run_functions])
 
     # --- executors' output (log_to_driver) ---------------------------------------
 
@@ -176,7 +156,7 @@ class ExecutorPool:
     def remaining_frames(self, p: ExecutorProc):
         """What an exited executor sent before it went, frame by frame."""
         while True:
-            frames = p.read_frames()
+            frames = p.channel.read_frames()
             if not frames:
                 return
             yield from frames

@@ -118,7 +118,8 @@ class ExecutorTransport:
             # from there the same way.
             for msg in msgs:
                 if msg[0] == m.TASK_DONE or msg[0] == m.TASK_FAILED:
-                    self.direct_tids.discard(msg[1])
+                    _, task_id = msg[:2]
+                    self.direct_tids.discard(task_id)
         if not all(msg[0] == m.COLLECTIVE_OP for msg in msgs):
             # (A collective is answered by the rank itself: nothing of it reaches
             # the head, so a direct call's result need not follow it there.)
@@ -132,16 +133,22 @@ class ExecutorTransport:
         for msg in msgs:
             kind = msg[0]
             if kind == m.TASK_DONE:
-                if msg[1] not in tids or msg[3] is not None or \
-                        any(rec[0] == SHM for rec in msg[2]):
+                _, task_id, results, contained, _, _, _ = msg
+                if task_id not in tids or contained is not None or \
+                        any(rec[0] == SHM for rec in results):
                     return False
-            elif kind != m.TASK_FAILED or msg[1] not in tids:
+            elif kind == m.TASK_FAILED:
+                _, task_id, _, _, _, _ = msg
+                if task_id not in tids:
+                    return False
+            else:
                 return False
         return True
 
     def send_direct(self, msgs: list) -> None:
-        for msg in msgs:
-            self.direct_tids.discard(msg[1])
+        for msg in msgs:        # (TASK_DONE and TASK_FAILED only)
+            _, task_id = msg[:2]
+            self.direct_tids.discard(task_id)
         try:
             self.dconn.send_bytes(pickle.dumps(msgs, protocol=5))
         except OSError:
@@ -288,8 +295,8 @@ class ExecutorTransport:
                 os.read(self.wake_r, 64)   # a waiter's: the poll is built again
             elif fd == dfd:
                 driver_calls = loads(self.dconn.recv_bytes())
-                for msg in driver_calls:
-                    self.direct_tids.add(msg[1][m.T_ID])
+                for _, spec in driver_calls:      # (EXECUTE)
+                    self.direct_tids.add(spec[m.T_ID])
                 calls = calls + driver_calls
             else:
                 read = peer_calls.serve(fd, ev, self.readers, self.channels,
@@ -299,10 +306,13 @@ class ExecutorTransport:
         return msgs + calls if calls else msgs
 
     def _file(self, msgs: list) -> None:
+        if m.CHECKING:
+            m.check_all(msgs, f"executor {os.getpid()} from its rank or its callers")
         replies, inbox = self.replies, self.inbox
         for msg in msgs:
             if msg[0] == m.REPLY:
-                replies[msg[1]] = msg[2]
+                _, req_id, payload = msg
+                replies[req_id] = payload
             else:
                 inbox.append(msg)
 

@@ -40,33 +40,28 @@ import traceback
 
 from mpi4py import MPI
 
-from .. import _config
 from ..exceptions import RayError
-from ..transport import direct, wait
+from ..transport import direct
+from ..transport.channel import Channel
 from ..transport import messages as m
-from ..transport.comm import (CommThreadBell, Fetcher, Sender, control_waiting, deep_tier,
-                              recv_control, tighten_timer_slack)
-from ..transport.wait import Backoff
+from ..transport.comm import (CommThreadBell, Fetcher, Sender, control_waiting, recv_control,
+                              tighten_timer_slack)
+from ..transport.wait import loop_backoff
 from . import context
 from .head import Head
 from .interrupts import deferred
 
 logger = logging.getLogger(__name__)
 
-#: Rounds of I/O the driver thread runs itself, back to back (yielding its core
-#: after each empty one), while it waits before it sleeps and leaves the polling
-#: to the comm thread. Only while such rounds pay off: as an executor's busy-poll
-#: (``wait.Spinner``), the driver spins while a moving average of its waits
-#: that ended within the spin stays above ``wait.KEEP``, and on one wait in
-#: ``wait.PROBE_EVERY`` otherwise. Waits for tasks longer than the spin (two
-#: caller tasks of 200 direct actor calls each) spun 2-4 ms of a core away from
-#: the tasks each time: 13-14 us of the driver's CPU per call instead of 10.
+#: Rounds of I/O the driver thread runs itself, back to back, while it waits
+#: before it sleeps and leaves the polling to the comm thread. Only while such
+#: rounds pay off: as an executor's busy-poll (``wait.Spinner``), the driver
+#: spins while a moving average of its waits that ended within the spin stays
+#: above ``wait.KEEP``, and on one wait in ``wait.PROBE_EVERY`` otherwise.
+#: Waits for tasks longer than the spin (two caller tasks of 200 direct actor
+#: calls each) spun 2-4 ms of a core away from the tasks each time: 13-14 us of
+#: the driver's CPU per call instead of 10.
 DRIVER_SPINS = 200
-#: Longest the comm thread waits for a driver thread it woke to take the GIL
-#: (``HeadLoop._loop``); the woken thread ends the wait as soon as it runs.
-#: ``HPC_RAY_WAIT_OFF=handover`` turns this wait off (``wait.MECHANISMS``).
-HANDOVER_WAIT = 0.001
-HANDOVER = wait.enabled("handover")
 #: Longest the driver thread blocks on the direct channels at a time while it
 #: waits for a direct call's result, before it polls MPI again: what that wait
 #: can add to a result arriving over MPI meanwhile.
@@ -80,21 +75,6 @@ CHANNEL_CHECK = 0.001
 #: A submission this soon after a driver thread left get()/wait() does not wake
 #: the comm thread (see DriverContext.submit).
 SUBMIT_QUIET = 0.0002
-#: With no activity for this many seconds, the comm thread polls MPI only every
-#: QUIET_CAP (``HPC_RAY_HEAD_IDLE_POLL_MS``; else every 1 ms at most), and sleeps
-#: on rank 0's doorbell in between (``comm.CommThreadBell``): a worker rank on
-#: this host that sends after a pause rings it first (``comm.Sender``), and the
-#: driver's threads ring it in ``wake()``. A message from a rank on another host
-#: waits up to QUIET_CAP. Without a doorbell (off Linux) the comm thread goes
-#: quiet only while no task is in flight. Each idle poll costs 50-150 us of CPU
-#: on this kind of VM: at 1 ms, ~10% of a core taken from the tasks that run
-#: meanwhile. When the whole job is on this host, every sender rings it while
-#: it sleeps (``comm.SleepFlags``): once its spins and a short warm phase are
-#: done it sleeps from 1 ms, doubling up to ``comm.DEEP_CAP_ONE_HOST`` (unless
-#: ``HPC_RAY_HEAD_IDLE_POLL_MS`` is set).
-QUIET_AFTER = 1.0
-QUIET_CAP = 0.005
-HEAD_IDLE_POLL_MS = _config.os_environ_get("HEAD_IDLE_POLL_MS", None, float)
 #: Seconds shutdown() waits for every worker rank to confirm it has stopped
 #: (a rank first stops its executors, which takes up to 2 s).
 STOP_WAIT = 20.0
@@ -113,7 +93,9 @@ class HeadLoop(threading.Thread):
         self.sender = Sender(comm, session_id, flags)
         self.fetcher = Fetcher(comm, self.sender, arena)
         self.event = threading.Event()
-        #: What the quiet comm thread sleeps on (see QUIET_AFTER).
+        #: What the quiet comm thread sleeps on: a worker rank on this host that
+        #: sends after a pause rings it (``comm.Sender``), and the driver's
+        #: threads ring it in ``wake()``.
         self.bell = CommThreadBell(session_id, flags)
         self.stop_requested = False
         #: Worker ranks that sent STOPPED, and how long to wait for the others.
@@ -121,18 +103,14 @@ class HeadLoop(threading.Thread):
         self.stop_deadline = 0.0
         self.fetch_requests: list = []
         self.error: str | None = None
-        deep_after, deep_cap = deep_tier(one_host and self.bell.usable, QUIET_AFTER,
-                                         QUIET_CAP, HEAD_IDLE_POLL_MS)
-        self.backoff = Backoff(deep_after=deep_after, deep_cap=deep_cap,
-                               flagged=self.bell.flags is not None)
+        self.backoff = loop_backoff(True, one_host and self.bell.usable,
+                                    self.bell.flags is not None)
         #: Held by whichever thread runs poll_once(): MPI calls never overlap.
         self.progress = threading.Lock()
         #: True while the driver thread polls in get()/wait(); the comm thread idles.
         self.driver_polling = False
         #: Driver threads asleep on the head's condition in get()/wait() now.
         self.driver_sleepers = 0
-        #: A round woke such a thread (``_loop`` hands it the GIL: HANDOVER_WAIT).
-        self.woke_sleeper = False
         #: When a driver thread last left get()/wait() (see DriverContext.submit).
         self.waited_at = 0.0
         self.last_flush = 0.0
@@ -142,8 +120,8 @@ class HeadLoop(threading.Thread):
         self._handlers = self._make_handlers()
         #: Direct channels of actors' executors on this host: fd -> Channel.
         self.listener = listener
-        self.channels: dict[int, direct.Channel] = {}
-        self.channel_of: dict[int, direct.Channel] = {}    # actor id -> its channel
+        self.channels: dict[int, Channel] = {}
+        self.channel_of: dict[int, Channel] = {}    # actor id -> its channel
         #: Whether results are due on the channels (read them every round then);
         #: otherwise they are looked at every CHANNEL_CHECK seconds (new channels,
         #: closed ones, results that went the slow way).
@@ -162,41 +140,41 @@ class HeadLoop(threading.Thread):
             m.TASK_DONE: lambda src, msg: head.task_done(src, *msg[1:]),
             m.TASK_FAILED: lambda src, msg: head.task_failed(src, *msg[1:]),
             m.PROCESS_ENDED: lambda src, msg: head.process_ended(src, *msg[1:]),
-            m.SUBMIT: lambda src, msg: head.submit(msg[1]),
+            m.SUBMIT: lambda src, msg: head.submit(*msg[1:]),
             m.PUT: self._on_put,
-            m.GET: lambda src, msg: head.remote_get(src, msg[1], msg[2]),
-            m.WAIT: lambda src, msg: head.remote_wait(src, msg[1], msg[2], msg[3]),
-            m.WAIT_NOW: lambda src, msg: head.remote_wait_now(src, msg[1]),
+            m.GET: lambda src, msg: head.remote_get(src, *msg[1:]),
+            m.WAIT: lambda src, msg: head.remote_wait(src, *msg[1:]),
+            m.WAIT_NOW: lambda src, msg: head.remote_wait_now(src, *msg[1:]),
             m.ALLOC: self._on_alloc,
-            m.HOLD: lambda src, msg: head.hold(msg[1]),
-            m.RELEASE: lambda src, msg: head.release(msg[1]),
-            m.BLOCKED: lambda src, msg: head.blocked(src, msg[1]),
-            m.ADD_LOCATION: lambda src, msg: head.add_location(msg[1], msg[2]),
-            m.ACTOR_READY: lambda src, msg: head.actor_ready(msg[1], msg[2]),
-            m.ACTOR_DIED: lambda src, msg: head.actor_died(msg[1], msg[2], msg[3]),
+            m.HOLD: lambda src, msg: head.hold(*msg[1:]),
+            m.RELEASE: lambda src, msg: head.release(*msg[1:]),
+            m.BLOCKED: lambda src, msg: head.blocked(src, *msg[1:]),
+            m.ADD_LOCATION: lambda src, msg: head.add_location(*msg[1:]),
+            m.ACTOR_READY: lambda src, msg: head.actor_ready(*msg[1:]),
+            m.ACTOR_DIED: lambda src, msg: head.actor_died(*msg[1:]),
             m.CONTROL_CALL: self._on_control,
-            m.PROFILE: lambda src, msg: head.add_events(msg[1]),
-            m.DIRECT_DONE: lambda src, msg: head.direct_report(msg[1]),
-            m.FREE_BLOCKS: lambda src, msg: head.free_blocks(src, msg[1]),
-            m.FETCH: lambda src, msg: self.fetcher.serve(src, msg[2], msg[3]),
-            m.RETURNED: lambda src, msg: head.tasks_returned(src, msg[1]),
+            m.PROFILE: lambda src, msg: head.add_events(*msg[1:]),
+            m.DIRECT_DONE: lambda src, msg: head.direct_report(*msg[1:]),
+            m.FREE_BLOCKS: lambda src, msg: head.free_blocks(src, *msg[1:]),
+            m.FETCH: lambda src, msg: self.fetcher.serve(src, *msg[1:]),
+            m.RETURNED: lambda src, msg: head.tasks_returned(src, *msg[1:]),
             m.STOPPED: self._on_stopped,
-            m.LOG: lambda src, msg: self.logs.append((src, msg[1])),
+            m.LOG: lambda src, msg: self.logs.append((src, *msg[1:])),
             m.ALIVE: lambda src, msg: self.watch and self.watch.hear(src),
         }
 
     # --- handlers ---------------------------------------------------------------
 
     def _on_put(self, src: int, msg: tuple) -> None:
-        _, oid, rec, contained = msg
-        self.head.hold((oid,))
-        self.head.put_object(oid, rec, contained)
+        _, object_id, record, contained = msg
+        self.head.hold((object_id,))
+        self.head.put_object(object_id, record, contained)
 
     def _on_alloc(self, src: int, msg: tuple) -> None:
+        _, req_id, size = msg
         node = self.head.node_of[src]
-        size = msg[2]
         off = self.head.alloc(node, size)
-        self.head.send(src, (m.REPLY, msg[1], (node, off, self.head.store_size)))
+        self.head.send(src, (m.REPLY, req_id, (node, off, self.head.store_size)))
 
     def _on_stopped(self, src: int, msg: tuple) -> None:
         self.stopped.add(src)
@@ -204,15 +182,15 @@ class HeadLoop(threading.Thread):
 
     def _on_control(self, src: int, msg: tuple) -> None:
         from . import control
-        _, req, name, args = msg
+        _, req_id, name, args = msg
         if name == "collective_join":
-            self.head.collective_join(src, req, *args)
+            self.head.collective_join(src, req_id, *args)
             return
         try:
             result = (True, control.call(self.head, name, args))
         except Exception as exc:  # returned to the caller, raised there
             result = (False, exc)
-        self.head.send(src, (m.REPLY, req, result))
+        self.head.send(src, (m.REPLY, req_id, result))
 
     # --- loop -------------------------------------------------------------------
 
@@ -245,9 +223,7 @@ class HeadLoop(threading.Thread):
     def poll_from_driver(self) -> bool:
         """poll_once() for the driver thread: a head bug becomes a RayError, not a hang."""
         try:
-            active = self.poll_once()
-            self.woke_sleeper = False   # (only the comm thread's loop waits for the woken)
-            return active
+            return self.poll_once()
         except Exception:
             self.fail(traceback.format_exc())
             raise RayError("the hpc_ray head failed; see the traceback on stderr:\n"
@@ -286,7 +262,6 @@ class HeadLoop(threading.Thread):
                     schedule(head)
                 if self.driver_sleepers:
                     head.cond.notify_all()
-                    self.woke_sleeper = True
             out = head.take_outbox() if head.outbox else None
             if head.direct_out:
                 direct_out, head.direct_out = head.direct_out, {}
@@ -411,7 +386,6 @@ class HeadLoop(threading.Thread):
         event = self.event
         progress = self.progress
         last_check = time.monotonic()
-        reply_soon = True
         while True:
             active = False
             if self.driver_polling:
@@ -441,26 +415,13 @@ class HeadLoop(threading.Thread):
             if active:
                 backoff.reset()
                 self.bell.stale = True
-                reply_soon = None
-                if self.woke_sleeper and HANDOVER:
-                    # The woken thread needs the GIL, and a spinning comm thread
-                    # hardly lets go of it: time.sleep(0) releases it for a
-                    # moment only, gone again before the woken thread runs, and
-                    # that thread then waits for the switch interval (5 ms) or
-                    # the end of the spin. Traced: the last result of a batch
-                    # reached get() 0.11-1.1 ms after the head read it, after as
-                    # many as 22 polls. Block instead, until the woken thread
-                    # has run (it sets the event) or HANDOVER_WAIT.
-                    event.wait(HANDOVER_WAIT)
-                    event.clear()
-                self.woke_sleeper = False
             else:
-                if reply_soon is None:
-                    reply_soon = not head.cpus_all_running()
-                # (A dict's length, read without the lock: at worst one poll late.)
-                t = backoff.next_timeout(reply_soon, (not head.tasks or self.bell.usable)
+                # Deep sleeps while tasks run only where a task's result rings the
+                # doorbell. (A dict's length, read without the lock: at worst one
+                # poll late.)
+                t = backoff.next_timeout((not head.tasks or self.bell.usable)
                                          and not self.fetcher.moving())
-                if t and head.direct_reports:
+                if head.direct_reports:
                     # Quiet enough to wait: read the callers' reports first
                     # (Head.direct_report), then look once more.
                     with head.lock:
@@ -470,14 +431,9 @@ class HeadLoop(threading.Thread):
                     if self.bell.sleep(t, event, self._work_waiting):
                         backoff.rung()    # a message is on its way: poll MPI at once
                     event.clear()
-                elif t:
+                else:
                     event.wait(t)
                     event.clear()
-                elif HANDOVER:
-                    # Polling again at once, but hand over the GIL: a driver thread
-                    # woken by notify_all() would otherwise wait a whole switch
-                    # interval.
-                    time.sleep(0)
 
     def _work_waiting(self) -> bool:
         """Whether a round has work now: something submitted or due to be sent,

@@ -143,13 +143,16 @@ class LocalContext(context.ContextBase):
             return None
         if name in ("actor_checkpoints", "pushed_errors"):
             return []
+        if name == "set_resource":
+            return None
         if name == "kill":
             self.actors.pop(args[0], None)
             return None
         if name in ("cluster_resources", "available_resources"):
             return {"CPU": float(os.cpu_count() or 1)}
         if name == "nodes":
-            return [{"NodeID": "node-0", "NodeManagerHostname": socket.gethostname(),
+            return [{"NodeID": "node-0", "ClientID": "node-0",
+                     "NodeManagerHostname": socket.gethostname(),
                      "Alive": True, "Resources": {"CPU": os.cpu_count()}, "Ranks": [0]}]
         if name == "timeline":
             return list(self.events)

@@ -48,8 +48,8 @@ What keeps the usual semantics:
   its CPU is lent after 50 ms, as for any blocked get.
 * Visibility. Callers report answered calls to the head in batches
   (DIRECT_DONE), for ``ray.tasks()`` and the timeline.
-* Floods stay bounded (``INFLIGHT_READ``, ``OUTBUF_HIGH``, ``INBOX_HIGH``,
-  ``CALLER_READ``).
+* Floods stay bounded (``INFLIGHT_READ``, ``INBOX_HIGH``, and the channels'
+  own limits, ``channel.OUTBUF_HIGH`` and ``channel.FAIR_READ``).
 """
 from __future__ import annotations
 
@@ -62,6 +62,7 @@ from threading import get_ident
 from .. import _config
 from ..exceptions import ActorDiedError
 from ..transport import direct
+from ..transport.channel import Channel
 from ..transport import messages as m
 from ..transport import placement, wait
 from ..transport.serialization import INLINE, INLINE_MAX, RAW
@@ -82,15 +83,11 @@ REPORT_EVERY = 256
 REPORT_AGE = 1.0
 #: A flood of calls stays bounded (the Ray docs' tasks calling an actor forever):
 #: a caller with this many calls in flight on a link reads the answers that came
-#: (and lets go of dropped refs) before its next call; one with this many bytes
-#: the actor's socket did not take waits; an actor with this many calls in its
-#: inbox reads no caller's socket (their calls wait there, then in the callers).
+#: (and lets go of dropped refs) before its next call (one whose channel is
+#: ``backed_up`` waits); an actor with this many calls in its inbox reads no
+#: caller's socket (their calls wait there, then in the callers).
 INFLIGHT_READ = 1024
-OUTBUF_HIGH = 1 << 20
 INBOX_HIGH = 1024
-#: Most bytes an actor reads from one caller at a time (a few hundred small
-#: calls): a flooding caller's calls do not queue far ahead of the others'.
-CALLER_READ = 64 << 10
 #: ``HPC_RAY_DIRECT_CALLS=0`` sends every call through the head.
 ENABLED = bool(_config.os_environ_get("DIRECT_CALLS", 1, int))
 
@@ -190,7 +187,7 @@ class Link:
     __slots__ = ("actor_id", "channel", "inflight", "rank", "pid", "sent", "reading",
                  "poller", "rank_poller")
 
-    def __init__(self, actor_id: int, channel: direct.Channel) -> None:
+    def __init__(self, actor_id: int, channel: Channel) -> None:
         self.actor_id = actor_id
         self.channel = channel
         #: A poll object for this socket alone (for reading), kept: the wait for
@@ -357,7 +354,7 @@ class PeerCaller:
         if sock is None:
             self.refused[actor_id] = now
             return None
-        link = Link(actor_id, direct.Channel(sock))
+        link = Link(actor_id, Channel(sock))
         self.links[actor_id] = link
         fd = link.channel.fd
         self.channels[fd] = link.channel
@@ -444,37 +441,41 @@ class PeerCaller:
             self._lost(link)
             return []
         for msgs in batches:
+            if m.CHECKING:
+                m.check_all(msgs, f"a caller from actor {link.actor_id:016x}")
             for msg in msgs:
                 if msg[0] == m.DIRECT_HELLO:
-                    link.rank = msg[3]
-                    link.pid = msg[2]
+                    _, _, link.pid, link.rank = msg
                 else:
                     self._answer(link, msg)
         return []
 
     def _answer(self, link: Link, msg: tuple) -> None:
-        tid = msg[1]
-        oid = link.inflight.pop(tid, None)
+        done = msg[0] == m.TASK_DONE
+        if done:
+            _, task_id, results, contained, t_start, t_end, pid = msg
+        else:
+            _, task_id, error, t_start, t_end, pid = msg
+            contained = None
+        oid = link.inflight.pop(task_id, None)
         if oid is None:
             return
         sent = self.pending.get(oid)
-        done = msg[0] == m.TASK_DONE
         if sent is not None:
-            self._report(tid, sent[3], "FINISHED" if done else "FAILED", link.rank, oid,
-                         sent[4], msg[-3], msg[-2], msg[-1])
-        contained = msg[3] if done else None
+            self._report(task_id, sent[3], "FINISHED" if done else "FAILED", link.rank, oid,
+                         sent[4], t_start, t_end, pid)
         if self.dropped and oid in self.dropped:
             self.dropped.discard(oid)
             self.pending.pop(oid, None)
             if contained:
                 with self.lock:
-                    link.channel.send([(m.UNPIN, tid)])
+                    link.channel.send([(m.UNPIN, task_id)])
             return
-        record = msg[2][0] if done else msg[2]
+        record = results[0] if done else error
         pins = [context.ObjectRef(c, _owned=False) for c in contained] if contained else None
         # In results before it leaves pending: another thread's wait sees it in one or
         # the other at every moment.
-        self.results[oid] = Result(record, contained, pins, link, tid)
+        self.results[oid] = Result(record, contained, pins, link, task_id)
         self.pending.pop(oid, None)
         if self.dropped and oid in self.dropped:
             self._let_go(oid)   # its ref died since the test above: see forget

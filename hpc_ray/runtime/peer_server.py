@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 
 from ..transport import direct
+from ..transport.channel import FAIR_READ, Channel
 from ..transport import messages as m
 from ..transport import placement
 from . import context
-from .peer_calls import CALLER_READ, address
+from .peer_calls import address
 
 
 class PeerServer:
@@ -26,9 +27,9 @@ class PeerServer:
         self.readers = readers
         self.channels = channels
         self.lock = lock
-        self.callers: dict[int, direct.Channel] = {}
+        self.callers: dict[int, Channel] = {}
         #: task id -> the channel its call came on, until answered.
-        self.calls: dict[int, direct.Channel] = {}
+        self.calls: dict[int, Channel] = {}
         #: (channel fd, task id) -> refs kept alive for the caller.
         self.pins: dict[tuple, list] = {}
         #: Results not sent yet, per caller's channel (the executor sends them at
@@ -58,26 +59,29 @@ class PeerServer:
                 ch.send([self.hello])
         return []
 
-    def _read(self, ch: direct.Channel) -> list:
-        batches = ch.read(CALLER_READ)
+    def _read(self, ch: Channel) -> list:
+        batches = ch.read(FAIR_READ, "an actor from a caller")
         if batches is None:
             self._drop(ch)
             return []
         calls = []
         for msgs in batches:
+            if m.CHECKING:
+                m.check_all(msgs, f"actor process {os.getpid()} from a caller")
             for msg in msgs:
                 if msg[0] == m.EXECUTE:
-                    spec = msg[1]
+                    _, spec = msg
                     spec[m.T_RES] = self.held
                     self.calls[spec[m.T_ID]] = ch
                     calls.append(msg)
                 elif msg[0] == m.UNPIN:
-                    self.pins.pop((ch.fd, msg[1]), None)
+                    _, task_id = msg
+                    self.pins.pop((ch.fd, task_id), None)
                 elif msg[0] == m.CALLER_CPU:
-                    self.neighbour.caller_at(msg[1])
+                    self.neighbour.caller_at(*msg[1:])
         return calls
 
-    def _drop(self, ch: direct.Channel) -> None:
+    def _drop(self, ch: Channel) -> None:
         fd = ch.fd
         self.callers.pop(fd, None)
         self.channels.pop(fd, None)

@@ -56,8 +56,7 @@ class RankTransport(ExecutorTransport):
 
     def recv(self, timeout: float | None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
-        # The rank's own back-off: polls at once after activity, 20 us sleeps
-        # while a reply is due (its first 10 ms), then doubling to 1 ms. (A fixed
+        # The rank's own back-off: sleeps from 20 us doubling to 1 ms. (A fixed
         # 20 us sleep woke an in-rank actor waiting in get() 50,000 times a second.)
         backoff = Backoff()
         checked = time.monotonic()
@@ -65,13 +64,16 @@ class RankTransport(ExecutorTransport):
             got = False
             for src, msgs in recv_control(self.loop.comm):
                 for msg in msgs:
-                    if msg[0] == m.REPLY and msg[1] >= REQ_BASE:
-                        self.inbox.append(msg)
-                        got = True
-                    elif msg[0] == m.FETCH:
-                        self.loop.fetcher.serve(src, msg[2], msg[3])
-                    else:
-                        self.loop.deferred.append((src, [msg]))
+                    if msg[0] == m.FETCH:
+                        self.loop.fetcher.serve(src, *msg[1:])
+                        continue
+                    if msg[0] == m.REPLY:
+                        _, req_id, _ = msg
+                        if req_id >= REQ_BASE:
+                            self.inbox.append(msg)
+                            got = True
+                            continue
+                    self.loop.deferred.append((src, [msg]))
             self.loop.sender.progress()
             self.loop.fetcher.progress()
             if got:
@@ -83,8 +85,7 @@ class RankTransport(ExecutorTransport):
                 checked = now
                 self._check_driver()
             pause = backoff.next_timeout()
-            if pause:
-                time.sleep(pause if deadline is None else min(pause, deadline - now))
+            time.sleep(pause if deadline is None else min(pause, deadline - now))
 
     def _check_driver(self) -> None:
         from .worker import _alive

@@ -85,9 +85,20 @@ def unreserve(w, need: dict) -> None:
     _add(w, need, 1)
 
 
+def in_cpu_queue(need: dict) -> bool:
+    """Whether a task takes a place in its rank's CPU queue (``WorkerInfo.inflight``):
+    it asks for one CPU or more. A fraction of one runs beside that queue, on an
+    extra executor (``worker_state.no_cpu``), placed only where it is free now, so
+    that fractions pack onto a CPU as Ray packs them (four ``num_cpus=0.25``)."""
+    return need.get("CPU", 0) >= 1 - _EPS
+
+
 def capacity_ok(w, need: dict) -> bool:
     """A worker takes a task if the resources fit, counting queued tasks for CPUs.
 
+    A fraction of a CPU must be free now (``w.avail``), and so must whole CPUs
+    while fractions run on the rank (``w.fractions``): neither is queued ahead,
+    since the rank runs fractions beside its CPU queue.
     CPU-only tasks may be queued at a worker beyond the CPUs its actors do not
     hold (``w.prefetch`` more, plus one per task blocked in ``get``; an actor
     waiting in ``get`` keeps its CPU); other resources must be
@@ -106,6 +117,8 @@ def capacity_ok(w, need: dict) -> bool:
         return False
     if not cpu:
         return True
+    if cpu < 1 - _EPS or w.fractions:
+        return not (w.hosting or w.lending) and w.avail.get("CPU", 0) + _EPS >= cpu
     if w.hosting or w.lending:
         # Its CPUs belong to a task wider than one rank (see ``pick_wide``): only
         # an executor of it blocked in get lends one, and nothing is queued ahead.

@@ -17,14 +17,13 @@ through ``executor_procs.ExecutorPool``.
 
 The loop never runs user code. It blocks in ``select`` on the executors' pipes
 and its doorbell (``wait.Doorbell``) with a back-off timeout and polls MPI in
-between: at most 1 ms apart after recent activity (up to 10 ms on a node with
-more ranks than cores: ``polling_backoff``), 10 ms apart after a second of
-quiet (``DEEP_CAP``). When the whole job is on one host, it raises its flag
-(``comm.SleepFlags``) and sleeps as soon as it has spun a little (after a
-short warm phase where a reply is due), from 1 ms doubling up to 50 ms, and
-every sender rings the doorbell of a rank whose flag is up, so the message is
-read at once. (On several hosts, a process on the rank's host that sends after
-a pause rings.) A dead executor (EOF on its pipe) is reported and replaced.
+between (``wait.loop_backoff``): at most 1 ms apart after recent activity,
+10 ms apart after a second of quiet. When the whole job is on one host, it
+raises its flag (``comm.SleepFlags``) and sleeps from 1 ms doubling up to
+50 ms, and every sender rings the doorbell of a rank whose flag is up, so the
+message is read at once. (On several hosts, a process on the rank's host that
+sends after a pause rings.) A dead executor (EOF on its pipe) is reported and
+replaced.
 
 A rank that has hosted an actor keeps one executor started ahead (``standby``)
 for its next actor, as Ray's worker pool does: creating an actor then costs no
@@ -44,14 +43,11 @@ import time
 
 from mpi4py import MPI
 
-from .. import _config
 from ..transport import messages as m
-from ..transport.comm import (Fetcher, Sender, control_waiting, deep_tier, recv_control,
-                              tighten_timer_slack)
+from ..transport.comm import Fetcher, Sender, control_waiting, recv_control, tighten_timer_slack
 from ..transport.idle_cores import IdleCores
-from ..transport.placement import usable_cores
 from ..transport.serialization import loads
-from ..transport.wait import Backoff, Doorbell
+from ..transport.wait import Doorbell, loop_backoff
 from . import context
 from .executor_procs import ExecutorPool
 from .node_watch import HEARTBEAT
@@ -80,57 +76,6 @@ WINDOW_WAIT_MAX = 5e-3
 #: in (benchmarks/README.md, "Stop 33").
 STANDBY_LOOK = 0.1
 STANDBY_SPARE = 1.0
-
-#: Zero-timeout polls after activity on a rank of a node with more ranks than
-#: cores (``polling_backoff``): each is a pass of the loop (~10 us of CPU) that
-#: a rank with work to do on the same core would have used.
-OVERSUBSCRIBED_SPINS = 2
-#: The longest an idle rank of such a node sleeps between polls of MPI: the
-#: delay a message to a long-idle rank may see (messages from its executors wake
-#: it at once).
-OVERSUBSCRIBED_CAP = 0.01
-#: A rank with no activity for DEEP_AFTER seconds polls MPI only every DEEP_CAP
-#: seconds; when the whole job is on its host, after ``comm.DEEP_AFTER_ONE_HOST``
-#: and every ``comm.DEEP_CAP_ONE_HOST`` (``HPC_RAY_IDLE_POLL_MS`` sets the cap
-#: for both). An idle pass costs 50-150 us of CPU on this kind of VM, most of it
-#: the wake-up itself: at 1 ms, 5-15% of a core per idle rank. A sender on the
-#: same host rings its doorbell first (``wait.Doorbell``); a message from
-#: another host waits up to DEEP_CAP.
-DEEP_AFTER = 1.0
-DEEP_CAP = 0.01
-IDLE_POLL_MS = _config.os_environ_get("IDLE_POLL_MS", None, float)
-
-
-def polling_backoff(ranks_on_node: int, cores: int, one_host: bool = False,
-                    flagged: bool = False) -> Backoff:
-    """The back-off of a worker rank's loop.
-
-    With a core to spare for each rank (rank 0 drives, mostly waiting) the loop
-    polls MPI every 20 us for 10 ms after activity (``Backoff.warm``): the next
-    task of a request/reply exchange is due within a round trip. With more
-    ranks than that on the node, every rank polling that fast after each task
-    keeps the cores busy with polls, and the ranks and executors with work wait
-    for a core (20,000 tiny tasks on 2 cores: 8 ranks slower than 3): there the
-    loop spins a little, then sleeps with a doubling back-off at once, and an
-    idle rank sleeps longer (up to ``OVERSUBSCRIBED_CAP``) the more ranks share
-    each core, so the node's idle ranks together poll about as often as one
-    rank per core would (15 idle ranks on 2 cores used 75% of a core at 1 ms).
-    Either way a rank idle for DEEP_AFTER sleeps up to DEEP_CAP; when every
-    rank of the job is on its host (``one_host``: all senders ring its
-    doorbell), after ``comm.DEEP_AFTER_ONE_HOST``, up to ``comm.DEEP_CAP_ONE_HOST``
-    (``comm.deep_tier``). With the job's sleep flags (``flagged``: every sender
-    rings it whenever it sleeps, ``comm.SleepFlags``) it sleeps as soon as its
-    spins and a warm phase of ``wait.FLAGGED_WARM`` (none on a crowded node)
-    are done, from ``wait.FLAGGED_FIRST`` doubling up to that cap.
-    """
-    deep_after, deep_cap = deep_tier(one_host, DEEP_AFTER, DEEP_CAP, IDLE_POLL_MS)
-    if ranks_on_node > cores + 1:
-        default = Backoff()
-        cap = min(OVERSUBSCRIBED_CAP, default.cap * ranks_on_node / max(cores, 1))
-        return Backoff(cap=cap, spin_limit=OVERSUBSCRIBED_SPINS, warm=0.0,
-                       deep_after=deep_after, deep_cap=deep_cap, flagged=flagged)
-    return Backoff(deep_after=deep_after, deep_cap=deep_cap, flagged=flagged)
-
 
 class WorkerLoop:
     def __init__(self, comm: MPI.Comm, rank: int, node: int, arena, cfg: dict,
@@ -176,45 +121,43 @@ class WorkerLoop:
     def on_control(self, src: int, msg: tuple) -> None:
         kind = msg[0]
         state = self.state
-        if kind == m.EXECUTE:
-            spec = msg[1]
+        if kind == m.EXECUTE or kind == m.CREATE_ACTOR:
+            _, spec = msg
             if spec[m.T_BLOB] is not None:
                 state.fn_blobs[spec[m.T_FN]] = spec[m.T_BLOB]
-            if spec[m.T_ACTOR] is not None:
+            if kind == m.CREATE_ACTOR:
+                self._after_fetches(spec, self._start_rank_actor
+                                    if spec[m.T_MAX_CALLS] == m.IN_RANK else self._start_actor)
+            elif spec[m.T_ACTOR] is not None:
                 self._actor_call(spec)
             else:
                 self._after_fetches(spec, state.task_arrived)
         elif kind == m.REPLY:
-            r = state.head_replied(msg[1], msg[2])
+            _, req_id, payload = msg
+            r = state.head_replied(req_id, payload)
             if r is not None:
-                self._fetch_then_answer(r, msg[2])
-        elif kind == m.CREATE_ACTOR:
-            spec = msg[1]
-            if spec[m.T_BLOB] is not None:
-                state.fn_blobs[spec[m.T_FN]] = spec[m.T_BLOB]
-            if spec[m.T_MAX_CALLS] == m.IN_RANK:
-                self._after_fetches(spec, self._start_rank_actor)
-            else:
-                self._after_fetches(spec, self._start_actor)
+                self._fetch_then_answer(r, payload)
         elif kind == m.KILL_ACTOR:
-            ex = state.forget_actor(msg[1])
-            dropped = self.rank_ctx is not None and self.rank_ctx.drop(msg[1])
+            _, actor_id, no_restart = msg
+            ex = state.forget_actor(actor_id)
+            dropped = self.rank_ctx is not None and self.rank_ctx.drop(actor_id)
             if ex is not None:
                 self._kill(ex)
-            if (ex is not None or dropped) and not msg[2]:
-                state.out.append((m.ACTOR_DIED, msg[1], "killed", True))
+            if (ex is not None or dropped) and not no_restart:
+                state.out.append((m.ACTOR_DIED, actor_id, "killed", True))
         elif kind == m.GROUP_CREATE:
-            self.create_group(msg[1], msg[2], msg[3])
+            self.create_group(*msg[1:])
         elif kind == m.STEAL:
-            state.steal(msg[1])
+            state.steal(*msg[1:])
         elif kind == m.THROTTLE:
-            state.throttle(msg[1], msg[2])
+            state.throttle(*msg[1:])
         elif kind == m.RUN_FUNCTION:
+            _, blob = msg
             self._start_and_write()     # (the executors started after run it first)
-            self.pool.run_functions.append(msg[1])
+            self.pool.run_functions.append(blob)
             state.send_all(msg)
         elif kind == m.FETCH:
-            self.fetcher.serve(src, msg[2], msg[3])
+            self.fetcher.serve(src, *msg[1:])
         elif kind == m.SHUTDOWN:
             self.stop = True
             state.stopping = True
@@ -338,10 +281,10 @@ class WorkerLoop:
     # --- executors -----------------------------------------------------------------
 
     def on_executor(self, ex: Executor, msgs: list) -> None:
-        for msg in self.state.on_executor(ex, msgs) or ():     # COLLECTIVE_OP
+        for _, req_id, group, op, args in self.state.on_executor(ex, msgs) or ():  # COLLECTIVE_OP
             from . import collective_ops as collective
-            self.state.send(ex, [(m.REPLY, msg[1],
-                                  collective.rank_run_op(self, *msg[2:], owner=ex))])
+            self.state.send(ex, [(m.REPLY, req_id,
+                                  collective.rank_run_op(self, group, op, args, owner=ex))])
 
     def flush(self) -> None:
         """Carry out what the state asked for: start executors, write each outbox
@@ -363,7 +306,7 @@ class WorkerLoop:
             for ex in to_write:
                 if ex.outbox:
                     msgs, ex.outbox = ex.outbox, []
-                    ex.proc.send(msgs)
+                    ex.proc.channel.send(msgs)
 
     def send_out(self) -> None:
         """Pass the executors' printed lines on, then send the head what is due."""
@@ -391,7 +334,7 @@ class WorkerLoop:
         executor is replaced with a fresh process)."""
         self.state.retire_begin(ex)
         self._start_and_write()
-        ex.proc.send([(m.SHUTDOWN,)])
+        ex.proc.channel.send([(m.SHUTDOWN,)])
         self.pool.reap(ex.proc, close=False)
         self._read_remaining(ex)
         self.pool.close(ex.proc)
@@ -425,14 +368,13 @@ class WorkerLoop:
         self.flush()
         tighten_timer_slack()
         comm = self.comm
-        node_of = self.cfg.get("node_of") or []
         doorbell = Doorbell(self.cfg.get("session_id"), self.rank)
         bell_fd = doorbell.fileno()
         flags = self.flags if bell_fd >= 0 else None
-        backoff = polling_backoff(sum(1 for n in node_of if n == self.node), usable_cores(),
-                                  self.cfg["one_host"] and bell_fd >= 0, flags is not None)
+        backoff = loop_backoff(False, self.cfg["one_host"] and bell_fd >= 0, flags is not None)
         window_wait = WINDOW_WAIT_MIN
         last_check = time.monotonic()
+        node_of = self.cfg.get("node_of") or []
         alive = not self.cfg["one_host"] and bool(node_of) and self.node != node_of[0]
         try:
             while not self.stop:
@@ -453,8 +395,7 @@ class WorkerLoop:
                 self.sender.progress()
                 if self.fetcher.progress():
                     active = True
-                timeout = 0.0 if active else backoff.next_timeout(not state.cpus_all_running(),
-                                                                  not self.fetcher.moving())
+                timeout = 0.0 if active else backoff.next_timeout(not self.fetcher.moving())
                 if state.standby_due:
                     self._start_standby(time.monotonic())
                     if timeout > STANDBY_LOOK:
@@ -469,11 +410,11 @@ class WorkerLoop:
                 writers = []
                 for ex in state.all_executors():
                     p = ex.proc
-                    by_fd[p.fd] = ex
+                    by_fd[p.channel.fd] = ex
                     for fd in p.pipes:
                         pipes[fd] = ex
-                    if p.outbuf:
-                        writers.append(p.fd)
+                    if p.channel.outbuf:
+                        writers.append(p.channel.fd)
                 readers = list(pipes)
                 if bell_fd >= 0:
                     readers.append(bell_fd)
@@ -502,7 +443,7 @@ class WorkerLoop:
                 if flagged:
                     flags.down(self.rank)
                 for fd in writable:
-                    by_fd[fd].proc.write_some()
+                    by_fd[fd].proc.channel.write_some()
                 for fd in ready:
                     if fd == bell_fd:
                         doorbell.drain()   # a message is on its way: poll MPI at once
@@ -518,7 +459,7 @@ class WorkerLoop:
                     ex = by_fd[fd]
                     if ex.gone:
                         continue    # (retired or killed while this pass read another)
-                    frames = ex.proc.read_frames()
+                    frames = ex.proc.channel.read_frames()
                     if frames is None:
                         self.on_executor_died(ex)
                         active = True
@@ -562,7 +503,7 @@ class WorkerLoop:
         executors = self.state.all_executors()
         for ex in executors:
             try:
-                ex.proc.send([(m.SHUTDOWN,)])
+                ex.proc.channel.send([(m.SHUTDOWN,)])
             except Exception:
                 pass
         deadline = time.monotonic() + 2.0

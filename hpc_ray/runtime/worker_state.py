@@ -16,7 +16,9 @@ lending, dying at any step, standby executors, retirement.
 Tasks that hold a CPU queue in ``queue`` and run on the rank's CPU executors,
 one per CPU, so at most that many run at once (plus nested ones while an
 executor waits in ``get``). A ``num_cpus=0`` task holds no CPU and does not wait
-for one (as in Ray): it queues in ``zero_cpu_queue`` and runs on an extra
+for one (as in Ray), and a task that holds a fraction of one (``num_cpus=0.25``)
+was sent by the head only when that fraction is free (``scheduler.capacity_ok``),
+so several pack onto one CPU: either queues in ``zero_cpu_queue`` and runs on an extra
 executor, started when none is idle (at most ``MAX_EXTRA_EXECUTORS``) and
 stopped after ``extra_idle`` seconds without work. An extra executor's ``get``
 lends no CPU, so its BLOCKED count stays on this rank.
@@ -124,8 +126,9 @@ def thread_lent(ex: Executor) -> bool:
 
 
 def no_cpu(spec: list) -> bool:
-    """Whether a task holds no CPU (``num_cpus=0``): ``T_RES`` is (GPU ids, resources)."""
-    return not spec[m.T_RES][1].get("CPU")
+    """Whether a task holds no whole CPU (``num_cpus=0``, or a fraction):
+    ``T_RES`` is (GPU ids, resources)."""
+    return spec[m.T_RES][1].get("CPU", 0) < 1 - 1e-9
 
 
 class WorkerState:
@@ -304,52 +307,69 @@ class WorkerState:
         for msg in msgs:
             kind = msg[0]
             if kind == m.TASK_DONE or kind == m.TASK_FAILED:
-                entry = ex.assigned.pop(msg[1], None)
+                if kind == m.TASK_DONE:
+                    _, task_id, results, _, t_start, t_end, _ = msg
+                else:
+                    _, task_id, _, t_start, t_end, _ = msg
+                entry = ex.assigned.pop(task_id, None)
                 if entry is not None and ex.actor_id is None:
-                    self.fn_times.record(entry[1][m.T_FN], msg[-2] - msg[-3])   # end - start
+                    self.fn_times.record(entry[1][m.T_FN], t_end - t_start)
                 if kind == m.TASK_DONE and ex.unsealed:
-                    self._sealed(ex, msg[2])
+                    self._sealed(ex, results)
                 out.append(msg)
                 if not ex.assigned:
                     ex.idle_since = self.clock()
                     if ex.retiring and ex not in self.retire:
                         self.retire.append(ex)
             elif kind == m.HOLD:
-                ex.took(msg[1])
+                _, object_ids = msg
+                ex.took(object_ids)
                 out.append(msg)
             elif kind == m.RELEASE:
-                ex.gave_back(msg[1])
+                _, object_ids = msg
+                ex.gave_back(object_ids)
                 out.append(msg)
             elif kind == m.PUT:
-                ex.took((msg[1],))
+                _, object_id, record, _ = msg
+                ex.took((object_id,))
                 if ex.unsealed:
-                    self._sealed(ex, (msg[2],))
+                    self._sealed(ex, (record,))
                 out.append(msg)
             elif kind == m.SUBMIT:
-                ex.took(msg[1][m.T_RETURNS])
+                _, spec = msg
+                ex.took(spec[m.T_RETURNS])
                 out.append(msg)
             elif kind in _REQUEST_KINDS:
-                rreq = self.requests.ask(ex, msg[1], _REQUEST_KINDS[kind], msg[2])
+                # ids: a GET's or WAIT's object_ids, an ALLOC's size, a CONTROL_CALL's name.
+                _, req_id, ids = msg[:3]
+                rreq = self.requests.ask(ex, req_id, _REQUEST_KINDS[kind], ids)
                 out.append((kind, rreq) + msg[2:])
             elif kind == m.WAIT_NOW:
-                rreq = self.requests.rank_id(ex, msg[1])
+                _, req_id = msg
+                rreq = self.requests.rank_id(ex, req_id)
                 if rreq is not None:
                     out.append((m.WAIT_NOW, rreq))
             elif kind == m.FREE_BLOCKS:
                 # Scratch blocks (collective_buffers) the executor gave back itself.
-                for off, _size in msg[1]:
+                _, blocks = msg
+                for off, _size in blocks:
                     ex.unsealed.pop(off, None)
                 out.append(msg)
-            elif kind == m.BLOCKED or kind == m.UNBLOCK or kind == m.LEND:
-                self._lend(ex, kind, msg[1])
+            elif kind == m.BLOCKED or kind == m.LEND:
+                _, delta = msg
+                self._lend(ex, kind, delta)
+            elif kind == m.UNBLOCK:
+                _, req_id = msg
+                self._lend(ex, kind, req_id)
             elif kind == m.EXEC_READY:
                 ex.ready = True
                 if ex.actor_id is not None:
                     self._refill_standby()
             elif kind == m.ACTOR_DIED:
+                _, actor_id, _, _ = msg
                 out.append(msg)
-                if self.actors.get(msg[1]) is ex:
-                    self.forget_actor(msg[1])
+                if self.actors.get(actor_id) is ex:
+                    self.forget_actor(actor_id)
                     ex.actor_id = None  # a clean exit: do not report a crash
             elif kind == m.COLLECTIVE_OP:
                 left = (left or []) + [msg]
@@ -473,21 +493,6 @@ class WorkerState:
                         ex.retiring = True
                         break
             self.send(ex, batch)
-
-    def cpus_all_running(self) -> bool:
-        """Whether every CPU executor runs a task that waits on nothing here.
-
-        Then no message from the head could start work on this rank before one
-        of those tasks ends, and polling MPI every 20 us (the warm phase of the
-        back-off) only takes the cores they run on: two caller tasks making
-        direct actor calls ran their batches 1.6x faster with the head's and
-        the ranks' warm phases off (benchmarks/README.md)."""
-        if self.requests or not self.executors:
-            return False
-        for ex in self.executors:
-            if not ex.assigned or ex.blocked or ex.lending:
-                return False
-        return True
 
     # --- executors ending --------------------------------------------------------
 

@@ -57,11 +57,10 @@ class SleepFlags:
     flag is up (``Sender.ring``). Either the sender sees the flag, or the flag
     went up after the sender read it, so after the message was sent and before
     the receiver's last look, which finds it: no message waits for a sleeper
-    that nobody rang. So a loop needs no long warm phase of short sleeps after
-    activity (each a wake-up: 20 us sleeps for 10 ms after every task took
-    35-55 us of CPU per call from two caller tasks' direct calls on 2 cores); it
-    keeps 1 ms of them where a reply is due (``FLAGGED_WARM``). And no ring is
-    sent to a loop that is awake.
+    that nobody rang. So a loop sleeps on its doorbell right after activity,
+    with no phase of short sleeps (each a wake-up: 20 us sleeps for 10 ms after
+    every task took 35-55 us of CPU per call from two caller tasks' direct calls
+    on 2 cores). And no ring is sent to a loop that is awake.
 
     That holds for messages MPI shows once sent. A message can also take a
     while to show (between spawned ranks and rank 0 it crosses a netmod): one
@@ -192,38 +191,12 @@ class CommThreadBell:
 #: Without ``SleepFlags`` (they could not be mapped), a send to a rank that
 #: this process sent nothing to for this long rings the rank's doorbell first.
 #: Below every ``Backoff.deep_after`` that relies on the rings
-#: (DEEP_AFTER_ONE_HOST): a receiver looks at MPI just before it decides to
-#: sleep long, and it decides so only after ``deep_after`` without a message,
-#: so one that had a message from this process within RING_AFTER is not
-#: sleeping long, and one that is has it rung.
+#: (``wait.DEEP_AFTER_ONE_HOST``): a receiver looks at MPI just before it
+#: decides to sleep long, and it decides so only after ``deep_after`` without a
+#: message, so one that had a message from this process within RING_AFTER is
+#: not sleeping long, and one that is has it rung.
 RING_AFTER = 0.002
-#: The ``deep_after`` of a loop whose senders all ring it after a pause (every
-#: rank of the job on its host, without ``SleepFlags``): after this much quiet
-#: it sleeps on its doorbell up to its deep cap, instead of polling MPI every
-#: ~1 ms. Those polls cost 50-150 us of CPU each on a VM, taken from the tasks
-#: that run meanwhile (two caller tasks making direct actor calls on 2 cores:
-#: 35-55 us per call between the head and two ranks). With senders on other
-#: hosts, whose messages would wait up to the deep cap, loops keep their 1 s.
-DEEP_AFTER_ONE_HOST = 0.01
-#: The deep cap of such a loop, unless set (``HPC_RAY_IDLE_POLL_MS``,
-#: ``HPC_RAY_HEAD_IDLE_POLL_MS``): every message rings, so the cap is only what
-#: a missed ring would cost (a loop descheduled for 8 ms between its last poll
-#: and its sleep). An idle job of 4 ranks used 0.125 CPU-seconds a second with
-#: 10 ms (5 ms for the head), 0.030 with 50 ms (benchmarks/idle.py).
-DEEP_CAP_ONE_HOST = 0.05
 _NEVER = float("-inf")
-
-
-def deep_tier(rung: bool, deep_after: float, deep_cap: float,
-              cap_ms: float | None) -> tuple[float, float]:
-    """A loop's (deep_after, deep_cap): the ``*_ONE_HOST`` pair where every sender
-    rings it (``rung``: the whole job on its host, and a doorbell to ring), the
-    given pair otherwise; a cap the user set (``cap_ms``) wins either way."""
-    if rung:
-        deep_after, deep_cap = DEEP_AFTER_ONE_HOST, DEEP_CAP_ONE_HOST
-    if cap_ms is not None:
-        deep_cap = cap_ms / 1000.0
-    return deep_after, deep_cap
 
 
 class Sender:
@@ -368,7 +341,8 @@ class Fetcher:
             reqs.append(self.comm.Irecv([piece, MPI.BYTE], src_rank, Tag.OBJECT_DATA))
         self.inflight.append((reqs, oid, local_rec, on_done))
 
-    def serve(self, dest: int, offset: int, size: int) -> None:
+    def serve(self, dest: int, object_id: int, offset: int, size: int) -> None:
+        """Send ``dest`` the bytes its FETCH of ``object_id`` asked for."""
         self.sender.send_raw(dest, self.arena.writable(offset, size))
 
     def moving(self) -> bool:

@@ -1,6 +1,6 @@
 """Direct channels between the driver (rank 0) and the actors' executors on its host,
 and the sockets of direct calls (``runtime/peer_calls.py``), which use the same
-listening, accepting and framing.
+listening and accepting; each end a ``channel.Channel``.
 
     driver (HeadLoop) ── EXECUTE (calls the head dispatches) ──▶ actor's executor
     driver (HeadLoop) ◀─ DIRECT_HELLO, then TASK_DONE / TASK_FAILED of those calls ──
@@ -23,13 +23,10 @@ only processes of its own user (``SO_PEERCRED``). Frames are multiprocessing's
 from __future__ import annotations
 
 import os
-import pickle
 import socket
 import struct
 
-from . import messages as m
-from .frames import READ_CHUNK, read_frames, write_frame, write_pending
-from .serialization import loads
+from .channel import Channel
 
 _CRED = struct.Struct("3i")   # struct ucred: pid, uid, gid
 
@@ -63,48 +60,6 @@ def connect(address: str) -> socket.socket | None:
         sock.close()
         return None
     return sock
-
-
-class Channel:
-    """The driver's end of one executor's channel: non-blocking, buffered both ways."""
-
-    __slots__ = ("sock", "fd", "inbuf", "outbuf", "actor_id", "pid", "rank")
-
-    def __init__(self, sock: socket.socket) -> None:
-        sock.setblocking(False)
-        self.sock = sock
-        self.fd = sock.fileno()
-        self.inbuf = bytearray()
-        self.outbuf = bytearray()
-        #: Set by the executor's DIRECT_HELLO.
-        self.actor_id: int | None = None
-        self.pid = 0
-        self.rank = -1
-
-    def send(self, msgs: list) -> bool:
-        """Queue ``msgs`` and write what the socket takes; False if the peer is gone."""
-        return write_frame(self.fd, self.outbuf, pickle.dumps(msgs, protocol=5))
-
-    def write_some(self) -> None:
-        write_pending(self.fd, self.outbuf)
-
-    def read(self, limit: int = READ_CHUNK) -> list[list] | None:
-        """The batches that arrived whole so far (reading at most ``limit`` bytes);
-        None at EOF."""
-        got = read_frames(self.fd, self.inbuf, limit)
-        if got is None:
-            return None
-        out = [loads(frame) for frame in got]
-        if m.CHECKING:
-            for msgs in out:
-                m.check_all(msgs, f"rank 0 from executor {self.pid} (direct)")
-        return out
-
-    def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
 
 
 def accept(listener: socket.socket) -> list[Channel]:

@@ -5,14 +5,26 @@ travel in lists, one list per MPI send or socket frame (measured: a pickled
 slotted dataclass costs about 3x a tuple on the task hot path). The tuple's
 fields are those of the kind's ``NamedTuple`` below, in order, ``kind`` first;
 producers on hot paths build the plain tuple, others may build the named one
-(it pickles as the same tuple when sent through ``tuple(msg)``, and handlers
-index by position either way).
+(it pickles as the same tuple when sent through ``tuple(msg)``).
+
+Reading a message: dispatch on ``msg[0]`` (the ``kind`` field), then unpack the
+tuple into names that are exactly the kind's field names (as fast as indexing)::
+
+    _, task_id, results, contained, t_start, t_end, pid = msg
+
+A handler that passes every field on, in order, calls a function whose
+parameters are named as the fields, with ``*msg[1:]``; code that treats several
+kinds alike unpacks the leading fields they share (``_, req_id = msg[:2]``). No
+handler reads a field by its position.
 
 ``SCHEMA`` maps each kind to its type. Each type's docstring names who sends it
-and who handles it. With ``HPC_RAY_CHECK_MESSAGES=1`` every message a rank
-receives (over MPI, and from its executors) is checked against ``SCHEMA``:
-unknown kinds and wrong field counts raise at once (``tests/test_messages.py``
-runs jobs that way).
+and who handles it. With ``HPC_RAY_CHECK_MESSAGES=1`` every message a process
+receives (a rank over MPI and from its executors; an executor from its rank, the
+driver and its callers; a caller from its actors) is checked against ``SCHEMA``:
+an unknown kind, a wrong field count or a field of the wrong type (by the
+annotations below: a ``float`` field takes an ``int`` too, ``Any`` anything)
+raises at once, naming the kind and the field. Every multi-rank test runs that
+way (``tests/conftest.py``).
 
 Records describing values are defined in ``transport.serialization``.
 
@@ -32,6 +44,7 @@ TaskSpec (a list on the head, a tuple or list on the wire; positions ``T_*``)
 from __future__ import annotations
 
 import enum
+import typing
 from typing import Any, NamedTuple
 
 from .. import _config
@@ -129,7 +142,7 @@ class Execute(NamedTuple):
     actor calls may go straight to the executor over its direct channel
     (``Head.direct_out``, ``transport/direct.py``)."""
     kind: int
-    spec: Any
+    spec: list | tuple
 
 
 class Reply(NamedTuple):
@@ -145,7 +158,7 @@ class CreateActor(NamedTuple):
     """Start an actor from its creation spec. Head (``Head._place_actor``) ->
     ``WorkerLoop.on_control`` -> executor ``Executor.handle``."""
     kind: int
-    spec: Any
+    spec: list | tuple
 
 
 class KillActor(NamedTuple):
@@ -201,7 +214,7 @@ class TaskDone(NamedTuple):
     kind: int
     task_id: int
     results: list
-    contained: Any
+    contained: list | tuple | None
     t_start: float
     t_end: float
     pid: int
@@ -229,14 +242,14 @@ class ProcessEnded(NamedTuple):
     requests: list         #: its gets, waits and calls still unanswered (rank req ids)
     lent: int              #: CPUs it had lent while waiting in get()
     task_ids: list         #: tasks lost with it (crashed only)
-    exitcode: Any          #: its exit status if it crashed; None if it ended cleanly
-    actor_id: Any          #: its actor, if it crashed hosting one
+    exitcode: int | None         #: its exit status if it crashed; None if it ended cleanly
+    actor_id: int | None         #: its actor, if it crashed hosting one
 
 
 class Submit(NamedTuple):
     """A task submitted from inside a task. Executor -> rank -> ``Head.submit``."""
     kind: int
-    spec: Any
+    spec: list | tuple
 
 
 class Put(NamedTuple):
@@ -245,7 +258,7 @@ class Put(NamedTuple):
     kind: int
     object_id: int
     record: tuple
-    contained: Any
+    contained: list | tuple | None
 
 
 class Get(NamedTuple):
@@ -492,8 +505,29 @@ class MessageError(ValueError):
     """A message that does not match its kind's schema: a bug in its producer."""
 
 
+def field_types(schema: type) -> tuple:
+    """``(field, accepted types)`` for each field of ``schema`` after ``kind``, from
+    its annotations; ``None`` accepts anything (``Any``)."""
+    types = _FIELD_TYPES.get(schema)
+    if types is None:
+        hints = typing.get_type_hints(schema)
+        types = []
+        for name in schema._fields[1:]:
+            hint = hints[name]
+            accepted = None if hint is Any else (typing.get_args(hint) or (hint,))
+            if accepted is not None and float in accepted:
+                accepted += (int,)
+            types.append((name, accepted))
+        types = _FIELD_TYPES[schema] = tuple(types)
+    return types
+
+
+_FIELD_TYPES: dict[type, tuple] = {}
+
+
 def check(msg, where: str) -> None:
-    """Raise MessageError unless ``msg`` is a tuple matching its kind's schema."""
+    """Raise MessageError unless ``msg`` is a tuple matching its kind's schema:
+    its fields, and each field's type."""
     if not isinstance(msg, tuple) or not msg:
         raise MessageError(f"{where}: a message must be a non-empty tuple, got {msg!r:.200}")
     schema = SCHEMA.get(msg[0])
@@ -502,6 +536,11 @@ def check(msg, where: str) -> None:
     if len(msg) != len(schema._fields):
         raise MessageError(f"{where}: {schema.__name__} has fields {schema._fields}, "
                            f"got {len(msg)} values: {msg!r:.300}")
+    for (name, accepted), value in zip(field_types(schema), msg[1:]):
+        if accepted is not None and not isinstance(value, accepted):
+            names = " | ".join(t.__name__ for t in accepted)
+            raise MessageError(f"{where}: {schema.__name__}.{name} must be {names}, got "
+                               f"{type(value).__name__} {value!r:.200} in {msg!r:.300}")
 
 
 def check_all(msgs, where: str) -> None:

@@ -5,9 +5,9 @@ cannot wake anyone, so it is polled), bytes on a socket (which can: ``poll``),
 or a condition another process or thread makes true (a request completes, a
 counter in shared memory moves). Each wait is one of:
 
-    Backoff      a loop polling MPI: poll again at once a few times, short
-                 sleeps while a reply is due, then sleeps doubling to a cap
-                 (and to a deep cap after long quiet, where a Doorbell wakes it)
+    Backoff      a loop polling MPI: sleeps doubling to a cap (and to a deep
+                 cap after long quiet, where a Doorbell wakes it); a rank's
+                 loop gets its Backoff from ``loop_backoff``
     Spinner      a wait on sockets: busy-poll up to SPIN_BUDGET, then block in
                  poll(); spin only while recent spins found something
     wait_until   any other wait on a condition: spin, then sleeps doubling from
@@ -18,15 +18,17 @@ counter in shared memory moves). Each wait is one of:
 
 The numbers come from the environment once, at import (``_config``):
 
-    HPC_RAY_SPIN_US        SPIN_BUDGET, the longest busy-poll before blocking
-    HPC_RAY_SLEEP_CAP_US   SLEEP_CAP, the longest sleep of a wait whose answer
-                           is due (a loop's back-off cap, wait_until's cap)
-    HPC_RAY_WAIT_OFF       mechanisms turned off, comma-separated, for A/B runs
-                           (``benchmarks/mechanisms.py``): see MECHANISMS
+    HPC_RAY_SPIN_US            SPIN_BUDGET, the longest busy-poll before blocking
+    HPC_RAY_SLEEP_CAP_US       SLEEP_CAP, the longest sleep of a wait whose answer
+                               is due (a loop's back-off cap, wait_until's cap)
+    HPC_RAY_IDLE_POLL_MS       the deep cap of a worker rank's loop
+    HPC_RAY_HEAD_IDLE_POLL_MS  the deep cap of rank 0's comm thread
+    HPC_RAY_WAIT_OFF           mechanisms turned off, comma-separated, for A/B runs
+                               (``benchmarks/mechanisms.py``): see MECHANISMS
 
-Each mechanism that takes a core on the bet that an answer comes soon (a spin,
-a yield, a warm phase, a hand-over) can be turned off here, so that a run with
-and without it on a node with a core per process shows whether it pays.
+Each mechanism (a spin, and the look at the machine's load that stops one)
+can be turned off here, so that a run with and without it on a node with a
+core per process shows whether it pays.
 """
 from __future__ import annotations
 
@@ -44,12 +46,8 @@ from .placement import usable_cores
 #: What ``HPC_RAY_WAIT_OFF`` can turn off, and what each one is.
 MECHANISMS = {
     "spin": "busy-poll sockets before blocking (Spinner; the driver's own rounds)",
-    "yield": "sched_yield between the polls of a spin, instead of polling again at once",
     "look": "a task's process does not spin while /proc/loadavg shows more ready threads "
             "than cores",
-    "repoll": "a loop polls MPI again at once a few times after activity (Backoff.spin_limit)",
-    "warm": "a loop sleeps only SLEEP_FIRST at a time while a reply is due (Backoff.warm)",
-    "handover": "rank 0's comm thread blocks until a driver thread it woke has the GIL",
 }
 
 
@@ -66,8 +64,8 @@ SPIN_BUDGET = max(0.0, _config.os_environ_get("SPIN_US", 300.0, float)) * 1e-6
 #: Longest sleep between two polls while an answer is due (``HPC_RAY_SLEEP_CAP_US``).
 #: An idle rank polls about this often: at 1 ms, ~2% of a core at ~20 us a poll.
 SLEEP_CAP = max(1.0, _config.os_environ_get("SLEEP_CAP_US", 1000.0, float)) * 1e-6
-#: First sleep of a back-off, and the warm phase's sleep. Below about 20 us a
-#: sleep is a wake-up with no time slept (timer slack: ``comm.tighten_timer_slack``).
+#: First sleep of a back-off. Below about 20 us a sleep is a wake-up with no
+#: time slept (timer slack: ``comm.tighten_timer_slack``).
 SLEEP_FIRST = min(2e-5, SLEEP_CAP)
 #: Mechanisms turned off (``HPC_RAY_WAIT_OFF``).
 OFF: frozenset = _config.os_environ_get("WAIT_OFF", frozenset(), _names)
@@ -80,13 +78,6 @@ def enabled(mechanism: str) -> bool:
     return mechanism not in OFF
 
 
-def pause() -> None:
-    """Between two polls of a spin: give the core to a thread ready to run on it
-    (often the peer whose answer the spin waits for), unless ``yield`` is off."""
-    if "yield" not in OFF:
-        os.sched_yield()
-
-
 class WaitTimeout(TimeoutError):
     """A wait_until passed its deadline."""
 
@@ -96,8 +87,8 @@ def wait_until(done: Callable[[], bool], timeout: float | None = None,
                what: str = "a condition") -> None:
     """Return once ``done()`` is true.
 
-    It polls ``done()`` back to back (``pause()`` between) for ``spin`` seconds
-    (default SPIN_BUDGET), then sleeps between polls, from SLEEP_FIRST doubling
+    It polls ``done()`` back to back for ``spin`` seconds (default
+    SPIN_BUDGET), then sleeps between polls, from SLEEP_FIRST doubling
     to SLEEP_CAP. ``alive()`` runs every CHECK_EVERY and raises when what the
     wait depends on is gone (a peer process died); past ``timeout`` seconds it
     raises WaitTimeout naming ``what``. A wait with neither must be one whose
@@ -113,7 +104,6 @@ def wait_until(done: Callable[[], bool], timeout: float | None = None,
     while not done():
         polls += 1
         if polls & 15 and now < spin_until:
-            pause()
             continue
         now = monotonic()
         if now >= check:
@@ -125,75 +115,66 @@ def wait_until(done: Callable[[], bool], timeout: float | None = None,
         if now >= spin_until:
             time.sleep(nap)
             nap = min(2 * nap, SLEEP_CAP)
-        else:
-            pause()
 
 
 # --- Backoff: a loop that polls MPI -------------------------------------------------
 
-#: Polls at once after a ring (``Backoff.rung``).
-RUNG_POLLS = 2
-#: The warm phase of a loop whose every sender rings it (``Backoff.warm``, with
-#: ``comm.SleepFlags``): after activity where a reply is due, it polls every
-#: SLEEP_FIRST this long before its flagged sleeps. Waking a loop asleep on its
-#: doorbell costs more than a 20 us poll on a VM (an idle vCPU halts): with no
-#: warm phase, sync tasks under mpiexec ran at 1,300-3,100 a second against
-#: 3,400-5,000 with a 10 ms one, and with 1 ms at 3,700-5,600
-#: (benchmarks/results/flags-ab-2026-11-26.md).
-FLAGGED_WARM = 0.001
-#: The warm phase of other loops.
-WARM = 0.01
+#: A loop with no activity for DEEP_AFTER seconds polls MPI only every deep cap:
+#: DEEP_CAP on a worker rank, HEAD_DEEP_CAP on rank 0's comm thread (which also
+#: sleeps that long while tasks run: a task's result from a rank on its host
+#: rings it). An idle poll costs 50-150 us of CPU on a VM, most of it the
+#: wake-up itself: at 1 ms, 5-15% of a core per idle rank. A sender on the same
+#: host rings a sleeping loop's doorbell (``comm.Sender``); a message from
+#: another host waits up to the deep cap.
+DEEP_AFTER = 1.0
+DEEP_CAP = 0.01
+HEAD_DEEP_CAP = 0.005
+#: The ``deep_after`` of a loop whose senders all ring it after a pause (every
+#: rank of the job on its host, without ``comm.SleepFlags``): after this much
+#: quiet it sleeps on its doorbell up to DEEP_CAP_ONE_HOST instead of polling
+#: MPI every ~1 ms. Those polls took 35-55 us of CPU per call between the head
+#: and two ranks from two caller tasks' direct actor calls on 2 cores.
+DEEP_AFTER_ONE_HOST = 0.01
+#: The deep cap of such a loop, and of a flagged one: every message rings, so
+#: the cap is only what a missed ring costs (a loop descheduled between its
+#: last poll and its sleep). An idle job of 4 ranks used 0.125 CPU-seconds a
+#: second with 10 ms (5 ms for the head), 0.030 with 50 ms (benchmarks/idle.py).
+DEEP_CAP_ONE_HOST = 0.05
 #: A flagged loop's first sleep; the next ones double up to its deep cap. Each
 #: costs one wake-up (about 6 per quiet spell up to 50 ms).
 FLAGGED_FIRST = 0.001
-#: Immediate polls after activity (``Backoff.spin_limit``).
-REPOLLS = 20
+#: Deep caps the user set, in milliseconds (None: the defaults above).
+IDLE_POLL_MS = _config.os_environ_get("IDLE_POLL_MS", None, float)
+HEAD_IDLE_POLL_MS = _config.os_environ_get("HEAD_IDLE_POLL_MS", None, float)
 
 
 class Backoff:
     """How long an idle loop should block before polling again.
 
-    Right after activity the loop polls again at once ``spin_limit`` times (a
-    sync round trip should not pay a sleep); for ``warm`` seconds after the
-    last activity it sleeps only ``short`` seconds at a time, because the next
-    message of a request/reply exchange is due within a round trip; after that
-    the sleep doubles up to ``cap``. After ``deep_after`` seconds without
-    activity (0: never) the sleep goes on doubling up to ``deep_cap``: a rank
-    idle that long is woken by its Doorbell where its sender is on its host,
-    and otherwise waits at most ``deep_cap`` for the next message.
+    After activity the sleep starts at SLEEP_FIRST and doubles up to ``cap``.
+    After ``deep_after`` seconds without activity (0: never) it goes on
+    doubling up to ``deep_cap``: a loop idle that long is woken by its
+    Doorbell where its sender is on its host, and otherwise waits at most
+    ``deep_cap`` for the next message.
 
     A loop whose every sender rings it whenever it sleeps (``flagged``: the
-    whole job on one host, with ``comm.SleepFlags``) climbs fast: once its
-    polls (and its warm phase, where a reply is due) are done it sleeps from
-    FLAGGED_FIRST up, doubling to ``deep_cap`` (``flagged_sleep`` says so, and
-    the loop raises its flag for those sleeps), unless ``deep`` is False
-    (bytes on their way that need its polls). It climbs rather than sleeping
-    ``deep_cap`` at once because a message sent just before its flag went up
-    may reach MPI's queues only after its last look (over a netmod, between
-    spawned ranks and rank 0): the climb finds it within about twice that
-    delay; a ring starts the climb again for the same reason.
-
-    The defaults come from the policy above (SLEEP_CAP, SLEEP_FIRST, REPOLLS,
-    WARM), with ``repoll`` and ``warm`` off where HPC_RAY_WAIT_OFF says so.
+    whole job on one host, with ``comm.SleepFlags``) sleeps from FLAGGED_FIRST
+    up, doubling to ``deep_cap`` (``flagged_sleep`` says so, and the loop
+    raises its flag for those sleeps), unless ``deep`` is False (bytes on their
+    way that need its polls). It climbs rather than sleeping ``deep_cap`` at
+    once because a message sent just before its flag went up may reach MPI's
+    queues only after its last look (over a netmod, between spawned ranks and
+    rank 0): the climb finds it within about twice that delay; a ring starts
+    the climb again for the same reason.
     """
 
-    __slots__ = ("tval", "cap", "spins", "spin_limit", "short", "warm", "last_active",
-                 "deep_after", "deep_cap", "flagged", "flagged_sleep")
+    __slots__ = ("tval", "cap", "last_active", "deep_after", "deep_cap", "flagged",
+                 "flagged_sleep")
 
-    def __init__(self, cap: float | None = None, spin_limit: int | None = None,
-                 short: float | None = None, warm: float | None = None,
-                 deep_after: float = 0.0, deep_cap: float = 0.0,
-                 flagged: bool = False) -> None:
+    def __init__(self, cap: float | None = None, deep_after: float = 0.0,
+                 deep_cap: float = 0.0, flagged: bool = False) -> None:
         self.tval = 0.0
         self.cap = SLEEP_CAP if cap is None else cap
-        self.spins = 0
-        if spin_limit is None:
-            spin_limit = REPOLLS if enabled("repoll") else 0
-        self.spin_limit = spin_limit
-        self.short = SLEEP_FIRST if short is None else short
-        if warm is None:
-            warm = (FLAGGED_WARM if flagged else WARM) if enabled("warm") else 0.0
-        self.warm = warm
         self.deep_after = deep_after
         self.deep_cap = max(self.cap, deep_cap)
         self.flagged = flagged
@@ -203,37 +184,45 @@ class Backoff:
 
     def reset(self) -> None:
         self.tval = 0.0
-        self.spins = 0
         self.last_active = monotonic()
 
     def rung(self) -> None:
-        """A doorbell rang: a message is on its way (sent before the ring). Poll
-        at once, twice, but it is no activity yet: a message that needs no
-        quick follow-up (a caller's summary for the head) leaves the loop where
-        it was in its back-off, deep sleep included."""
-        self.spins = min(self.spins, self.spin_limit - RUNG_POLLS)
+        """A doorbell rang: a message is on its way (sent before the ring). It
+        is no activity yet: a message that needs no quick follow-up (a caller's
+        summary for the head) leaves the loop where it was in its back-off,
+        deep sleep included; a flagged loop climbs again."""
         if self.flagged:
             self.tval = 0.0   # the message may not be in MPI yet: climb again
 
-    def next_timeout(self, reply_soon: bool = True, deep: bool = True) -> float:
-        """How long the caller should block now (0 while still spinning).
-        ``reply_soon=False`` skips the warm phase: the caller knows that no
-        message it could act on sooner is due. ``deep=False`` stays at ``cap``
+    def next_timeout(self, deep: bool = True) -> float:
+        """How long the caller should block now. ``deep=False`` stays at ``cap``
         however long the quiet: a message is due some time (a task's result)."""
         self.flagged_sleep = False
-        if self.spins < self.spin_limit:
-            self.spins += 1
-            return 0.0
-        quiet = monotonic() - self.last_active
-        if reply_soon and quiet < self.warm:
-            return self.short
         if self.flagged and deep:
             self.flagged_sleep = True
             self.tval = min(self.deep_cap, max(FLAGGED_FIRST, self.tval * 2))
             return self.tval
+        quiet = monotonic() - self.last_active
         cap = self.deep_cap if deep and self.deep_after and quiet > self.deep_after else self.cap
-        self.tval = min(cap, max(self.short, self.tval * 2))
+        self.tval = min(cap, max(SLEEP_FIRST, self.tval * 2))
         return self.tval
+
+
+def loop_backoff(head: bool, rung: bool, flagged: bool) -> Backoff:
+    """The Backoff of a rank's loop: rank 0's comm thread (``head``) or a worker
+    rank's. Where every sender rings it after a pause (``rung``: the whole job
+    on its host, and a doorbell to ring) it sleeps deep after
+    DEEP_AFTER_ONE_HOST up to DEEP_CAP_ONE_HOST, otherwise after DEEP_AFTER up
+    to its role's deep cap; a cap the user set wins either way. ``flagged``:
+    every sender rings it whenever it sleeps (``comm.SleepFlags``)."""
+    if rung:
+        deep_after, deep_cap = DEEP_AFTER_ONE_HOST, DEEP_CAP_ONE_HOST
+    else:
+        deep_after, deep_cap = DEEP_AFTER, HEAD_DEEP_CAP if head else DEEP_CAP
+    cap_ms = HEAD_IDLE_POLL_MS if head else IDLE_POLL_MS
+    if cap_ms is not None:
+        deep_cap = cap_ms / 1000.0
+    return Backoff(deep_after=deep_after, deep_cap=deep_cap, flagged=flagged)
 
 
 # --- Spinner: a wait on sockets -----------------------------------------------------
@@ -249,13 +238,11 @@ class Backoff:
 #
 # Spinning takes a core from whoever else could run, so a process spins only
 # while its recent spins found something (``score``, a moving average of hits);
-# one wait in PROBE_EVERY spins anyway, to find out when it pays again. Between
-# polls it yields its core (``pause``). A task's process (``look``) also looks,
-# on one wait in LOOK_EVERY, at how many threads the machine has ready to run,
-# and does not spin while there are more than its cores (benchmarks/README.md,
-# "Stop 27" and "Stop 29", both on 2 vCPUs with more processes than cores:
-# whether either pays with a core per process is what benchmarks/mechanisms.py
-# measures).
+# one wait in PROBE_EVERY spins anyway, to find out when it pays again. A task's
+# process (``look``) also looks, on one wait in LOOK_EVERY, at how many threads
+# the machine has ready to run, and does not spin while there are more than its
+# cores (benchmarks/README.md, "Stop 29"; benchmarks/mechanisms.py measures
+# whether it pays with a core per process).
 
 #: Spin while the moving average of hits is above this.
 KEEP = 0.3
@@ -336,7 +323,6 @@ class Spinner:
                     return events
                 if time.perf_counter() > end:
                     break
-                pause()
             self.scored(False)
         return poller.poll(timeout_ms)
 

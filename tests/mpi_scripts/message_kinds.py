@@ -17,7 +17,7 @@ served = []
 class FetchServer:
     """Stands in for the MPI side of FETCH: records what it was asked to send."""
 
-    def serve(self, src, offset, size):
+    def serve(self, src, object_id, offset, size):
         served.append((src, offset, size))
 
 
@@ -128,3 +128,33 @@ for cls in (DriverContext, ExecutorContext, RankContext, LocalContext):
     missing = sorted(n for n in members if not hasattr(cls, n))
     assert not missing, f"{cls.__name__} lacks {missing}"
 print("OK contexts", sorted(members), flush=True)
+
+# Handlers that pass a message's fields on with ``*msg[1:]`` call functions whose
+# parameters (after ``self`` and the sender's rank, where there is one) are the
+# kind's field names, in order.
+import inspect
+from hpc_ray.runtime.executor import ExecutorContext
+from hpc_ray.runtime.worker import WorkerLoop
+from hpc_ray.runtime.worker_state import WorkerState
+from hpc_ray.transport.comm import Fetcher
+from hpc_ray.transport.placement import Neighbour
+
+forwarded = [
+    (m.TaskDone, Head.task_done, 1), (m.TaskFailed, Head.task_failed, 1),
+    (m.ProcessEnded, Head.process_ended, 1), (m.Submit, Head.submit, 0),
+    (m.Get, Head.remote_get, 1), (m.Wait, Head.remote_wait, 1),
+    (m.WaitNow, Head.remote_wait_now, 1), (m.Hold, Head.hold, 0),
+    (m.Release, Head.release, 0), (m.Blocked, Head.blocked, 1),
+    (m.AddLocation, Head.add_location, 0), (m.ActorReady, Head.actor_ready, 0),
+    (m.ActorDied, Head.actor_died, 0), (m.Profile, Head.add_events, 0),
+    (m.DirectDone, Head.direct_report, 0), (m.FreeBlocks, Head.free_blocks, 1),
+    (m.Returned, Head.tasks_returned, 1), (m.Fetch, Fetcher.serve, 1),
+    (m.GroupCreate, WorkerLoop.create_group, 0), (m.Steal, WorkerState.steal, 0),
+    (m.Throttle, WorkerState.throttle, 0), (m.Execute, ExecutorContext.execute, 0),
+    (m.CreateActor, ExecutorContext.create_actor_here, 0),
+    (m.RunFunction, ExecutorContext.run_function, 0), (m.CallerCpu, Neighbour.caller_at, 0),
+]
+for schema, fn, skip in forwarded:
+    params = list(inspect.signature(fn).parameters)[1 + skip:]
+    assert params == list(schema._fields[1:]), (fn.__qualname__, params, schema._fields)
+print("OK forwarded", len(forwarded), flush=True)

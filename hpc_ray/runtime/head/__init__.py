@@ -137,7 +137,7 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         for ev in events:
             self.history.event(ev)
 
-    def direct_report(self, blob: bytes) -> None:
+    def direct_report(self, summaries: bytes) -> None:
         """A caller's summaries of its direct calls (DIRECT_DONE), pickled once by
         the caller and passed on unread by its rank. They usually come in the
         same batch as the caller task's result: the head reads them once it has
@@ -145,7 +145,7 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         loop's idle rounds and before ``tasks()`` and ``timeline()`` read the
         history), not while the driver waits for that result."""
         reports = self.direct_reports
-        reports.append(blob)
+        reports.append(summaries)
         if len(reports) >= DIRECT_REPORTS_HELD:
             self.settle_direct_reports()
 
@@ -188,6 +188,17 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         self.workers[rank] = WorkerInfo(rank, node, self.host_of[rank], resources, gpu_ids,
                                         pid, pool)
         self._workers_changed()
+
+    def set_resource(self, node: int, name: str, capacity: float) -> None:
+        """``experimental.set_resource``: ``node``'s custom resource ``name`` becomes
+        ``capacity``; 0 deletes it (``NodePool.set``: what tasks and actors hold
+        stays theirs until they end). Actors waiting for room are tried again;
+        ready tasks are placed by the scheduling pass that follows every event."""
+        pool = self.pools.get(node)
+        if pool is None:
+            pool = self.pools[node] = NodePool()
+        pool.set(name, capacity)
+        self.retry_pending_actors()
 
     def worker_stopped(self, rank: int) -> None:
         """The rank sent its last message (STOPPED): it takes no more work."""
@@ -236,11 +247,11 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
 
     # --- objects --------------------------------------------------------------------
 
-    def hold(self, oids) -> None:
-        self.objects.hold(oids)
+    def hold(self, object_ids) -> None:
+        self.objects.hold(object_ids)
 
-    def release(self, oids) -> None:
-        self.objects.release(oids)
+    def release(self, object_ids) -> None:
+        self.objects.release(object_ids)
 
     def alloc(self, node: int, size: int) -> int | None:
         return self.objects.alloc(node, size)
@@ -251,8 +262,8 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         for off, size in blocks:
             self.objects.free_block(node, off, size)
 
-    def add_location(self, oid: int, rec: tuple) -> None:
-        self.objects.add_location(oid, rec)
+    def add_location(self, object_id: int, record: tuple) -> None:
+        self.objects.add_location(object_id, record)
 
     def record_for(self, oid: int, node: int) -> tuple:
         return self.objects.record_for(oid, node)
@@ -300,9 +311,9 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
 
     # --- requests from executors ----------------------------------------------------
 
-    def remote_get(self, rank: int, req: int, oids: list[int]) -> None:
-        state = [rank, req, 0, oids]
-        for oid in oids:
+    def remote_get(self, rank: int, req_id: int, object_ids: list[int]) -> None:
+        state = [rank, req_id, 0, object_ids]
+        for oid in object_ids:
             e = self.objects.entry(oid)
             if e.record is None:
                 state[2] += 1
@@ -310,7 +321,7 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         if state[2] == 0:
             self._reply_get(state)
         else:
-            self.remote_gets[(rank, req)] = state
+            self.remote_gets[(rank, req_id)] = state
 
     def _reply_get(self, state: list) -> None:
         rank, req, _, oids = state
@@ -320,11 +331,12 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         self.send(rank, (m.REPLY, req, [self.objects.record_for(o, node) if o in entries
                                         else _lost_record(o) for o in oids]))
 
-    def remote_wait(self, rank: int, req: int, oids: list[int], n: int) -> None:
-        key = (rank, req)
-        self.remote_waits[key] = (rank, req, oids, n)
+    def remote_wait(self, rank: int, req_id: int, object_ids: list[int],
+                    num_returns: int) -> None:
+        key = (rank, req_id)
+        self.remote_waits[key] = (rank, req_id, object_ids, num_returns)
         if not self._check_remote_wait(key):
-            for oid in oids:
+            for oid in object_ids:
                 e = self.objects.entry(oid)
                 if e.record is None:
                     e.waiters.append(("wait", key))
@@ -349,9 +361,9 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
             if e is not None and e.waiters:
                 e.waiters = [w for w in e.waiters if w[1] != key]
 
-    def remote_wait_now(self, rank: int, req: int) -> None:
-        if (rank, req) in self.remote_waits:
-            self._check_remote_wait((rank, req), force=True)
+    def remote_wait_now(self, rank: int, req_id: int) -> None:
+        if (rank, req_id) in self.remote_waits:
+            self._check_remote_wait((rank, req_id), force=True)
 
     def _cancel_requests(self, rank: int, reqs) -> None:
         """Forget the gets, waits and group joins a gone process of ``rank`` had
@@ -383,8 +395,8 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         if w is not None:
             w.blocked += delta
 
-    def process_ended(self, rank: int, pid: int, holds, blocks, reqs, lent: int,
-                      tids, exitcode: int | None, actor_id: int | None) -> None:
+    def process_ended(self, rank: int, pid: int, holds, blocks, requests, lent: int,
+                      task_ids, exitcode: int | None, actor_id: int | None) -> None:
         """A process of ``rank`` (an executor) is gone: end, in this one transition,
         everything it had started here. Its pending gets and waits are forgotten
         (before its holds go: they may name objects only it held), the CPUs it
@@ -392,12 +404,12 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         the store blocks it never sealed are freed; then its actor dies.
         ``exitcode`` None: it ended cleanly (retired, or its actor was killed),
         and nothing it ran is lost."""
-        if reqs:
-            self._cancel_requests(rank, reqs)
+        if requests:
+            self._cancel_requests(rank, requests)
         if lent:
             self.blocked(rank, -lent)
         if exitcode is not None:
-            self.worker_crashed(rank, tids, exitcode, pid, None)
+            self.worker_crashed(rank, task_ids, exitcode, pid, None)
         if holds:
             self.objects.release(holds)
         if blocks:
@@ -415,18 +427,21 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
                         f"rank {src} and carried on without it; the head's traceback:\n{tb}")
         try:
             if kind in (m.TASK_DONE, m.TASK_FAILED):
-                task = self.tasks.get(msg[1])
+                _, task_id = msg[:2]
+                task = self.tasks.get(task_id)
                 if task is not None:
                     self._fail_task(task, (ERROR, dumps(err)))
             elif kind == m.SUBMIT:
-                task = self.tasks.get(msg[1][m.T_ID])
+                _, spec = msg
+                task = self.tasks.get(spec[m.T_ID])
                 if task is not None:
                     self._fail_task(task, (ERROR, dumps(err)))
                 else:
-                    self._fail_task_now(msg[1], err)
+                    self._fail_task_now(spec, err)
             elif kind in (m.GET, m.WAIT, m.ALLOC, m.CONTROL_CALL):
-                self._cancel_requests(src, (msg[1],))
-                self.send(src, (m.REPLY, msg[1], _failed_reply(kind, msg, err,
+                _, req_id = msg[:2]
+                self._cancel_requests(src, (req_id,))
+                self.send(src, (m.REPLY, req_id, _failed_reply(kind, msg, err,
                                                                self.node_of[src],
                                                                self.store_size)))
         except Exception:
@@ -489,7 +504,8 @@ def _failed_reply(kind: int, msg: tuple, err: Exception, node: int, store_size: 
     """A reply that makes the asking process raise ``err`` (or go on, for a wait)."""
     rec = (ERROR, dumps(err))
     if kind == m.GET:
-        return [rec for _ in msg[2]]
+        _, req_id, object_ids = msg
+        return [rec for _ in object_ids]
     if kind == m.WAIT:
         return []
     if kind == m.ALLOC:

@@ -48,12 +48,29 @@ class NodePool:
                 self.total[k] = v
                 self.avail[k] = self.avail.get(k, 0) + extra
 
+    def set(self, name: str, capacity: float) -> None:
+        """The node's ``name`` becomes ``capacity`` (0: it has none).
+
+        What running tasks and actors hold stays theirs: after a shrink below
+        that, ``avail`` is negative (nothing more is placed) and rises as they
+        give it back, so the capacity shrinks as they release it.
+        """
+        held = self.total.get(name, 0) - self.avail.get(name, 0)
+        if capacity:
+            self.total[name] = capacity
+        else:
+            self.total.pop(name, None)
+        if capacity or held:
+            self.avail[name] = capacity - held
+        else:
+            self.avail.pop(name, None)
+
 
 class WorkerInfo:
     __slots__ = ("rank", "node", "host", "total", "avail", "gpu_free", "inflight",
                  "blocked", "prefetch", "actors", "alive", "known_fns", "pid",
                  "steal_pending", "refill", "pool", "actor_cpus", "hosting", "lending",
-                 "tiny_inflight", "tiny_at")
+                 "tiny_inflight", "tiny_at", "fractions")
 
     def __init__(self, rank: int, node: int, host: str, resources: dict,
                  gpu_ids: list[int], pid: int, pool: NodePool | None = None) -> None:
@@ -70,6 +87,9 @@ class WorkerInfo:
         #: The node's GPU ids: id -> the fraction of it not held (``NodePool``).
         self.gpu_free = self.pool.gpu_free
         self.inflight = 0                     #: CPU tasks sent and not finished
+        #: Tasks holding a fraction of a CPU sent and not finished (not in
+        #: ``inflight``: see ``scheduler.in_cpu_queue``).
+        self.fractions = 0
         self.blocked = 0                      #: executors blocked in get()
         self.prefetch = 1                     #: extra tasks queued beyond CPUs
         self.actors = 0                       #: actors placed here
@@ -184,24 +204,6 @@ class Placement:
         if not self.ready.count:
             self._rebalance(workers)
 
-    def cpus_all_running(self) -> bool:
-        """Whether every worker's CPUs run tasks and no executor is blocked in
-        get: then no message the head could receive soon would start work
-        sooner (``HeadLoop`` skips its warm polling; ``WorkerState.cpus_all_running``
-        is the rank's side). A worker whose CPUs its actors hold counts as not
-        running tasks: calls to those actors may come through the head (in-rank
-        actors always do). O(workers): called once per burst of activity."""
-        workers = list(self.workers.values())
-        if not workers:
-            return False
-        for w in workers:
-            if not w.alive:
-                continue
-            cpus = scheduler.task_cpus(w)
-            if cpus <= 0 or w.blocked or w.lending or w.hosting or w.inflight < cpus:
-                return False
-        return True
-
     def _picker(self, workers: list):
         """``pick(task)`` for one scheduling pass.
 
@@ -268,8 +270,10 @@ class Placement:
         others back while another rank idles. Only tasks still in a worker
         rank's own queue come back (not those an executor already holds).
         """
+        # (A rank running fractions of a CPU takes whole ones only when free: it
+        # asks for none back.)
         spare = [w for w in workers if w.inflight < scheduler.task_cpus(w) + w.blocked
-                 and not w.hosting and not w.lending]
+                 and not w.hosting and not w.lending and not w.fractions]
         crowded = self.crowded_nodes
         now = time.monotonic() if crowded else 0.0
         for idle in spare:
@@ -308,7 +312,8 @@ class Placement:
         have = scheduler.largest_worker(self.workers.values())
         warnings.warn(f"{what} needs {resources}, but no worker rank has {until} "
                       f"(largest: {have}); it stays pending until it fits. Pass resources "
-                      f"to init() or start ranks with more CPUs/GPUs.", stacklevel=2)
+                      f"to init(), create them with experimental.set_resource(), or start "
+                      f"ranks with more CPUs/GPUs.", stacklevel=2)
 
     def _wire(self, spec: list, w: WorkerInfo, gpu_ids: list[int], resources: dict) -> list:
         """The spec as sent to ``w``: function shipped once per rank, deps resolved."""
@@ -332,13 +337,18 @@ class Placement:
         task.attempts += 1
         task.placed = True
         task.gpu_ids = hold(w, task.resources, task.lenders)
-        if task.resources.get("CPU"):
-            # A num_cpus=0 task runs beside the rank's CPUs (worker.py: an extra
-            # executor), so it takes no place in the rank's CPU queue.
+        # Only a task of one CPU or more takes a place in the rank's CPU queue: a
+        # num_cpus=0 task, or one of a fraction of a CPU (counted in
+        # ``w.fractions``), runs beside it (worker_state.no_cpu: an extra executor).
+        if scheduler.in_cpu_queue(task.resources):
             w.inflight += 1
             if task.tiny:
                 w.tiny_inflight += 1
                 w.tiny_at = time.monotonic()
+        else:
+            task.tiny = False
+            if task.resources.get("CPU"):
+                w.fractions += 1
         self.send(w.rank, (m.EXECUTE, self._wire(task.spec, w, task.gpu_ids, task.resources)))
 
     def _unplace(self, task: TaskEntry) -> None:
@@ -353,11 +363,13 @@ class Placement:
             return
         w = self.workers.get(task.rank)
         if w is not None:
-            if task.resources.get("CPU"):
+            if scheduler.in_cpu_queue(task.resources):
                 w.inflight -= 1
                 if task.tiny:
                     w.tiny_inflight -= 1
                     w.tiny_at = time.monotonic()
+            elif task.resources.get("CPU"):
+                w.fractions -= 1
             give_back(w, task.resources, task.gpu_ids, task.lenders)
             if not w.refill and scheduler.low_water(w):
                 w.refill = True

@@ -42,6 +42,8 @@ PENDING, READY, RUNNING, FINISHED, FAILED = (TaskState.PENDING, TaskState.READY,
                                              TaskState.RUNNING, TaskState.FINISHED,
                                              TaskState.FAILED)
 TERMINAL = frozenset((FINISHED, FAILED))
+#: Resources only the ranks' start-up gives (``experimental.set_resource`` refuses them).
+_FIXED = frozenset(("CPU", "GPU"))
 #: Functions whose tasks' times the head keeps at most (``TaskLifecycle.is_tiny``).
 MAX_TIMED_FUNCTIONS = 4096
 
@@ -201,11 +203,15 @@ class TaskLifecycle:
             self._set_task_state(task, READY)
 
     def _feasible(self, shape, resources: dict) -> bool:
-        """Whether some worker rank could ever hold ``resources`` (cached per shape;
-        the cache is dropped when ranks come or go)."""
+        """Whether some worker rank could ever hold the CPUs and GPUs of ``resources``
+        (cached per shape; the cache is dropped when ranks come or go). Custom
+        resources are left out: ``experimental.set_resource`` may create them
+        later, so a task that needs more than any node has waits for them, with a
+        warning, as in Ray (``Placement._blocked``)."""
         known = self.feasible_shapes.get(shape)
         if known is None:
-            known = not self._alive or scheduler.feasible_anywhere(self._alive, resources)
+            fixed = {k: v for k, v in resources.items() if k in _FIXED}
+            known = not self._alive or scheduler.feasible_anywhere(self._alive, fixed)
             self.feasible_shapes[shape] = known
         return known
 
@@ -230,13 +236,13 @@ class TaskLifecycle:
             self.objects.hold(contained)
         self._fail_task(task, (ERROR, dumps(err)))
 
-    def task_done(self, rank: int, tid: int, results: list, contained: list,
-                  t0: float, t1: float, pid: int) -> None:
-        task = self.tasks.get(tid)
+    def task_done(self, rank: int, task_id: int, results: list, contained: list,
+                  t_start: float, t_end: float, pid: int) -> None:
+        task = self.tasks.get(task_id)
         if task is None or task.state is not RUNNING:
             self._drop_results(rank, results)
             return
-        self._finish(task, t0, t1, pid)
+        self._finish(task, t_start, t_end, pid)
         for oid, rec in zip(task.spec[m.T_RETURNS], results):
             self.put_object(oid, rec, contained)
             contained = None  # the contained refs are held once, by the first return
@@ -248,14 +254,14 @@ class TaskLifecycle:
             if rec[0] == SHM:
                 self.objects.free_block(rec[1], rec[2], rec[3])
 
-    def task_failed(self, rank: int, tid: int, err: tuple, t0: float, t1: float,
-                    pid: int) -> None:
-        task = self.tasks.get(tid)
+    def task_failed(self, rank: int, task_id: int, error: tuple, t_start: float,
+                    t_end: float, pid: int) -> None:
+        task = self.tasks.get(task_id)
         if task is None or task.state is not RUNNING:
             return
-        self._finish(task, t0, t1, pid)
-        self._error_signal(task, err)
-        self._fail_task(task, err)
+        self._finish(task, t_start, t_end, pid)
+        self._error_signal(task, error)
+        self._fail_task(task, error)
 
     def _finish(self, task: TaskEntry, t0: float, t1: float, pid: int) -> None:
         task.t_start, task.t_end, task.pid = t0, t1, pid
@@ -321,12 +327,12 @@ class TaskLifecycle:
             self.actor_died(actor_id, f"its process (pid {pid}) died with "
                             f"{describe_exit(exitcode)}", allow_restart=True)
 
-    def tasks_returned(self, rank: int, tids: list[int]) -> None:
+    def tasks_returned(self, rank: int, task_ids: list[int]) -> None:
         """Answer to STEAL: these tasks never started on ``rank``; queue them first."""
         w = self.workers.get(rank)
         if w is not None:
             w.steal_pending = False
-        for tid in reversed(tids):
+        for tid in reversed(task_ids):
             task = self.tasks.get(tid)
             if task is None or task.state is not RUNNING or task.rank != rank:
                 continue

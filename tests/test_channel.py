@@ -1,4 +1,4 @@
-"""Framing on non-blocking sockets (``transport/frames.py``): a frame written in
+"""Framing on non-blocking sockets (``transport/channel.py``): a frame written in
 one ``writev``, or in pieces when the socket is full; frames read whole, several
 per read, or split across reads. Real socketpairs."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from hpc_ray.transport.frames import read_frames, write_frame, write_pending
+from hpc_ray.transport.channel import Channel, read_frames, write_frame, write_pending
 
 
 def pair():
@@ -86,3 +86,30 @@ def test_a_closed_peer_reads_as_none_and_fails_writes():
         assert read_frames(d.fileno(), bytearray()) is None
     finally:
         d.close()
+
+
+def test_a_channel_carries_message_batches_and_says_when_it_is_backed_up():
+    """Two ends of a socketpair as two Channels: batches of messages arrive whole
+    and in order; a writer whose reader does not read is backed up past
+    OUTBUF_HIGH, and drained once the reader has taken enough."""
+    a, b = pair()
+    left, right = Channel(a), Channel(b)
+    try:
+        assert left.send([(1, "x")]) and left.send([(2, "y"), (3, b"z")])
+        assert right.read() == [[(1, "x")], [(2, "y"), (3, b"z")]]
+        big = [(4, b"\0" * (256 << 10))]
+        sent = 0
+        while not left.backed_up():
+            assert left.send(big)
+            sent += 1
+        assert not left.drained()
+        got = []
+        while len(got) < sent:
+            got += right.read() or []
+            left.write_some()
+        assert got == [big] * sent and left.drained() and not left.outbuf
+        right.close()
+        assert left.read() is None            # the reader closed: EOF here
+    finally:
+        left.close()
+        right.close()

@@ -1,21 +1,43 @@
-"""multiprocessing.connection's framing, parsed from a non-blocking socket's bytes.
+"""One end of a byte-stream link between two processes of a host: ``Channel``.
 
-A frame is a 4-byte big-endian length and that many bytes, or, for 2 GiB and
-more, -1 then an 8-byte length. Both the rank's executor sockets and the
-driver's direct channels (``direct.py``) are read and written this way, through
-non-blocking buffers (``add_frame``/``write_pending``, ``read_available``/
-``split_frames``).
+Every link a loop reads and writes without blocking is a ``Channel``:
+
+    rank (WorkerLoop) ◀── socketpair ──▶ its executor         executor_procs.ExecutorProc
+    driver (HeadLoop) ◀── Unix socket ─▶ an actor's executor  direct.accept
+    caller            ◀── Unix socket ─▶ an actor's executor  peer_calls.Link, peer_server
+
+The executor's own ends of its rank's socket and of the driver's channel block
+(the executor has nothing else to do while it waits to write); they are
+``multiprocessing.connection.Connection`` objects, which speak the same framing.
+
+Framing is multiprocessing.connection's: a 4-byte big-endian length and that
+many bytes, or, for 2 GiB and more, -1 then an 8-byte length. A frame holds one
+pickled list of messages. A channel's writes never block: what the socket did
+not take waits in ``outbuf`` and goes out with ``write_some`` when the loop sees
+the socket writable. The limits that keep one link from flooding its reader
+(``READ_CHUNK``, ``FAIR_READ``, ``OUTBUF_HIGH``) are here, for every link.
 """
 from __future__ import annotations
 
 import os
+import pickle
+import socket
 import struct
 import threading
+
+from . import messages as m
+from .serialization import loads
 
 #: Most bytes taken off a socket per read. Each reading thread reads into one
 #: buffer of this size, kept: ``os.read(fd, 1 MiB)`` allocates and frees a
 #: 1 MiB object every call, 27 us against 5 us here for a 200-byte message.
 READ_CHUNK = 1 << 20
+#: Most bytes an actor reads from one caller at a time (a few hundred small
+#: calls): a flooding caller's calls do not queue far ahead of the others'.
+FAIR_READ = 64 << 10
+#: Bytes waiting in a channel's ``outbuf`` past which its writer waits for the
+#: reader (``backed_up``) before it queues more, down to half of it (``drained``).
+OUTBUF_HIGH = 1 << 20
 _local = threading.local()
 
 
@@ -138,3 +160,63 @@ def split_frames(buf: bytearray) -> list[bytes]:
         pos += head + n
     del buf[:pos]
     return frames
+
+
+# --- the channel ----------------------------------------------------------------------
+
+
+class Channel:
+    """One non-blocking end of a link: frames out through ``outbuf``, frames in
+    through ``inbuf``. ``sock`` is kept to be closed with the channel (None when
+    the caller owns the file descriptor's object)."""
+
+    __slots__ = ("sock", "fd", "inbuf", "outbuf", "actor_id", "pid", "rank")
+
+    def __init__(self, sock: socket.socket | None, fd: int | None = None) -> None:
+        self.sock = sock
+        self.fd = sock.fileno() if fd is None else fd
+        os.set_blocking(self.fd, False)
+        self.inbuf = bytearray()
+        self.outbuf = bytearray()
+        #: The process at the other end, once the link says (a DIRECT_HELLO).
+        self.actor_id: int | None = None
+        self.pid = 0
+        self.rank = -1
+
+    def send(self, msgs: list) -> bool:
+        """Queue ``msgs`` as one frame and write what the socket takes; False if
+        the peer is gone."""
+        return write_frame(self.fd, self.outbuf, pickle.dumps(msgs, protocol=5))
+
+    def write_some(self) -> None:
+        write_pending(self.fd, self.outbuf)
+
+    def backed_up(self) -> bool:
+        return len(self.outbuf) > OUTBUF_HIGH
+
+    def drained(self) -> bool:
+        return len(self.outbuf) <= OUTBUF_HIGH // 2
+
+    def read_frames(self, limit: int = READ_CHUNK) -> list | None:
+        """The frames that came whole (``read_frames``: a lone frame is a view of
+        this thread's read buffer, valid until its next read); None at EOF."""
+        return read_frames(self.fd, self.inbuf, limit)
+
+    def read(self, limit: int = READ_CHUNK, who: str = "") -> list[list] | None:
+        """The batches of messages that came whole, reading at most ``limit``
+        bytes; None at EOF. ``who`` names the link in schema errors."""
+        got = read_frames(self.fd, self.inbuf, limit)
+        if got is None:
+            return None
+        out = [loads(frame) for frame in got]
+        if m.CHECKING:
+            for msgs in out:
+                m.check_all(msgs, who or f"a channel from pid {self.pid}")
+        return out
+
+    def close(self) -> None:
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
