@@ -13,8 +13,9 @@ transfers). Normally that is the comm thread. A user thread waiting in
 meanwhile ``driver_polling`` tells the comm thread to stay idle, and when the
 waiter gives up polling it wakes the comm thread. That one lock is the whole
 hand-over: no other code on rank 0 calls MPI, except ``MPI_Abort`` when
-shutdown cannot reach the workers or a node is lost. MPI sees serialized calls from several
-threads (``MPI_THREAD_SERIALIZED`` use; mpi4py asks for ``MPI_THREAD_MULTIPLE``).
+shutdown cannot reach the workers or a node is lost (``node_watch``). MPI sees
+serialized calls from several threads (``MPI_THREAD_SERIALIZED`` use; mpi4py
+asks for ``MPI_THREAD_MULTIPLE``).
 ``tests/mpi_scripts/driver_threads.py`` hammers it from many user threads.
 
 A handler that raises on one message fails what that message concerns and the
