@@ -1,0 +1,155 @@
+"""Collectives of ordinary actors whose group spans nodes: through the store
+inside each node, over MPI between one leader per node.
+
+A node's leader is its first member (lowest index in the group). An allreduce:
+
+    every member of node X:  reduce into X's leader through X's store
+                             (``collective_shm.ShmGroup``, X's members only)
+    X's leader ── COLLECTIVE_OP(group, "leaders:allreduce", CROSS_MEMORY, ...) ──▶ its rank
+                             the rank: Allreduce on the leaders' communicator
+                             (one rank per node, ``collective_ops.rank_setup``)
+    ◀── REPLY ──
+    every member of node X:  broadcast from X's leader through X's store
+
+so only the leaders' ranks make MPI calls, one per operation. Broadcast and
+barrier take the same three steps; reduce and allgather go through every
+member's rank (``collective_buffers``), on the group's own communicator.
+
+The route is decided from the setup allgather of every member's (node, block,
+pid, token) by ``plan``, the same way on every member and on every member's
+rank: every member lent a store block, the members are on two nodes or more,
+and some node holds two members or more; ``HPC_RAY_COLLECTIVE_NODES=0`` turns
+it off (such groups then go through every member's rank).
+
+A dead member is reported as on the other routes: the members of its node see
+it in the store (its pid or its token is gone), and its node's leader posts a
+"gone" header on the leaders' communicator naming it (``leaders:abandon``; its
+rank does so if the leader itself died), so that the other leaders' next
+operation fails with a RayError naming the member. A member that fails writes
+the dead member's index into its store header, so that the members of its node
+waiting for it fail with the same error instead of waiting.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..exceptions import RayError
+from ..transport import messages as m
+from . import collective_buffers
+from .collective_shm import _UFUNCS, ShmGroup
+
+#: Prefix of the COLLECTIVE_OP operations a leader's rank runs on the leaders'
+#: communicator.
+LEADERS = "leaders:"
+
+
+def plan(peers: list) -> list[list[int]] | None:
+    """Member indices by node, nodes in order of their first member (whose
+    first member leads it); None where the group does not take this route."""
+    from .. import _config
+    if not _config.os_environ_get("COLLECTIVE_NODES", 1, int):
+        return None
+    if any(p[1] is None for p in peers):
+        return None
+    nodes: dict = {}
+    for i, p in enumerate(peers):
+        nodes.setdefault(p[0], []).append(i)
+    if len(nodes) < 2 or all(len(members) == 1 for members in nodes.values()):
+        return None
+    return list(nodes.values())
+
+
+class NodesGroup:
+    """This member's view of a group run through each node's store and its leaders."""
+
+    #: The operations this route runs; the others go through every member's rank.
+    OPS = ("allreduce", "broadcast", "barrier")
+
+    def __init__(self, ctx, name: str, block, token: int, me: int, peers: list,
+                 nodes: list[list[int]]) -> None:
+        self.ctx = ctx
+        self.name = name
+        self.block = block          # keeps this member's store block lent
+        self.me = me
+        self.size = len(peers)
+        self.nodes = nodes
+        self.node = next(k for k, members in enumerate(nodes) if me in members)
+        mine = nodes[self.node]
+        self.leader = mine[0] == me
+        self.local = ShmGroup(ctx, name, block, token, mine.index(me),
+                              [peers[i] for i in mine], members=mine) \
+            if len(mine) > 1 else None
+        self.broken: str | None = None
+
+    def run(self, op: str, arr: np.ndarray, reduce_op: str = "sum", root: int = 0) -> None:
+        """``op`` on ``arr`` (C-contiguous, writable), in place, with the other members."""
+        if self.broken is not None:
+            raise RayError(self.broken)
+        if reduce_op not in _UFUNCS:
+            raise ValueError(f"unknown reduce op {reduce_op!r} (valid: {list(_UFUNCS)})")
+        if op == "broadcast" and not 0 <= root < self.size:
+            raise ValueError(f"{op} root must be in 0..{self.size - 1}, got {root!r}")
+        try:
+            if op == "allreduce":
+                self._allreduce(arr, reduce_op)
+            elif op == "broadcast":
+                self._broadcast(arr, root)
+            elif op == "barrier":
+                self._local("barrier", arr)
+                self._leaders("barrier", arr, {})
+                self._local("barrier", arr)
+            else:
+                raise ValueError(f"unknown collective {op!r}")
+        except RayError as exc:
+            self._fail(exc)
+            raise
+
+    def _allreduce(self, arr: np.ndarray, reduce_op: str) -> None:
+        step = "sum" if reduce_op == "mean" else reduce_op
+        self._local("reduce", arr, reduce_op=step, root=0)
+        self._leaders("allreduce", arr, {"reduce_op": step})
+        self._local("broadcast", arr, root=0)
+        if reduce_op == "mean":
+            if np.issubdtype(arr.dtype, np.integer):
+                arr //= self.size
+            else:
+                arr /= self.size
+
+    def _broadcast(self, arr: np.ndarray, root: int) -> None:
+        source = next(k for k, members in enumerate(self.nodes) if root in members)
+        if self.node == source:
+            self._local("broadcast", arr, root=self.nodes[source].index(root))
+        self._leaders("broadcast", arr, {"root": source})
+        if self.node != source:
+            self._local("broadcast", arr, root=0)
+
+    def _local(self, op: str, arr: np.ndarray, **kw) -> None:
+        if self.local is not None:
+            self.local.run(op, arr if op != "barrier" else np.empty(0), **kw)
+
+    def _leaders(self, op: str, arr: np.ndarray, kw: dict) -> None:
+        """The leaders' MPI step, run by this leader's rank (nothing on the others)."""
+        if not self.leader:
+            return
+        if op == "barrier":
+            self._request("barrier", ())
+        else:
+            collective_buffers.run(self.ctx, self.name, LEADERS + op, arr, kw)
+
+    def _request(self, op: str, args: tuple):
+        ok, result = self.ctx._request(m.COLLECTIVE_OP, self.name, LEADERS + op, args)
+        if not ok:
+            raise result
+        return result
+
+    def _fail(self, exc: RayError) -> None:
+        """Break the group here, tell this node's members waiting on this one and,
+        from a leader, the other leaders (its rank does nothing if it knows already)."""
+        self.broken = str(exc)
+        dead = getattr(exc, "members", None) or []
+        if self.local is not None and self.local.dead is not None:
+            dead = [self.local.dead]
+        if self.local is not None:
+            self.local.break_off(dead[0] if dead else self.me)
+        if self.leader:
+            self._request("abandon", (self.broken, dead[0] if dead else self.me))

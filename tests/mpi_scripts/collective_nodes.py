@@ -1,0 +1,165 @@
+"""Collectives of ordinary actors in a group spanning two nodes (run on two fake
+hosts: the driver and two workers on one, two workers on the other).
+
+Each node's members reduce through their node's store and only one leader per
+node runs MPI: the script reports every member's node, the MPI collectives its
+rank ran for the group, and whether SUM, MEAN, MAX (numpy, several MB in
+chunks), a torch CPU tensor, broadcast from a member of either node, barrier,
+reduce and allgather give numpy's answer. Then a member dies while the others
+wait: every survivor, on both nodes, gets a RayError naming it, and the
+survivors form a new group that works.
+
+Usage: collective_nodes.py [--torch]
+"""
+import faulthandler, os, sys
+faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
+
+import numpy as np
+from _harness import NUM_WORKERS, check, init_kwargs, ok, report, section
+
+import hpc_ray as ray
+from hpc_ray import collective as col
+
+W = NUM_WORKERS
+TORCH = "--torch" in sys.argv
+
+ray.init(**init_kwargs())
+
+
+@ray.remote(num_cpus=1)
+class Member:
+    def where(self):
+        from hpc_ray.runtime import context
+        ctx = context.current()
+        return ctx.node, ctx.rank
+
+    def join(self, world_size, rank, group):
+        col.init_collective_group(world_size, rank, group_name=group)
+        return col.get_rank(group)
+
+    def route(self, group):
+        from hpc_ray.runtime import context
+        return type(context.current().collective_groups.get(group)).__name__
+
+    def mpi_calls(self, group):
+        """The MPI collectives this member's rank ran for ``group`` (header exchanges aside)."""
+        return col._executor_op(col._ctx(), group, "mpi_calls")
+
+    def reduce_all(self, group, n):
+        """SUM, MEAN and MAX of n-element arrays; this member's results."""
+        rank = col.get_rank(group)
+        a = np.arange(n, dtype=np.float64) * (rank + 1)
+        col.allreduce(a, group)
+        m = np.full(n, float(rank + 1), np.float32)
+        col.allreduce(m, group, col.ReduceOp.MEAN)
+        x = (np.arange(n) % 5 + rank).astype(np.int64)
+        col.allreduce(x, group, col.ReduceOp.MAX)
+        return rank, a, m, x
+
+    def torch_sum(self, group):
+        import torch
+        t = torch.full((1000,), float(col.get_rank(group) + 1))
+        col.allreduce(t, group)
+        return t.numpy().copy()
+
+    def others(self, group, root):
+        """broadcast from ``root``, barrier, reduce into 0 and allgather."""
+        rank = col.get_rank(group)
+        size = col.get_collective_group_size(group)
+        b = np.full(1 << 18, float(rank))
+        col.broadcast(b, root, group)
+        col.barrier(group)
+        r = np.full(10, rank + 1.0)
+        col.reduce(r, 0, group)
+        parts = [np.empty(3) for _ in range(size)]
+        col.allgather(parts, np.full(3, rank * 10.0), group)
+        return rank, float(b.min()), float(b.max()), r.tolist(), np.stack(parts).tolist()
+
+    def allreduce(self, group, value=1.0):
+        """One allreduce; the error's type and text if it fails."""
+        try:
+            a = np.full(4, value)
+            col.allreduce(a, group)
+            return a.tolist()
+        except Exception as exc:
+            return type(exc).__name__, str(exc)
+
+    def die(self):
+        os._exit(1)
+
+    def leave(self, group):
+        col.destroy_collective_group(group)
+        return col.is_group_initialized(group)
+
+
+actors = [Member.remote() for _ in range(W)]
+places = ray.get([a.where.remote() for a in actors])
+report("places", places)
+# Group order alternates the nodes (members 0, 2, ... on one, 1, 3, ... on the
+# other), so that a node's members are not neighbours in the group.
+by_node = {}
+for a, (node, _rank) in zip(actors, places):
+    by_node.setdefault(node, []).append(a)
+columns = list(by_node.values())
+members = [col_[i] for i in range(max(map(len, columns))) for col_ in columns if i < len(col_)]
+node_of = [next(n for n, c in by_node.items() if a in c) for a in members]
+report("member_nodes", node_of)
+check(sorted(ray.get([a.join.remote(W, i, "g") for i, a in enumerate(members)])) ==
+      list(range(W)))
+
+N_OPS = 3
+with section("allreduce across nodes"):
+    for n in (1000, 3 << 19):                   # 8 KB, then 12 MB (chunks of the blocks)
+        got = ray.get([a.reduce_all.remote("g", n) for a in members])
+        total = sum(range(1, W + 1))
+        want_max = (np.arange(n) % 5 + W - 1).astype(np.int64)
+        for rank, a, m, x in got:
+            check(np.array_equal(a, np.arange(n, dtype=np.float64) * total), f"sum {n} {rank}")
+            check(m.dtype == np.float32 and np.allclose(m, total / W), f"mean {n} {rank}")
+            check(np.array_equal(x, want_max), f"max {n} {rank}")
+    report("allreduce", "ok")
+report("routes", ray.get([a.route.remote("g") for a in members]))
+# Two sizes, three allreduces each: only the first member of each node (0, 1) has
+# its rank run MPI, once per operation.
+report("mpi_calls", ray.get([a.mpi_calls.remote("g") for a in members]))
+report("ops_per_member", 2 * N_OPS)
+
+if TORCH:
+    with section("a torch CPU tensor"):
+        got = ray.get([a.torch_sum.remote("g") for a in members])
+        check(all(np.array_equal(t, np.full(1000, float(total))) for t in got), "torch sum")
+        report("torch", "ok")
+
+with section("broadcast, barrier, reduce, allgather"):
+    for root in (0, W - 1):
+        got = ray.get([a.others.remote("g", root) for a in members])
+        for rank, lo, hi, r, parts in got:
+            check(lo == hi == root, f"broadcast from {root} on {rank}: {lo}..{hi}")
+            check(r == [float(total if rank == 0 else rank + 1)] * 10, f"reduce {rank}: {r}")
+            check(parts == [[i * 10.0] * 3 for i in range(W)], f"allgather {rank}: {parts}")
+    report("others", "ok")
+
+with section("a member dies while the others wait"):
+    victim = W - 1                              # not its node's first member
+    rest = [a for i, a in enumerate(members) if i != victim]
+    waiting = [a.allreduce.remote("g") for a in rest]
+    ready, _ = ray.wait(waiting, timeout=0.5)
+    check(not ready, "the others did not wait for the victim")
+    members[victim].die.remote()
+    errs = ray.get(waiting)
+    report("died_errors", [e[0] if isinstance(e, tuple) else e for e in errs])
+    for e in errs:
+        check(isinstance(e, tuple) and e[0] == "RayError" and f"member(s) [{victim}]" in e[1]
+              and "'g'" in e[1] and "destroy" in e[1], f"after the death: {e}")
+    errs = ray.get([a.allreduce.remote("g") for a in rest])
+    check(all(isinstance(e, tuple) and e[0] == "RayError" for e in errs), f"again: {errs}")
+    check(ray.get([a.leave.remote("g") for a in rest]) == [False] * len(rest))
+    check(sorted(ray.get([a.join.remote(len(rest), i, "g2") for i, a in enumerate(rest)]))
+          == list(range(len(rest))))
+    got = ray.get([a.allreduce.remote("g2", 2.0) for a in rest])
+    check(got == [[2.0 * len(rest)] * 4] * len(rest), f"after the death: {got}")
+    report("survivors_route", ray.get([a.route.remote("g2") for a in rest]))
+    ray.get([a.leave.remote("g2") for a in rest])
+
+ray.shutdown()
+ok("collective_nodes")
