@@ -5,9 +5,9 @@ Each node's members reduce through their node's store and only one leader per
 node runs MPI: the script reports every member's node, the MPI collectives its
 rank ran for the group, and whether SUM, MEAN, MAX (numpy, several MB in
 chunks), a torch CPU tensor, broadcast from a member of either node, barrier,
-reduce and allgather give numpy's answer. Then a member dies while the others
-wait: every survivor, on both nodes, gets a RayError naming it, and the
-survivors form a new group that works.
+reduce and allgather give numpy's answer. Then a node's leader, and later a
+member that leads nothing, dies while the others wait: every survivor, on both
+nodes, gets a RayError naming it, and the survivors form a new group that works.
 
 Usage: collective_nodes.py [--torch]
 """
@@ -139,27 +139,39 @@ with section("broadcast, barrier, reduce, allgather"):
             check(parts == [[i * 10.0] * 3 for i in range(W)], f"allgather {rank}: {parts}")
     report("others", "ok")
 
-with section("a member dies while the others wait"):
-    victim = W - 1                              # not its node's first member
+def expect_death(group, members, victim):
+    """``members[victim]`` dies while the others wait in an allreduce of ``group``:
+    every survivor gets a RayError naming it; they form a new group and return it."""
     rest = [a for i, a in enumerate(members) if i != victim]
-    waiting = [a.allreduce.remote("g") for a in rest]
+    waiting = [a.allreduce.remote(group) for a in rest]
     ready, _ = ray.wait(waiting, timeout=0.5)
     check(not ready, "the others did not wait for the victim")
     members[victim].die.remote()
     errs = ray.get(waiting)
-    report("died_errors", [e[0] if isinstance(e, tuple) else e for e in errs])
     for e in errs:
         check(isinstance(e, tuple) and e[0] == "RayError" and f"member(s) [{victim}]" in e[1]
-              and "'g'" in e[1] and "destroy" in e[1], f"after the death: {e}")
-    errs = ray.get([a.allreduce.remote("g") for a in rest])
+              and repr(group) in e[1] and "destroy" in e[1], f"after the death: {e}")
+    errs = ray.get([a.allreduce.remote(group) for a in rest])
     check(all(isinstance(e, tuple) and e[0] == "RayError" for e in errs), f"again: {errs}")
-    check(ray.get([a.leave.remote("g") for a in rest]) == [False] * len(rest))
-    check(sorted(ray.get([a.join.remote(len(rest), i, "g2") for i, a in enumerate(rest)]))
+    check(ray.get([a.leave.remote(group) for a in rest]) == [False] * len(rest))
+    new = group + "+"
+    check(sorted(ray.get([a.join.remote(len(rest), i, new) for i, a in enumerate(rest)]))
           == list(range(len(rest))))
-    got = ray.get([a.allreduce.remote("g2", 2.0) for a in rest])
+    got = ray.get([a.allreduce.remote(new, 2.0) for a in rest])
     check(got == [[2.0 * len(rest)] * 4] * len(rest), f"after the death: {got}")
-    report("survivors_route", ray.get([a.route.remote("g2") for a in rest]))
-    ray.get([a.leave.remote("g2") for a in rest])
+    return new, rest
+
+
+with section("members die while the others wait"):
+    # Member 1 leads the second node, where member 3 is; in the group of the
+    # three left, member 1 (the first node's second) is not a leader.
+    group, left = "g", members
+    for victim in (1, 1):
+        routes = ray.get([a.route.remote(group) for a in left])
+        group, left = expect_death(group, left, victim)
+        report(f"died_{len(left)}", routes)
+    report("last_route", ray.get([a.route.remote(group) for a in left]))
+    ray.get([a.leave.remote(group) for a in left])
 
 ray.shutdown()
 ok("collective_nodes")
