@@ -96,7 +96,7 @@ class NodesGroup:
                 self._broadcast(arr, root)
             elif op == "barrier":
                 self._local("barrier", arr)
-                self._leaders("barrier", arr, {})
+                self._leaders("barrier", arr, {}, then_local=True)
                 self._local("barrier", arr)
             else:
                 raise ValueError(f"unknown collective {op!r}")
@@ -107,7 +107,7 @@ class NodesGroup:
     def _allreduce(self, arr: np.ndarray, reduce_op: str) -> None:
         step = "sum" if reduce_op == "mean" else reduce_op
         self._local("reduce", arr, reduce_op=step, root=0)
-        self._leaders("allreduce", arr, {"reduce_op": step})
+        self._leaders("allreduce", arr, {"reduce_op": step}, then_local=True)
         self._local("broadcast", arr, root=0)
         if reduce_op == "mean":
             if np.issubdtype(arr.dtype, np.integer):
@@ -119,7 +119,7 @@ class NodesGroup:
         source = next(k for k, members in enumerate(self.nodes) if root in members)
         if self.node == source:
             self._local("broadcast", arr, root=self.nodes[source].index(root))
-        self._leaders("broadcast", arr, {"root": source})
+        self._leaders("broadcast", arr, {"root": source}, then_local=self.node != source)
         if self.node != source:
             self._local("broadcast", arr, root=0)
 
@@ -127,14 +127,27 @@ class NodesGroup:
         if self.local is not None:
             self.local.run(op, arr if op != "barrier" else np.empty(0), **kw)
 
-    def _leaders(self, op: str, arr: np.ndarray, kw: dict) -> None:
-        """The leaders' MPI step, run by this leader's rank (nothing on the others)."""
+    def _leaders(self, op: str, arr: np.ndarray, kw: dict, then_local: bool) -> None:
+        """The leaders' MPI step, run by this leader's rank (nothing on the others);
+        ``then_local``: this node's members wait for its result."""
         if not self.leader:
             return
-        if op == "barrier":
-            self._request("barrier", ())
-        else:
-            collective_buffers.run(self.ctx, self.name, LEADERS + op, arr, kw)
+        try:
+            if op == "barrier":
+                self._request("barrier", ())
+            else:
+                collective_buffers.run(self.ctx, self.name, LEADERS + op, arr, kw)
+        except ValueError:
+            # The nodes' shapes or dtypes differ: every leader raises this. The
+            # members waiting here get a ValueError too, from ShmGroup's check
+            # that the members called the same operation (a barrier against
+            # their broadcast), which leaves the group usable.
+            if then_local and self.local is not None:
+                try:
+                    self.local.run("barrier", np.empty(0))
+                except ValueError:
+                    pass
+            raise
 
     def _request(self, op: str, args: tuple):
         ok, result = self.ctx._request(m.COLLECTIVE_OP, self.name, LEADERS + op, args)

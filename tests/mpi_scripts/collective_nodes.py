@@ -84,6 +84,16 @@ class Member:
         except Exception as exc:
             return type(exc).__name__, str(exc)
 
+    def mismatch(self, group):
+        """An allreduce whose length differs between the nodes; then a good one."""
+        from hpc_ray.runtime import context
+        try:
+            col.allreduce(np.ones(4 + context.current().node), group)
+            first = "no error"
+        except ValueError as exc:
+            first = "ValueError" if "differ" in str(exc) else str(exc)
+        return first, self.allreduce(group)
+
     def die(self):
         os._exit(1)
 
@@ -138,6 +148,12 @@ with section("broadcast, barrier, reduce, allgather"):
             check(r == [float(total if rank == 0 else rank + 1)] * 10, f"reduce {rank}: {r}")
             check(parts == [[i * 10.0] * 3 for i in range(W)], f"allgather {rank}: {parts}")
     report("others", "ok")
+
+with section("shapes that differ between the nodes"):
+    got = ray.get([a.mismatch.remote("g") for a in members])
+    check([list(g) for g in got] == [["ValueError", [float(W)] * 4]] * W, got)
+    report("mismatch", "ok")
+
 
 def expect_death(group, members, victim):
     """``members[victim]`` dies while the others wait in an allreduce of ``group``:
