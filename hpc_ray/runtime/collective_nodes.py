@@ -106,7 +106,7 @@ class NodesGroup:
 
     def _allreduce(self, arr: np.ndarray, reduce_op: str) -> None:
         step = "sum" if reduce_op == "mean" else reduce_op
-        self._local("reduce", arr, reduce_op=step, root=0)
+        self._local("reduce", arr, leaders_next=True, reduce_op=step, root=0)
         self._leaders("allreduce", arr, {"reduce_op": step}, then_local=True)
         self._local("broadcast", arr, root=0)
         if reduce_op == "mean":
@@ -118,14 +118,29 @@ class NodesGroup:
     def _broadcast(self, arr: np.ndarray, root: int) -> None:
         source = next(k for k, members in enumerate(self.nodes) if root in members)
         if self.node == source:
-            self._local("broadcast", arr, root=self.nodes[source].index(root))
+            self._local("broadcast", arr, leaders_next=True,
+                        root=self.nodes[source].index(root))
         self._leaders("broadcast", arr, {"root": source}, then_local=self.node != source)
         if self.node != source:
             self._local("broadcast", arr, root=0)
 
-    def _local(self, op: str, arr: np.ndarray, **kw) -> None:
-        if self.local is not None:
+    def _local(self, op: str, arr: np.ndarray, leaders_next: bool = False, **kw) -> None:
+        """``op`` among this node's members; ``leaders_next``: the leaders' step
+        follows, so that a leader whose node's members disagree (a ValueError
+        here) makes every leader's step fail with a ValueError too."""
+        if self.local is None:
+            return
+        try:
             self.local.run(op, arr if op != "barrier" else np.empty(0), **kw)
+        except ValueError:
+            if leaders_next and self.leader:
+                shape = np.lib.stride_tricks.as_strided(np.empty(1, arr.dtype), arr.shape,
+                                                        (0,) * arr.ndim)
+                try:
+                    self._request("mismatch", (shape,))
+                except ValueError:
+                    pass
+            raise
 
     def _leaders(self, op: str, arr: np.ndarray, kw: dict, then_local: bool) -> None:
         """The leaders' MPI step, run by this leader's rank (nothing on the others);

@@ -156,6 +156,10 @@ def rank_leaders_op(loop, group: str, op: str, args: tuple) -> None:
             _post_gone(loop, sub, dead)
     elif op == "barrier":
         _apply(loop, sub, group, "barrier", np.empty(0))
+    elif op == "mismatch":
+        # A signature no array has (crc32 is never negative): every leader
+        # raises the ValueError of members that disagree.
+        _exchange_headers(loop, sub, group, "allreduce", args[0], signature=-1)
     else:
         collective_buffers.rank_run(loop, sub, group, op, args, _apply)
 
@@ -252,12 +256,15 @@ def _signature(arr: np.ndarray) -> int:
     return zlib.crc32(f"{arr.shape}/{arr.dtype.str}".encode())
 
 
-def _exchange_headers(loop, comm, group: str, op: str, arr: np.ndarray) -> None:
-    """Every member's header: raises if one is gone or if shapes or dtypes differ."""
+def _exchange_headers(loop, comm, group: str, op: str, arr: np.ndarray,
+                      signature: int | None = None) -> None:
+    """Every member's header: raises if one is gone or if shapes or dtypes differ
+    (``signature``: this member's instead of ``arr``'s)."""
     broken = loop.broken_groups.get(group)
     if broken is not None:
         raise RayError(broken)
-    mine = np.array([_PRESENT, _signature(arr)], np.int64)
+    mine = np.array([_PRESENT, _signature(arr) if signature is None else signature],
+                    np.int64)
     every = np.empty((comm.Get_size(), 2), np.int64)
     # Nonblocking on every member: it must match the header a gone member's rank
     # posts with Iallgather (a blocking collective never matches a nonblocking one).

@@ -84,11 +84,13 @@ class Member:
         except Exception as exc:
             return type(exc).__name__, str(exc)
 
-    def mismatch(self, group):
-        """An allreduce whose length differs between the nodes; then a good one."""
+    def mismatch(self, group, by_rank):
+        """An allreduce whose length differs between the nodes (or, ``by_rank``,
+        between members 0 and 2 of the first node only); then a good one."""
         from hpc_ray.runtime import context
+        n = int(col.get_rank(group) == 2) if by_rank else context.current().node
         try:
-            col.allreduce(np.ones(4 + context.current().node), group)
+            col.allreduce(np.ones(4 + n), group)
             first = "no error"
         except ValueError as exc:
             first = "ValueError" if "differ" in str(exc) else str(exc)
@@ -149,9 +151,10 @@ with section("broadcast, barrier, reduce, allgather"):
             check(parts == [[i * 10.0] * 3 for i in range(W)], f"allgather {rank}: {parts}")
     report("others", "ok")
 
-with section("shapes that differ between the nodes"):
-    got = ray.get([a.mismatch.remote("g") for a in members])
-    check([list(g) for g in got] == [["ValueError", [float(W)] * 4]] * W, got)
+with section("shapes that differ between the nodes, or inside one"):
+    for by_rank in (False, True):
+        got = ray.get([a.mismatch.remote("g", by_rank) for a in members])
+        check([list(g) for g in got] == [["ValueError", [float(W)] * 4]] * W, got)
     report("mismatch", "ok")
 
 
