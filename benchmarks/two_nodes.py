@@ -242,6 +242,7 @@ def main() -> None:
     ranks = sum(int(h.rsplit(":", 1)[1]) for h in two)
     one = [f"{two[0].rsplit(':', 1)[0]}:{ranks}"]
     print(f"launch: {' '.join(command(two, args, 'KIND'))}", flush=True)
+    print(f"one node: {' '.join(command(one, args, 'tasks'))}", flush=True)
     rows = []
     tasks = {}
     for label, hosts in (("one node", one), ("two nodes", two)):
