@@ -13,13 +13,12 @@ import pytest
 from conftest import run_mpi
 from test_two_nodes import fake_hosts_command
 
-pytestmark = pytest.mark.mpi
-
 #: The driver and two workers on one host, two workers on the other.
 HOSTS = ("127.0.0.2:3", "127.0.0.3:2")
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("nodes_route", ["1", "0"])
 def test_group_spanning_two_nodes(nodes_route):
@@ -51,3 +50,25 @@ def test_group_spanning_two_nodes(nodes_route):
     assert values["died_3"] == [route] * 4
     assert values["died_2"] == [route] * 3
     assert values["last_route"] == ["NoneType"] * 2
+
+
+def _peers(nodes, blocks=True):
+    """Setup infos (node, block, pid, token) of members on ``nodes``."""
+    return [(n, 64 * i if blocks else None, 100 + i, 1) for i, n in enumerate(nodes)]
+
+
+@pytest.mark.parametrize("nodes, blocks, env, want", [
+    ([0, 1, 0, 1], True, None, [[0, 2], [1, 3]]),       # leaders 0 and 1
+    ([1, 1, 0], True, None, [[0, 1], [2]]),             # a node of one member leads itself
+    ([0, 0, 0], True, None, None),                      # one node: collective_shm's route
+    ([0, 1], True, None, None),                         # one member per node: every rank
+    ([0, 1, 0, 1], False, None, None),                  # no store blocks: every rank
+    ([0, 1, 0, 1], True, "0", None),                    # HPC_RAY_COLLECTIVE_NODES=0
+])
+def test_plan_groups_members_by_node(monkeypatch, nodes, blocks, env, want):
+    from hpc_ray.runtime.collective_nodes import plan
+    if env is None:
+        monkeypatch.delenv("HPC_RAY_COLLECTIVE_NODES", raising=False)
+    else:
+        monkeypatch.setenv("HPC_RAY_COLLECTIVE_NODES", env)
+    assert plan(_peers(nodes, blocks)) == want
