@@ -38,12 +38,16 @@ def test_group_spanning_two_nodes(nodes_route):
     ops = values["ops_per_member"]
     route = "NodesGroup" if nodes_route == "1" else "NoneType"
     assert values["routes"] == [route] * 4
+    after = ops + len(args) + 3 * 5         # the torch tensor's allreduce, if any
     if nodes_route == "1":
         # Only each node's first member (0 and 1) has its rank call MPI, once per
-        # allreduce; the others' ranks make no MPI collective for the group.
+        # allreduce, broadcast, barrier or reduce; the others' ranks make no MPI
+        # collective for the group but allgather's.
         assert values["mpi_calls"] == [ops, ops, 0, 0]
+        assert values["mpi_calls_others"] == [after, after, 3, 3]
     else:
         assert values["mpi_calls"] == [ops] * 4
+        assert values["mpi_calls_others"] == [after] * 4
     # A leader died (member 1, whose node kept member 3), then a member that led
     # nothing: the survivors on both nodes got a RayError naming it, and formed
     # a new group. The last two are one per node: every member's rank runs MPI.

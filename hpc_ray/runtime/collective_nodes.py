@@ -11,8 +11,9 @@ A node's leader is its first member (lowest index in the group). An allreduce:
     ◀── REPLY ──
     every member of node X:  broadcast from X's leader through X's store
 
-so only the leaders' ranks make MPI calls, one per operation. Broadcast and
-barrier take the same three steps; reduce and allgather go through every
+so only the leaders' ranks make MPI calls, one per operation. Reduce, broadcast
+and barrier take the same three steps (reduce: the root's node's leader hands
+the result to the root through the store); allgather goes through every
 member's rank (``collective_buffers``), on the group's own communicator.
 
 The route is decided from the setup allgather of every member's (node, block,
@@ -63,7 +64,7 @@ class NodesGroup:
     """This member's view of a group run through each node's store and its leaders."""
 
     #: The operations this route runs; the others go through every member's rank.
-    OPS = ("allreduce", "broadcast", "barrier")
+    OPS = ("allreduce", "reduce", "broadcast", "barrier")
 
     def __init__(self, ctx, name: str, block, token: int, me: int, peers: list,
                  nodes: list[list[int]]) -> None:
@@ -87,11 +88,13 @@ class NodesGroup:
             raise RayError(self.broken)
         if reduce_op not in _UFUNCS:
             raise ValueError(f"unknown reduce op {reduce_op!r} (valid: {list(_UFUNCS)})")
-        if op == "broadcast" and not 0 <= root < self.size:
+        if op in ("reduce", "broadcast") and not 0 <= root < self.size:
             raise ValueError(f"{op} root must be in 0..{self.size - 1}, got {root!r}")
         try:
             if op == "allreduce":
                 self._allreduce(arr, reduce_op)
+            elif op == "reduce":
+                self._reduce(arr, reduce_op, root)
             elif op == "broadcast":
                 self._broadcast(arr, root)
             elif op == "barrier":
@@ -110,6 +113,27 @@ class NodesGroup:
         self._leaders("allreduce", arr, {"reduce_op": step}, then_local=True)
         self._local("broadcast", arr, root=0)
         if reduce_op == "mean":
+            if np.issubdtype(arr.dtype, np.integer):
+                arr //= self.size
+            else:
+                arr /= self.size
+
+    def _reduce(self, arr: np.ndarray, reduce_op: str, root: int) -> None:
+        """Into the leaders as allreduce does, then the leaders' Reduce into the
+        root's node's leader, which hands the result to the root through the store
+        (a broadcast into scratch arrays on that node's other members). Only the
+        root's tensor changes: a leader that is not the root works on a copy."""
+        target = next(k for k, members in enumerate(self.nodes) if root in members)
+        step = "sum" if reduce_op == "mean" else reduce_op
+        work = arr if self.me == root or not self.leader else arr.copy()
+        self._local("reduce", work, leaders_next=True, reduce_op=step, root=0)
+        then_local = self.node == target and self.nodes[target][0] != root
+        self._leaders("reduce", work, {"reduce_op": step, "root": target},
+                      then_local=then_local)
+        if then_local:
+            mine = work if self.leader else arr if self.me == root else np.empty_like(arr)
+            self._local("broadcast", mine, root=0)
+        if self.me == root and reduce_op == "mean":
             if np.issubdtype(arr.dtype, np.integer):
                 arr //= self.size
             else:

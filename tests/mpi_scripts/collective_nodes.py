@@ -63,17 +63,20 @@ class Member:
         return t.numpy().copy()
 
     def others(self, group, root):
-        """broadcast from ``root``, barrier, reduce into 0 and allgather."""
+        """broadcast from ``root``, barrier, reduce (SUM, MEAN) into ``root`` and allgather."""
         rank = col.get_rank(group)
         size = col.get_collective_group_size(group)
         b = np.full(1 << 18, float(rank))
         col.broadcast(b, root, group)
         col.barrier(group)
         r = np.full(10, rank + 1.0)
-        col.reduce(r, 0, group)
+        col.reduce(r, root, group)
+        mean = np.full(1 << 18, rank + 1.0)
+        col.reduce(mean, root, group, col.ReduceOp.MEAN)
+        r = r.tolist() + [float(mean.min()), float(mean.max())]
         parts = [np.empty(3) for _ in range(size)]
         col.allgather(parts, np.full(3, rank * 10.0), group)
-        return rank, float(b.min()), float(b.max()), r.tolist(), np.stack(parts).tolist()
+        return rank, float(b.min()), float(b.max()), r, np.stack(parts).tolist()
 
     def allreduce(self, group, value=1.0):
         """One allreduce; the error's type and text if it fails."""
@@ -143,13 +146,18 @@ if TORCH:
         report("torch", "ok")
 
 with section("broadcast, barrier, reduce, allgather"):
-    for root in (0, W - 1):
+    for root in (0, 1, W - 1):      # both nodes' leaders, a member that leads nothing
         got = ray.get([a.others.remote("g", root) for a in members])
         for rank, lo, hi, r, parts in got:
             check(lo == hi == root, f"broadcast from {root} on {rank}: {lo}..{hi}")
-            check(r == [float(total if rank == 0 else rank + 1)] * 10, f"reduce {rank}: {r}")
+            want = [float(total)] * 10 + [total / W] * 2 if rank == root else \
+                [rank + 1.0] * 12
+            check(r == want, f"reduce into {root} on {rank}: {r}")
             check(parts == [[i * 10.0] * 3 for i in range(W)], f"allgather {rank}: {parts}")
     report("others", "ok")
+# Three rounds of broadcast, barrier and two reduces (the leaders' ranks only) and
+# an allgather (every member's rank).
+report("mpi_calls_others", ray.get([a.mpi_calls.remote("g") for a in members]))
 
 with section("shapes that differ between the nodes, or inside one"):
     for by_rank in (False, True):
