@@ -157,7 +157,12 @@ def _shm_group(ctx, group: str):
         # Before the first operation on every member, whatever its route.
         groups[group] = collective_shm.setup(
             ctx, group, lambda info: _executor_op(ctx, group, "setup", info))
-    return groups[group] if ctx.collective_shm else None
+    shm = groups[group] if ctx.collective_shm else None
+    if shm is not None and shm.broken is not None:
+        # Before an operation that goes through the ranks (allgather across
+        # nodes): the ranks of a broken group do not all know it.
+        raise RayError(shm.broken)
+    return shm
 
 
 def is_group_initialized(group_name: str = DEFAULT_GROUP) -> bool:

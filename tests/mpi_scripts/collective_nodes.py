@@ -87,6 +87,15 @@ class Member:
         except Exception as exc:
             return type(exc).__name__, str(exc)
 
+    def allgather(self, group):
+        """One allgather; the error's type and text if it fails."""
+        try:
+            parts = [np.empty(2) for _ in range(col.get_collective_group_size(group))]
+            col.allgather(parts, np.ones(2), group)
+            return [p.tolist() for p in parts]
+        except Exception as exc:
+            return type(exc).__name__, str(exc)
+
     def mismatch(self, group, by_rank):
         """An allreduce whose length differs between the nodes (or, ``by_rank``,
         between members 0 and 2 of the first node only); then a good one."""
@@ -180,6 +189,8 @@ def expect_death(group, members, victim):
               and repr(group) in e[1] and "destroy" in e[1], f"after the death: {e}")
     errs = ray.get([a.allreduce.remote(group) for a in rest])
     check(all(isinstance(e, tuple) and e[0] == "RayError" for e in errs), f"again: {errs}")
+    errs = ray.get([a.allgather.remote(group) for a in rest])
+    check(all(isinstance(e, tuple) and e[0] == "RayError" for e in errs), f"allgather: {errs}")
     check(ray.get([a.leave.remote(group) for a in rest]) == [False] * len(rest))
     new = group + "+"
     check(sorted(ray.get([a.join.remote(len(rest), i, new) for i, a in enumerate(rest)]))
