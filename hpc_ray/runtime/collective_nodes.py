@@ -64,7 +64,7 @@ class NodesGroup:
     """This member's view of a group run through each node's store and its leaders."""
 
     #: The operations this route runs; the others go through every member's rank.
-    OPS = ("allreduce", "reduce", "broadcast", "barrier")
+    OPS = ("allreduce", "reduce", "broadcast", "barrier", "allgather")
 
     def __init__(self, ctx, name: str, block, token: int, me: int, peers: list,
                  nodes: list[list[int]]) -> None:
@@ -139,6 +139,43 @@ class NodesGroup:
             else:
                 arr /= self.size
 
+    def allgather(self, arr: np.ndarray) -> np.ndarray:
+        """Every member's ``arr`` (C-contiguous), stacked in member order: each
+        node's members gathered in the store, the leaders' Allgather of those
+        stacks (padded to the largest node), the whole stack broadcast through
+        the store."""
+        if self.broken is not None:
+            raise RayError(self.broken)
+        out = np.empty((self.size,) + arr.shape, arr.dtype)
+        try:
+            if self.local is None:
+                mine = arr[None]
+            else:
+                try:
+                    mine = self.local.allgather(arr)
+                except ValueError:
+                    self._mismatch(arr)
+                    raise
+            if self.leader:
+                width = max(len(members) for members in self.nodes)
+                padded = np.zeros((width,) + arr.shape, arr.dtype)
+                padded[:len(mine)] = mine
+                try:
+                    every = collective_buffers.run(self.ctx, self.name,
+                                                   LEADERS + "allgather", padded, {},
+                                                   members=len(self.nodes))
+                except ValueError:
+                    self._release()
+                    raise
+                for k, members in enumerate(self.nodes):
+                    out[members] = every[k, :len(members)]
+            if self.local is not None:
+                self.local.run("broadcast", out, root=0)
+        except RayError as exc:
+            self._fail(exc)
+            raise
+        return out
+
     def _broadcast(self, arr: np.ndarray, root: int) -> None:
         source = next(k for k, members in enumerate(self.nodes) if root in members)
         if self.node == source:
@@ -157,14 +194,21 @@ class NodesGroup:
         try:
             self.local.run(op, arr if op != "barrier" else np.empty(0), **kw)
         except ValueError:
-            if leaders_next and self.leader:
-                shape = np.lib.stride_tricks.as_strided(np.empty(1, arr.dtype), arr.shape,
-                                                        (0,) * arr.ndim)
-                try:
-                    self._request("mismatch", (shape,))
-                except ValueError:
-                    pass
+            if leaders_next:
+                self._mismatch(arr)
             raise
+
+    def _mismatch(self, arr: np.ndarray) -> None:
+        """This node's members disagree: from the leader, make the other leaders'
+        step raise the ValueError too."""
+        if not self.leader:
+            return
+        shape = np.lib.stride_tricks.as_strided(np.empty(1, arr.dtype), arr.shape,
+                                                (0,) * arr.ndim)
+        try:
+            self._request("mismatch", (shape,))
+        except ValueError:
+            pass
 
     def _leaders(self, op: str, arr: np.ndarray, kw: dict, then_local: bool) -> None:
         """The leaders' MPI step, run by this leader's rank (nothing on the others);
@@ -177,16 +221,20 @@ class NodesGroup:
             else:
                 collective_buffers.run(self.ctx, self.name, LEADERS + op, arr, kw)
         except ValueError:
-            # The nodes' shapes or dtypes differ: every leader raises this. The
-            # members waiting here get a ValueError too, from ShmGroup's check
-            # that the members called the same operation (a barrier against
-            # their broadcast), which leaves the group usable.
-            if then_local and self.local is not None:
-                try:
-                    self.local.run("barrier", np.empty(0))
-                except ValueError:
-                    pass
+            if then_local:
+                self._release()
             raise
+
+    def _release(self) -> None:
+        """The nodes' shapes or dtypes differ (every leader raises that): the
+        members of this node waiting for the leaders' result get a ValueError
+        too, from ShmGroup's check that the members called the same operation
+        (a barrier against their broadcast), which leaves the group usable."""
+        if self.local is not None:
+            try:
+                self.local.run("barrier", np.empty(0))
+            except ValueError:
+                pass
 
     def _request(self, op: str, args: tuple):
         ok, result = self.ctx._request(m.COLLECTIVE_OP, self.name, LEADERS + op, args)

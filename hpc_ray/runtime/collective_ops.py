@@ -121,11 +121,21 @@ def rank_setup(loop, comm, group: str, info: tuple) -> tuple[int, list]:
     me, every = comm.Get_rank(), comm.allgather(info)
     nodes = plan(every)
     if nodes is not None:
+        _by_nodes(loop).add(group)
         leaders = [members[0] for members in nodes]
         sub = comm.Split(0 if me in leaders else _mpi().UNDEFINED, me)
         if me in leaders:
             _leaders(loop)[group] = sub
     return me, every
+
+
+def _by_nodes(loop) -> set:
+    """Groups on ``collective_nodes``'s route, whose members' operations do not
+    use the group's own communicator after setup."""
+    groups = getattr(loop, "collective_by_nodes", None)
+    if groups is None:
+        groups = loop.collective_by_nodes = set()
+    return groups
 
 
 def _leaders(loop) -> dict:
@@ -171,6 +181,7 @@ def rank_destroy_group(loop, name: str) -> None:
     _members(loop).pop(name, None)
     _mpi_calls(loop).pop(name, None)
     _spanning(loop).discard(name)
+    _by_nodes(loop).discard(name)
     loop.broken_groups.pop(name, None)
     sub = _leaders(loop).pop(name, None)
     if sub is not None:
@@ -188,8 +199,16 @@ def rank_abandon_groups(loop, owner) -> None:
         _mpi_calls(loop).pop(name, None)
         _spanning(loop).discard(name)
         sub = _leaders(loop).pop(name, None)
+        by_nodes = name in _by_nodes(loop)
+        _by_nodes(loop).discard(name)
         if loop.broken_groups.pop(name, None) is None:
-            _post_gone(loop, comm, me)
+            # A "gone" header no member ever matches would stay posted, and its
+            # messages could reach a later communicator that reuses this one's
+            # context id: on collective_nodes's route only the leaders'
+            # communicator hears of the death (the members of the node see it
+            # in the store, and its leader posts on the leaders' communicator).
+            if not by_nodes:
+                _post_gone(loop, comm, me)
             if sub is not None:
                 _post_gone(loop, sub, me)
 

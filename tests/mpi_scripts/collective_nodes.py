@@ -74,8 +74,9 @@ class Member:
         mean = np.full(1 << 18, rank + 1.0)
         col.reduce(mean, root, group, col.ReduceOp.MEAN)
         r = r.tolist() + [float(mean.min()), float(mean.max())]
-        parts = [np.empty(3) for _ in range(size)]
-        col.allgather(parts, np.full(3, rank * 10.0), group)
+        parts = [np.empty(3 << 17) for _ in range(size)]       # 3 MB each
+        col.allgather(parts, np.full(3 << 17, rank * 10.0), group)
+        parts = [p[:3] for p in parts]
         return rank, float(b.min()), float(b.max()), r, np.stack(parts).tolist()
 
     def allreduce(self, group, value=1.0):
@@ -96,13 +97,18 @@ class Member:
         except Exception as exc:
             return type(exc).__name__, str(exc)
 
-    def mismatch(self, group, by_rank):
-        """An allreduce whose length differs between the nodes (or, ``by_rank``,
-        between members 0 and 2 of the first node only); then a good one."""
+    def mismatch(self, group, by_rank, op):
+        """An allreduce or allgather whose length differs between the nodes (or,
+        ``by_rank``, between members 0 and 2 of the first node only); then a good
+        allreduce."""
         from hpc_ray.runtime import context
         n = int(col.get_rank(group) == 2) if by_rank else context.current().node
+        size = col.get_collective_group_size(group)
         try:
-            col.allreduce(np.ones(4 + n), group)
+            if op == "allreduce":
+                col.allreduce(np.ones(4 + n), group)
+            else:
+                col.allgather([np.empty(4 + n) for _ in range(size)], np.ones(4 + n), group)
             first = "no error"
         except ValueError as exc:
             first = "ValueError" if "differ" in str(exc) else str(exc)
@@ -164,13 +170,13 @@ with section("broadcast, barrier, reduce, allgather"):
             check(r == want, f"reduce into {root} on {rank}: {r}")
             check(parts == [[i * 10.0] * 3 for i in range(W)], f"allgather {rank}: {parts}")
     report("others", "ok")
-# Three rounds of broadcast, barrier and two reduces (the leaders' ranks only) and
-# an allgather (every member's rank).
+# Three rounds of broadcast, barrier, two reduces and an allgather.
 report("mpi_calls_others", ray.get([a.mpi_calls.remote("g") for a in members]))
 
 with section("shapes that differ between the nodes, or inside one"):
-    for by_rank in (False, True):
-        got = ray.get([a.mismatch.remote("g", by_rank) for a in members])
+    for by_rank, op in ((False, "allreduce"), (True, "allreduce"), (False, "allgather"),
+                        (True, "allgather")):
+        got = ray.get([a.mismatch.remote("g", by_rank, op) for a in members])
         check([list(g) for g in got] == [["ValueError", [float(W)] * 4]] * W, got)
     report("mismatch", "ok")
 
