@@ -15,11 +15,10 @@ Ordinary actors (executor processes, which have no MPI) take one of three routes
         node's shared-memory store, in cache-sized chunks, with flags in shared
         memory (``runtime/collective_shm.py``); the ranks only set the group up
         on its first operation. No message, no rank woken per operation.
-    members on several nodes (Linux, x86-64): allreduce, reduce, broadcast
-        and barrier run through the store among each node's members, and over
-        MPI only between one leader per node, whose rank runs it on the
-        leaders' communicator (``runtime/collective_nodes.py``); allgather
-        takes the next route.
+    members on several nodes (Linux, x86-64), two or more on some node:
+        every operation runs through the store among each node's members, and
+        over MPI only between one leader per node, whose rank runs it on the
+        leaders' communicator (``runtime/collective_nodes.py``).
     otherwise (``HPC_RAY_COLLECTIVE_SHM=0``): a request to the
         actor's rank, which copies the tensor straight out of the executor's
         memory (``process_vm_readv``) into its own buffer, runs the MPI operation

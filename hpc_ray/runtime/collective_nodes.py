@@ -11,10 +11,13 @@ A node's leader is its first member (lowest index in the group). An allreduce:
     ◀── REPLY ──
     every member of node X:  broadcast from X's leader through X's store
 
-so only the leaders' ranks make MPI calls, one per operation. Reduce, broadcast
-and barrier take the same three steps (reduce: the root's node's leader hands
-the result to the root through the store); allgather goes through every
-member's rank (``collective_buffers``), on the group's own communicator.
+so only the leaders' ranks make MPI calls, one per operation. Reduce, broadcast,
+barrier and allgather take the same three steps (reduce: the root's node's
+leader hands the result to the root through the store; allgather: the leaders
+gather their nodes' stacks, padded to the largest node, and each leader
+broadcasts the whole stack). The group's own communicator is used for setup
+only (and where an executor's ``collective_shm`` is turned off, for every
+operation through every member's rank).
 
 The route is decided from the setup allgather of every member's (node, block,
 pid, token) by ``plan``, the same way on every member and on every member's

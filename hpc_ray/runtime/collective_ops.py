@@ -8,7 +8,7 @@ tensor). Executors of one node run their groups' operations among themselves
 (``collective_shm``); their ranks only set such a group up (``setup``). In a
 group of executors on several nodes (``collective_nodes``), setup also makes the
 communicator of one leader rank per node, and only the leaders' ranks run the
-group's allreduce, reduce, broadcast and barrier, on it (``leaders:<op>``).
+group's operations, on it (``leaders:<op>``).
 
 Every operation (barrier included) starts with a small header exchange among
 the members, ``Iallgather`` of (status, shape/dtype signature): it checks that
