@@ -78,6 +78,12 @@ def test_node_name_is_the_launchers(monkeypatch, env, name):
 def test_sgd_and_tune_over_two_fake_hosts(run):
     res = run("train_two_nodes.py", 4, cmd=fake_hosts_command("train_two_nodes.py"),
               timeout=150).assert_ok("train_two_nodes")
+    assert_trained_on_two_nodes(res)
+
+
+def assert_trained_on_two_nodes(res: dict) -> None:
+    """What ``mpi_scripts/train_two_nodes.py`` reports: SGD replicas and Tune
+    trials on both nodes, trained right."""
     assert res["nodes"] == [["node-0", [0, 1]], ["node-1", [2, 3]]]
     for in_rank in (False, True):
         sgd = res[f"sgd_in_rank_{in_rank}"]
