@@ -416,12 +416,13 @@ class HeadLoop(threading.Thread):
             if active:
                 backoff.reset()
                 self.bell.stale = True
+            elif self.fetcher.moving():
+                continue   # object bytes move only while both ends call into MPI
             else:
                 # Deep sleeps while tasks run only where a task's result rings the
                 # doorbell. (A dict's length, read without the lock: at worst one
                 # poll late.)
-                t = backoff.next_timeout((not head.tasks or self.bell.usable)
-                                         and not self.fetcher.moving())
+                t = backoff.next_timeout(not head.tasks or self.bell.usable)
                 if head.direct_reports:
                     # Quiet enough to wait: read the callers' reports first
                     # (Head.direct_report), then look once more.

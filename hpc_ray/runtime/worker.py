@@ -395,7 +395,7 @@ class WorkerLoop:
                 self.sender.progress()
                 if self.fetcher.progress():
                     active = True
-                timeout = 0.0 if active else backoff.next_timeout(not self.fetcher.moving())
+                timeout = 0.0 if active or self.fetcher.moving() else backoff.next_timeout()
                 if state.standby_due:
                     self._start_standby(time.monotonic())
                     if timeout > STANDBY_LOOK:
