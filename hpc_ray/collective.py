@@ -8,13 +8,17 @@ one actor per rank, made with ``MPI_Comm_create_group`` by exactly those ranks:
     or, inside each actor:  init_collective_group(world_size, rank, group_name="g")
              ── CONTROL_CALL collective_join ──▶ head replies to all once all joined
 
-Ordinary actors (executor processes, which have no MPI) take one of two routes:
+Ordinary actors (executor processes, which have no MPI) take one of three routes:
 
     all members on one node (Linux, x86-64): the executors run every operation
         among themselves, through one block each of the
         node's shared-memory store, in cache-sized chunks, with flags in shared
         memory (``runtime/collective_shm.py``); the ranks only set the group up
         on its first operation. No message, no rank woken per operation.
+    members on several nodes (Linux, x86-64), two or more on some node:
+        every operation runs through the store among each node's members, and
+        over MPI only between one leader per node, whose rank runs it on the
+        leaders' communicator (``runtime/collective_nodes.py``).
     otherwise (``HPC_RAY_COLLECTIVE_SHM=0``): a request to the
         actor's rank, which copies the tensor straight out of the executor's
         memory (``process_vm_readv``) into its own buffer, runs the MPI operation
@@ -152,7 +156,12 @@ def _shm_group(ctx, group: str):
         # Before the first operation on every member, whatever its route.
         groups[group] = collective_shm.setup(
             ctx, group, lambda info: _executor_op(ctx, group, "setup", info))
-    return groups[group] if ctx.collective_shm else None
+    shm = groups[group] if ctx.collective_shm else None
+    if shm is not None and shm.broken is not None:
+        # Before an operation that goes through the ranks (allgather across
+        # nodes): the ranks of a broken group do not all know it.
+        raise RayError(shm.broken)
+    return shm
 
 
 def is_group_initialized(group_name: str = DEFAULT_GROUP) -> bool:
@@ -221,7 +230,7 @@ def _run(op: str, tensor, group_name: str, **kw) -> None:
     if not arr.flags.writeable:
         raise ValueError(f"{op} works in place: the array is read-only (copy it first)")
     shm = _shm_group(ctx, group_name)
-    if shm is not None:
+    if shm is not None and op in shm.OPS:
         work = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
         shm.run(op, work, **kw)
         if work is not arr:
@@ -257,7 +266,7 @@ def allgather(tensor_list: list, tensor, group_name: str = DEFAULT_GROUP) -> Non
         # Not a member (size -1): the rank raises that before touching any memory.
         size = max(1, _executor_op(ctx, group_name, "size"))
         shm = _shm_group(ctx, group_name) if size > 1 else None
-        if shm is not None:
+        if shm is not None and "allgather" in shm.OPS:
             out = shm.allgather(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))
         else:
             out = collective_buffers.run(ctx, group_name, "allgather", arr, {}, members=size)
@@ -274,7 +283,7 @@ def barrier(group_name: str = DEFAULT_GROUP) -> None:
         _apply(ctx.loop, _group(ctx.loop, group_name)[0], group_name, "barrier", np.empty(0))
         return
     shm = _shm_group(ctx, group_name)
-    if shm is not None:
+    if shm is not None and "barrier" in shm.OPS:
         shm.run("barrier", np.empty(0))
     else:
         _executor_op(ctx, group_name, "barrier")

@@ -220,6 +220,15 @@ def _directives(spec: JobSpec) -> list[str]:
     return [_sbatch_line(o) for o in opts]
 
 
+#: srun's option that ends the whole step when one task exits non-zero or is
+#: killed, naming it (``srun: error: n2: task 3: Killed``; a task is a rank):
+#: without it, the other ranks of a job whose rank the OOM killer took would
+#: wait on it until the job's time limit (MPI tells them nothing). A node lost
+#: with its slurmstepd reports nothing to srun until slurmctld declares it down
+#: (SlurmdTimeout); rank 0's ``runtime/node_watch.py`` ends that job first.
+KILL_ON_BAD_EXIT = "--kill-on-bad-exit=1"
+
+
 def render_script(spec: JobSpec) -> str:
     """The sbatch script for ``spec``: #SBATCH lines, set-up, launch, USR1 forwarding."""
     driver = str(Path(spec.driver).resolve())
@@ -227,7 +236,7 @@ def render_script(spec: JobSpec) -> str:
                                                  *spec.args))
     if spec.launcher == "srun":
         mpi = f" --mpi={spec.srun_mpi}" if spec.srun_mpi else ""
-        launch = f"srun{mpi} {rank_cmd}"
+        launch = f"srun {KILL_ON_BAD_EXIT}{mpi} {rank_cmd}"
     else:
         launch = f'mpiexec -n "$SLURM_NTASKS" {rank_cmd}'
     lines = ["#!/bin/bash",

@@ -17,4 +17,5 @@ if [ "${1:-}" = "-n" ]; then n=$2; shift 2; fi
 # Slurm >= 22.05: srun no longer inherits --cpus-per-task from sbatch; hand it on.
 if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK; fi
 # srun forwards SIGUSR1 and SIGTERM to every rank.  exec: the exit status is srun's.
-exec srun --mpi=pmi2 ${n:+-n "$n"} "${PYTHON:-python}" -m hpc_ray "$@"
+# --kill-on-bad-exit=1: a rank that dies ends the job at once (srun names its node and task).
+exec srun --kill-on-bad-exit=1 --mpi=pmi2 ${n:+-n "$n"} "${PYTHON:-python}" -m hpc_ray "$@"

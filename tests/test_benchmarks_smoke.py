@@ -252,3 +252,20 @@ def test_neighbour_prints_the_share_a_cpu_bound_process_keeps():
     kept, _, calls, cpu = (c.strip() for c in row.strip("| \n").split("|")[2:])
     # The neighbour ran in both halves, and the job made calls while it ran.
     assert float(kept) > 0 and float(calls) > 0 and float(cpu) >= 0, res.stdout
+
+
+def test_two_nodes_prints_every_row(mpiexec):
+    if mpiexec.flavor != "mpich":
+        pytest.skip("the fake-host launch needs MPICH's hydra mpiexec")
+    cmd = [sys.executable, str(BENCH_DIR / "two_nodes.py"), "--tasks", "300",
+           "--object-mb", "2", "--sizes", "65536", "--reps", "2", "--timeout", "80"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT,
+                         start_new_session=True)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert res.stdout.startswith("launch: ") and "-hosts 127.0.0.2:3,127.0.0.3:2" in res.stdout
+    rows = {r.split("|")[1].strip(): r for r in res.stdout.splitlines()
+            if r.startswith("| ") and "---" not in r}
+    for label in ("300 tiny tasks, tasks/s", "64 KB"):
+        assert all(float(c.split()[0].replace(",", "")) > 0
+                   for c in rows[label].strip("|").split("|")[1:]), rows[label]
+    assert any(k.startswith("2 MB put, get on the other node") for k in rows), res.stdout

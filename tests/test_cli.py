@@ -134,7 +134,7 @@ def test_submit_dry_run_needs_no_slurm(scratch):
     assert script.startswith("#!/bin/bash\n")
     for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --time=1:00:00",
                  "#SBATCH --signal=B:USR1@120", "#SBATCH --requeue", "module load openmpi",
-                 f"srun {sys.executable} -m hpc_ray {DRIVER} x &"):
+                 f"srun --kill-on-bad-exit=1 {sys.executable} -m hpc_ray {DRIVER} x &"):
         assert line + "\n" in script
     assert "# dry run, nothing submitted; would submit with sbatch" in proc.stderr
 

@@ -83,7 +83,7 @@ def test_script_has_the_requested_directives_and_launch_line(driver):
     assert script.startswith("#!/bin/bash\n")
     assert "\nmodule load openmpi\n" in script
     assert 'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"' in script
-    assert (f"\nsrun --mpi=pmix /opt/py/bin/python -m hpc_ray '{driver}' --lr 0.1 "
+    assert (f"\nsrun --kill-on-bad-exit=1 --mpi=pmix /opt/py/bin/python -m hpc_ray '{driver}' --lr 0.1 "
             "'it'\"'\"'s' &\n") in script
     assert 'scontrol requeue "$SLURM_JOB_ID"' in script
 
@@ -125,6 +125,7 @@ def test_missing_driver_is_named(tmp_path, monkeypatch):
 FAKE_SRUN = """#!/bin/bash
 # Stands in for srun: records its arguments, then becomes the rank command (one rank).
 echo "srun $*" >> "$LOG"
+while [ "${1#-}" != "$1" ]; do shift; done
 exec "$@"
 """
 FAKE_SCONTROL = """#!/bin/bash
@@ -188,7 +189,7 @@ def test_batch_shell_forwards_usr1_to_the_driver_and_requeues(tmp_path):
     assert rc == 0, out + err
     assert out.splitlines() == ["driver started", "driver checkpointed"]
     assert "hpc_ray: Slurm warns job 4242 of its end; telling the driver" in err
-    assert calls[0].startswith(f"srun {sys.executable} -m hpc_ray")
+    assert calls[0].startswith(f"srun --kill-on-bad-exit=1 {sys.executable} -m hpc_ray")
     assert calls[1:] == ["scontrol requeue 4242"]
     assert not pidfile.exists()
 

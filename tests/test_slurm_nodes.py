@@ -18,7 +18,7 @@ import pytest
 from slurm import cluster as _cluster
 from slurm.fixtures import (hpc_ray_cli, job_env, poll_for, run, sbatch, slurm_two_nodes,
                             two_node_job_dir, wait_job)
-from test_two_nodes import assert_two_nodes
+from test_two_nodes import assert_trained_on_two_nodes, assert_two_nodes
 from conftest import MPIResult, SCRIPTS_DIR
 
 __all__ = ["slurm_two_nodes", "two_node_job_dir"]  # fixtures, imported to be found by pytest
@@ -28,8 +28,8 @@ PY = sys.executable
 MPIEXEC = Path(PY).with_name("mpiexec")
 
 
-def results_of(text: str) -> dict:
-    return MPIResult([], 0, text, "", 0.0).assert_ok("two_nodes")
+def results_of(text: str, name: str = "two_nodes") -> dict:
+    return MPIResult([], 0, text, "", 0.0).assert_ok(name)
 
 
 @pytest.mark.timeout(120)
@@ -44,6 +44,20 @@ def test_sbatch_two_nodes_with_srun(slurm_two_nodes, two_node_job_dir):
     assert record["JobState"] == "COMPLETED", out.read_text()
     assert record["NodeList"] == "n[1-2]"
     assert_two_nodes(results_of(out.read_text()), ["n1", "n2"])
+
+
+@pytest.mark.timeout(240)
+def test_sgd_and_tune_over_two_slurm_nodes(slurm_two_nodes, two_node_job_dir):
+    c = slurm_two_nodes
+    script = two_node_job_dir / "train.sbatch"
+    script.write_text(f"#!/bin/bash\nsrun --mpi=pmi2 {PY} {SCRIPTS_DIR / 'train_two_nodes.py'}\n")
+    out = two_node_job_dir / "out.txt"
+    job = sbatch(c, "-N", "2", "--ntasks-per-node=2", "-o", str(out), str(script),
+                 cwd=two_node_job_dir,
+                 env=job_env(c, HPC_RAY_TEST_TMPDIR=str(two_node_job_dir)))
+    (record,) = wait_job(c, job, output=out, timeout=200)
+    assert record["JobState"] == "COMPLETED", out.read_text()
+    assert_trained_on_two_nodes(results_of(out.read_text(), "train_two_nodes"))
 
 
 @pytest.mark.timeout(120)

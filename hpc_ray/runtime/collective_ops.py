@@ -5,7 +5,10 @@ The rank side of ``hpc_ray.collective``: a rank makes a group's communicator
 the rank (``in_rank=True``) or on behalf of one of its executors
 (``COLLECTIVE_OP``, answered with the result; ``collective_buffers`` moves the
 tensor). Executors of one node run their groups' operations among themselves
-(``collective_shm``); their ranks only set such a group up (``setup``).
+(``collective_shm``); their ranks only set such a group up (``setup``). In a
+group of executors on several nodes (``collective_nodes``), setup also makes the
+communicator of one leader rank per node, and only the leaders' ranks run the
+group's operations, on it (``leaders:<op>``).
 
 Every operation (barrier included) starts with a small header exchange among
 the members, ``Iallgather`` of (status, shape/dtype signature): it checks that
@@ -21,7 +24,7 @@ liveness check: a member rank on this host whose process is gone, or a driver
 on this host that is gone, ends the wait with a RayError instead of a spin that
 never ends (the members' pids are gathered when the group is made). A member
 rank on another host that dies is MPI's to report (mpiexec ends the job). The
-blocking forms (``_call`` with ``polite`` False) are MPI's own waits, as raw
+blocking forms (``_call`` with ``_BLOCK``) are MPI's own waits, as raw
 mpi4py's are.
 """
 from __future__ import annotations
@@ -37,6 +40,7 @@ from ..exceptions import RayError
 from ..transport.tags import group_creation_tag
 from ..transport.wait import wait_until
 from . import collective_buffers
+from .collective_nodes import LEADERS, plan
 from .collective_shm import _alive
 
 _OPS = ("sum", "prod", "min", "max", "mean")
@@ -72,7 +76,10 @@ def rank_create_group(loop, name: str, mpi_ranks: list[int], owner=None) -> None
     comm = world.Create_group(world.Get_group().Incl(mpi_ranks), group_creation_tag(name))
     loop.groups[name] = (comm, comm.Get_rank())
     loop.group_owners[name] = owner
-    _members(loop)[name] = comm.allgather((socket.gethostname(), os.getpid()))
+    every = comm.allgather((socket.gethostname(), os.getpid(), loop.node))
+    _members(loop)[name] = [(host, pid) for host, pid, _ in every]
+    if len({node for _, _, node in every}) > 1:
+        _spanning(loop).add(name)
     if owner is None:
         _setup_due(loop).add(name)
     loop.broken_groups.pop(name, None)
@@ -84,6 +91,14 @@ def _setup_due(loop) -> set:
     if due is None:
         due = loop.collective_setup_due = set()
     return due
+
+
+def _spanning(loop) -> set:
+    """Groups whose members are on more than one node."""
+    spanning = getattr(loop, "collective_spanning", None)
+    if spanning is None:
+        spanning = loop.collective_spanning = set()
+    return spanning
 
 
 def _members(loop) -> dict:
@@ -98,9 +113,65 @@ def rank_setup(loop, comm, group: str, info: tuple) -> tuple[int, list]:
     """Every member's ``info`` before the group's first operation, where the
     members' executors decide whether to run it among themselves through the
     store (``collective_shm``): each one's (node, block, pid, token). In-rank
-    members take part with no block, which keeps the group on MPI."""
+    members take part with no block, which keeps the group on MPI.
+
+    Where the members span nodes (``collective_nodes.plan``), every member's
+    rank then takes part in making the communicator of the nodes' leaders."""
     _exchange_headers(loop, comm, group, "setup", np.empty(0))
-    return comm.Get_rank(), comm.allgather(info)
+    me, every = comm.Get_rank(), comm.allgather(info)
+    nodes = plan(every)
+    if nodes is not None:
+        _by_nodes(loop).add(group)
+        leaders = [members[0] for members in nodes]
+        sub = comm.Split(0 if me in leaders else _mpi().UNDEFINED, me)
+        if me in leaders:
+            _leaders(loop)[group] = sub
+    return me, every
+
+
+def _by_nodes(loop) -> set:
+    """Groups on ``collective_nodes``'s route, whose members' operations do not
+    use the group's own communicator after setup."""
+    groups = getattr(loop, "collective_by_nodes", None)
+    if groups is None:
+        groups = loop.collective_by_nodes = set()
+    return groups
+
+
+def _leaders(loop) -> dict:
+    """Group name -> the communicator of its nodes' leaders, on a leader's rank."""
+    leaders = getattr(loop, "collective_leaders", None)
+    if leaders is None:
+        leaders = loop.collective_leaders = {}
+    return leaders
+
+
+def _mpi_calls(loop) -> dict:
+    """Group name -> MPI collectives this rank ran for it (header exchanges aside)."""
+    calls = getattr(loop, "collective_mpi_calls", None)
+    if calls is None:
+        calls = loop.collective_mpi_calls = {}
+    return calls
+
+
+def rank_leaders_op(loop, group: str, op: str, args: tuple) -> None:
+    """A leader's step of ``collective_nodes``, on the leaders' communicator."""
+    sub = _leaders(loop).get(group)
+    if sub is None:
+        raise ValueError(f"rank {loop.rank} leads no node of collective group {group!r}")
+    if op == "abandon":
+        why, dead = args
+        if group not in loop.broken_groups:
+            loop.broken_groups[group] = why
+            _post_gone(loop, sub, dead)
+    elif op == "barrier":
+        _apply(loop, sub, group, "barrier", np.empty(0))
+    elif op == "mismatch":
+        # A signature no array has (crc32 is never negative): every leader
+        # raises the ValueError of members that disagree.
+        _exchange_headers(loop, sub, group, "allreduce", args[0], signature=-1)
+    else:
+        collective_buffers.rank_run(loop, sub, group, op, args, _apply)
 
 
 def rank_destroy_group(loop, name: str) -> None:
@@ -108,7 +179,13 @@ def rank_destroy_group(loop, name: str) -> None:
     g = loop.groups.pop(name, None)
     loop.group_owners.pop(name, None)
     _members(loop).pop(name, None)
+    _mpi_calls(loop).pop(name, None)
+    _spanning(loop).discard(name)
+    _by_nodes(loop).discard(name)
     loop.broken_groups.pop(name, None)
+    sub = _leaders(loop).pop(name, None)
+    if sub is not None:
+        sub.Free()
     if g is not None:
         g[0].Free()
 
@@ -116,11 +193,24 @@ def rank_destroy_group(loop, name: str) -> None:
 def rank_abandon_groups(loop, owner) -> None:
     """``owner``'s executor is gone: tell each of its groups, without waiting."""
     for name in [n for n, o in loop.group_owners.items() if o is owner]:
-        comm, _ = loop.groups.pop(name)
+        comm, me = loop.groups.pop(name)
         del loop.group_owners[name]
         _members(loop).pop(name, None)
+        _mpi_calls(loop).pop(name, None)
+        _spanning(loop).discard(name)
+        sub = _leaders(loop).pop(name, None)
+        by_nodes = name in _by_nodes(loop)
+        _by_nodes(loop).discard(name)
         if loop.broken_groups.pop(name, None) is None:
-            _post_gone(loop, comm)
+            # A "gone" header no member ever matches would stay posted, and its
+            # messages could reach a later communicator that reuses this one's
+            # context id: on collective_nodes's route only the leaders'
+            # communicator hears of the death (the members of the node see it
+            # in the store, and its leader posts on the leaders' communicator).
+            if not by_nodes:
+                _post_gone(loop, comm, me)
+            if sub is not None:
+                _post_gone(loop, sub, me)
 
 
 def member_gone(loop, comm, group: str, op: str) -> RayError:
@@ -128,14 +218,16 @@ def member_gone(loop, comm, group: str, op: str) -> RayError:
     msg = (f"{op} in collective group {group!r}: this member's actor died during the "
            f"operation")
     loop.broken_groups[group] = msg
-    _post_gone(loop, comm)
+    _post_gone(loop, comm, loop.groups[group][1])
     return RayError(msg)
 
 
-def _post_gone(loop, comm) -> None:
-    """Post this member's "gone" header; it stays posted (with its buffers, in
-    ``loop.abandoned``) until the others' next operation completes it."""
-    mine = np.array([_GONE, 0], np.int64)
+def _post_gone(loop, comm, dead: int) -> None:
+    """Post a "gone" header naming member ``dead`` (its index in the group; on a
+    leaders' communicator, the dead member of the leader's node); it stays posted
+    (with its buffers, in ``loop.abandoned``) until the others' next operation
+    completes it."""
+    mine = np.array([_GONE, dead], np.int64)
     every = np.empty((comm.Get_size(), 2), np.int64)
     loop.abandoned.append((comm.Iallgather(mine, every), mine, every, comm))
 
@@ -157,6 +249,11 @@ def rank_run_op(loop, group: str, op: str, args: tuple, owner=None) -> tuple[boo
         if op == "size":
             g = loop.groups.get(group)
             return True, -1 if g is None else g[0].Get_size()
+        if op.startswith(LEADERS):
+            rank_leaders_op(loop, group, op[len(LEADERS):], args)
+            return True, None
+        if op == "mpi_calls":
+            return True, _mpi_calls(loop).get(group, 0)
         comm, _ = _group(loop, group)
         if op == "setup":
             return True, rank_setup(loop, comm, group, args[0])
@@ -178,20 +275,23 @@ def _signature(arr: np.ndarray) -> int:
     return zlib.crc32(f"{arr.shape}/{arr.dtype.str}".encode())
 
 
-def _exchange_headers(loop, comm, group: str, op: str, arr: np.ndarray) -> None:
-    """Every member's header: raises if one is gone or if shapes or dtypes differ."""
+def _exchange_headers(loop, comm, group: str, op: str, arr: np.ndarray,
+                      signature: int | None = None) -> None:
+    """Every member's header: raises if one is gone or if shapes or dtypes differ
+    (``signature``: this member's instead of ``arr``'s)."""
     broken = loop.broken_groups.get(group)
     if broken is not None:
         raise RayError(broken)
-    mine = np.array([_PRESENT, _signature(arr)], np.int64)
+    mine = np.array([_PRESENT, _signature(arr) if signature is None else signature],
+                    np.int64)
     every = np.empty((comm.Get_size(), 2), np.int64)
     # Nonblocking on every member: it must match the header a gone member's rank
     # posts with Iallgather (a blocking collective never matches a nonblocking one).
     _wait(comm.Iallgather(mine, every), _polite(loop), loop, group, op, (mine, every))
-    gone = [int(r) for r in np.flatnonzero(every[:, 0] == _GONE)]
+    gone = [int(every[r, 1]) for r in np.flatnonzero(every[:, 0] == _GONE)]
     if gone:
         raise _broken(loop, group, f"{op} in collective group {group!r}: the actor of "
-                      f"member(s) {gone} is gone (it died or was killed)")
+                      f"member(s) {gone} is gone (it died or was killed)", gone)
     if (every[:, 1] != every[0, 1]).any():
         # Every member sees the mismatch, so every member takes this branch.
         metas = comm.allgather((arr.shape, arr.dtype.str))
@@ -233,13 +333,28 @@ def _polite(loop) -> bool:
     return flag
 
 
-def _call(loop, comm, group: str, name: str, polite: bool, *args, **kw) -> None:
-    """``comm.<name>(...)`` blocking, or its nonblocking form waited for politely."""
-    if not polite:
+#: How ``_call`` waits: MPI's blocking form, or the nonblocking form waited for
+#: by spinning or by backing off to sleeps.
+_BLOCK, _SPIN, _YIELD = "block", "spin", "yield"
+
+
+def _how(loop, group: str) -> str:
+    """How this rank waits for ``group``'s collectives. Every member of a group
+    must take the same form (a blocking collective never matches a nonblocking
+    one); ``_polite`` is the same on the ranks of one node, not across nodes, so
+    a group spanning nodes always takes the nonblocking form."""
+    if _polite(loop):
+        return _YIELD
+    return _SPIN if group in _spanning(loop) else _BLOCK
+
+
+def _call(loop, comm, group: str, name: str, how: str, *args, **kw) -> None:
+    """``comm.<name>(...)``, blocking or in its nonblocking form (``_how``)."""
+    if how == _BLOCK:
         getattr(comm, name)(*args, **kw)
         return
     req = getattr(comm, "I" + name[0].lower() + name[1:])(*args, **kw)
-    _wait(req, True, loop, group, name, args)
+    _wait(req, how == _YIELD, loop, group, name, args)
 
 
 def _wait(req, polite: bool, loop, group: str, op: str, buffers) -> None:
@@ -277,33 +392,35 @@ def _liveness(loop, group: str, op: str):
 def _apply(loop, comm, group: str, op: str, arr: np.ndarray, reduce_op: str = "sum",
            root: int = 0, out: np.ndarray | None = None) -> np.ndarray | None:
     MPI = _mpi()
-    polite = _polite(loop)
+    how = _how(loop, group)
     due = _setup_due(loop)
     if group in due:
         due.discard(group)
         rank_setup(loop, comm, group, (loop.node, None, os.getpid(), 0))
     _exchange_headers(loop, comm, group, op, arr)
+    calls = _mpi_calls(loop)
+    calls[group] = calls.get(group, 0) + 1
     if op == "barrier":
         return None
     work = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
     if op == "allreduce":
-        _call(loop, comm, group, "Allreduce", polite, MPI.IN_PLACE, work, op=_mpi_op(reduce_op))
+        _call(loop, comm, group, "Allreduce", how, MPI.IN_PLACE, work, op=_mpi_op(reduce_op))
         if reduce_op == "mean":
             _divide(work, comm.Get_size())
     elif op == "reduce":
         mop = _mpi_op(reduce_op)
         if comm.Get_rank() == root:
-            _call(loop, comm, group, "Reduce", polite, MPI.IN_PLACE, work, op=mop, root=root)
+            _call(loop, comm, group, "Reduce", how, MPI.IN_PLACE, work, op=mop, root=root)
             if reduce_op == "mean":
                 _divide(work, comm.Get_size())
         else:
-            _call(loop, comm, group, "Reduce", polite, work, None, op=mop, root=root)
+            _call(loop, comm, group, "Reduce", how, work, None, op=mop, root=root)
     elif op == "broadcast":
-        _call(loop, comm, group, "Bcast", polite, work, root=root)
+        _call(loop, comm, group, "Bcast", how, work, root=root)
     elif op == "allgather":
         if out is None:
             out = np.empty((comm.Get_size(),) + work.shape, dtype=work.dtype)
-        _call(loop, comm, group, "Allgather", polite, work, out)
+        _call(loop, comm, group, "Allgather", how, work, out)
         return out
     else:
         raise ValueError(f"unknown collective {op!r}")
@@ -319,9 +436,13 @@ def _divide(arr: np.ndarray, n: int) -> None:
         arr /= n
 
 
-def _broken(loop, group: str, why: str) -> RayError:
-    """The error of a group a member left: every later call on it raises it too."""
+def _broken(loop, group: str, why: str, dead: list[int] | None = None) -> RayError:
+    """The error of a group a member left: every later call on it raises it too.
+    ``dead``: the members gone, as the error's ``members`` (it pickles along)."""
     msg = (f"{why}; the group is broken on every member: destroy it "
            f"(destroy_collective_group) and create a new one")
     loop.broken_groups[group] = msg
-    return RayError(msg)
+    err = RayError(msg)
+    if dead:
+        err.members = dead
+    return err

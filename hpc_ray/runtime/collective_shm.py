@@ -26,15 +26,17 @@ and one copy out, both cache-sized.
 The first operation of a group sets it up through the ranks (``setup``): an
 allgather of each member's node, block, pid and a random token, with the rank
 path's header exchange first (so a member gone before it is reported). The
-route is then decided the same way on every member; groups that span nodes,
-members whose store was full, or ``HPC_RAY_COLLECTIVE_SHM=0`` keep the rank
-path (``collective_buffers``).
+route is then decided the same way on every member; groups that span nodes
+run a ShmGroup of their members on each node with MPI between one leader per
+node (``collective_nodes``); members whose store was full, or
+``HPC_RAY_COLLECTIVE_SHM=0``, keep the rank path (``collective_buffers``).
 
 A member that dies is noticed by the others while they wait: its pid is gone
 (checked every ``wait.CHECK_EVERY`` seconds of waiting) or its block no longer holds
 its token (its rank gave the block back to the store, which may reuse it). They
 raise a RayError naming the group, which stays broken on every member that
-noticed, as on the rank path.
+noticed, as on the rank path; a member that raises writes the dead member's
+index into its header (``BROKEN``), so that those waiting on it raise too.
 
 Ordering: data are written, then a locked instruction (``_fence``: glibc's
 memcpy uses non-temporal stores for large copies, which x86's ordering does not
@@ -61,8 +63,11 @@ SLOT = 2 << 20
 #: Chunks up to this size are reduced whole by every member (one round of
 #: flags); larger ones are reduced a part per member (two rounds, less work each).
 SMALL = 64 << 10
-#: Header bytes before the data: token, counter, signature (a cache line).
+#: Header bytes before the data: token, counter, signature, broken (a cache line).
 HEADER = 64
+#: Header word where a member that saw another die writes that one's index + 1,
+#: so that the members waiting on it stop waiting too.
+BROKEN = 3
 #: A wait looks without sleeping for this long, since the members of a step
 #: arrive within about this much of each other; then it sleeps between looks,
 #: doubling up to ``wait.SLEEP_CAP``, so that a member waiting for a long
@@ -112,7 +117,11 @@ def _alive(pid: int) -> bool:
 class ShmGroup:
     """This member's view of a group run through the store (executor side)."""
 
-    def __init__(self, ctx, name: str, block, token: int, me: int, peers: list) -> None:
+    #: The operations this route runs.
+    OPS = _OPS + ("allgather",)
+
+    def __init__(self, ctx, name: str, block, token: int, me: int, peers: list,
+                 members: list[int] | None = None) -> None:
         global _fence
         if _fence is None:
             _fence = _Fence()
@@ -127,6 +136,11 @@ class ShmGroup:
         self.seq = 0
         self.broken: str | None = None
         self.others = [j for j in range(self.size) if j != me]
+        #: Each peer's index in the whole group (``collective_nodes`` runs a
+        #: group's members of one node as a ShmGroup of their own).
+        self.members = list(range(self.size)) if members is None else members
+        #: The group index of the member whose death broke the group here.
+        self.dead: int | None = None
 
     # --- flags ---------------------------------------------------------------------
 
@@ -142,20 +156,30 @@ class ShmGroup:
 
             def arrived() -> bool:
                 if h[0] != token:
-                    self._gone(j, op)
+                    self._gone(self.members[j], op)
+                if h[BROKEN]:
+                    self._gone(int(h[BROKEN]) - 1, op)
                 return h[1] >= target
 
             def alive() -> None:
                 if not _alive(self.pids[j]):
-                    self._gone(j, op)
+                    self._gone(self.members[j], op)
             wait_until(arrived, alive=alive, spin=SPIN, what=f"{op} member {j}")
 
-    def _gone(self, j: int, op: str):
+    def _gone(self, dead: int, op: str):
+        """Member ``dead`` (its index in the group) is gone: break the group here,
+        and say so in this member's header to the members waiting on this one."""
         self.broken = (f"{op} in collective group {self.name!r}: the actor of member(s) "
-                       f"[{j}] is gone (it died or was killed); the group is broken on "
+                       f"[{dead}] is gone (it died or was killed); the group is broken on "
                        f"every member: destroy it (destroy_collective_group) and create "
                        f"a new one")
+        self.dead = dead
+        self.break_off(dead)
         raise RayError(self.broken)
+
+    def break_off(self, dead: int) -> None:
+        """Tell the members waiting on this one that member ``dead`` is gone."""
+        self.hdrs[self.me][BROKEN] = dead + 1
 
     # --- operations ----------------------------------------------------------------
 
@@ -268,8 +292,10 @@ class ShmGroup:
 # --- setup (executor side) ---------------------------------------------------------------
 
 
-def setup(ctx, group: str, request) -> ShmGroup | None:
-    """Set ``group`` up on its first operation: a ShmGroup, or None for the rank path.
+def setup(ctx, group: str, request):
+    """Set ``group`` up on its first operation: a ShmGroup (members on one node),
+    a ``collective_nodes.NodesGroup`` (members on several nodes, a store route in
+    each), or None for the rank path.
 
     ``request(info)`` runs the ranks' allgather of ``info`` over the group and
     returns (this member's index, every member's info).
@@ -287,7 +313,13 @@ def setup(ctx, group: str, request) -> ShmGroup | None:
         hdr[:] = 0
         hdr[0] = token
     me, peers = request((ctx.node, None if block is None else block.offset, ctx.pid, token))
-    if block is None or any(p[1] is None or p[0] != ctx.node for p in peers):
+    if block is None:
+        return None
+    from .collective_nodes import NodesGroup, plan
+    nodes = plan(peers)
+    if nodes is not None:
+        return NodesGroup(ctx, group, block, token, me, peers, nodes)
+    if any(p[1] is None or p[0] != ctx.node for p in peers):
         return None
     if len(peers) < 2:
         return None

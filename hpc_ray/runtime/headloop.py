@@ -13,8 +13,9 @@ transfers). Normally that is the comm thread. A user thread waiting in
 meanwhile ``driver_polling`` tells the comm thread to stay idle, and when the
 waiter gives up polling it wakes the comm thread. That one lock is the whole
 hand-over: no other code on rank 0 calls MPI, except ``MPI_Abort`` when
-shutdown cannot reach the workers. MPI sees serialized calls from several
-threads (``MPI_THREAD_SERIALIZED`` use; mpi4py asks for ``MPI_THREAD_MULTIPLE``).
+shutdown cannot reach the workers or a node is lost (``node_watch``). MPI sees
+serialized calls from several threads (``MPI_THREAD_SERIALIZED`` use; mpi4py
+asks for ``MPI_THREAD_MULTIPLE``).
 ``tests/mpi_scripts/driver_threads.py`` hammers it from many user threads.
 
 A handler that raises on one message fails what that message concerns and the
@@ -116,6 +117,7 @@ class HeadLoop(threading.Thread):
         self.last_flush = 0.0
         #: Executors' lines (LOG), printed at the end of the round, under the head's lock.
         self.logs: list = []
+        self.watch = None   #: NodeWatch over the other nodes (node_watch.py); None on one host
         self._handlers = self._make_handlers()
         #: Direct channels of actors' executors on this host: fd -> Channel.
         self.listener = listener
@@ -159,6 +161,7 @@ class HeadLoop(threading.Thread):
             m.RETURNED: lambda src, msg: head.tasks_returned(src, *msg[1:]),
             m.STOPPED: self._on_stopped,
             m.LOG: lambda src, msg: self.logs.append((src, *msg[1:])),
+            m.ALIVE: lambda src, msg: self.watch and self.watch.hear(src),
         }
 
     # --- handlers ---------------------------------------------------------------
@@ -404,15 +407,18 @@ class HeadLoop(threading.Thread):
                 last_check = now
                 with head.lock:
                     head.retry_pending_actors()
+                if self.watch is not None and not self.stop_requested:
+                    self.watch.check(now, self.comm)
             if active:
                 backoff.reset()
                 self.bell.stale = True
+            elif self.fetcher.moving():
+                continue   # object bytes move only while both ends call into MPI
             else:
                 # Deep sleeps while tasks run only where a task's result rings the
                 # doorbell. (A dict's length, read without the lock: at worst one
                 # poll late.)
-                t = backoff.next_timeout((not head.tasks or self.bell.usable)
-                                         and not self.fetcher.moving())
+                t = backoff.next_timeout(not head.tasks or self.bell.usable)
                 if head.direct_reports:
                     # Quiet enough to wait: read the callers' reports first
                     # (Head.direct_report), then look once more.

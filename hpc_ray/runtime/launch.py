@@ -271,6 +271,7 @@ def setup_world(comm, cfg: dict | None):
     node_comm.Free()
     comm.Barrier()
     unlink_mapped_shm()
+    unlink_launcher_topology()
     cfg["node_of"] = node_of
     return cfg, node_of, node, arena, flags
 
@@ -357,6 +358,36 @@ def unlink_mapped_shm() -> None:
         return
     for path in paths:
         if path.startswith("/dev/shm/") and not path.endswith("(deleted)"):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+#: The name hydra (MPICH's launcher) gives its copy of the node's topology in /tmp.
+HYDRA_TOPOLOGY_PREFIX = "hydra_hwloc_xmlfile_"
+
+
+def unlink_launcher_topology() -> None:
+    """Unlink hydra's copy of the node's topology that this rank's launcher
+    process (its parent, a ``hydra_pmi_proxy``) holds open.
+
+    The ranks read it in MPI_Init; every rank is past that at the world barrier.
+    A proxy that ends on its error path (a rank of its node, or another node,
+    killed) leaves the file in /tmp; unlinked now, it goes with the proxy.
+    """
+    fd_dir = f"/proc/{os.getppid()}/fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return
+    for fd in fds:
+        try:
+            path = os.readlink(os.path.join(fd_dir, fd))
+        except OSError:
+            continue
+        if os.path.basename(path).startswith(HYDRA_TOPOLOGY_PREFIX) and \
+                not path.endswith("(deleted)"):
             try:
                 os.unlink(path)
             except OSError:

@@ -10,7 +10,7 @@ from .. import _config
 from ..transport import direct
 from . import launch
 from ..exceptions import RayError
-from . import context
+from . import context, node_watch
 from .driver import DriverContext
 from .headloop import HeadLoop
 from .head import Head
@@ -103,6 +103,7 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
     sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
     loop = HeadLoop(comm, head, arena, listener, cfg.get("session_id"), cfg["one_host"],
                     flags)
+    loop.watch = node_watch.for_job(cfg, node_of, hosts)
     loop.start()
     ctx = DriverContext(head, loop, arena, node, 0, {"size": comm.Get_size()},
                         cfg.get("session_id"))

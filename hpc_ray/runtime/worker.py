@@ -2,6 +2,7 @@
 
     head (rank 0) ──EXECUTE/REPLY/CREATE_ACTOR/KILL_ACTOR/RUN_FUNCTION/SHUTDOWN──▶ rank
     rank ──[executor messages, req ids renumbered]──▶ head
+    rank ──ALIVE, each second, on another node than rank 0's──▶ head (node_watch)
     rank ◀──FETCH──▶ ranks of other nodes (raw store bytes on Tag.OBJECT_DATA)
     rank ══ socketpair ══ executor (one per CPU for tasks, one per actor, and
                                    extras for num_cpus=0 tasks, on demand,
@@ -47,7 +48,9 @@ from ..transport.comm import Fetcher, Sender, control_waiting, recv_control, tig
 from ..transport.idle_cores import IdleCores
 from ..transport.serialization import loads
 from ..transport.wait import Doorbell, loop_backoff
+from . import context
 from .executor_procs import ExecutorPool
+from .node_watch import HEARTBEAT
 from .rank_actors import DriverGone
 from .worker_state import EXTRA_IDLE_DEFAULT, Executor, WorkerState
 
@@ -231,7 +234,6 @@ class WorkerLoop:
 
     def _rank_context(self):
         if self.rank_ctx is None:
-            from . import context
             from .rank_actors import RankContext
             self.rank_ctx = RankContext(self)
             context.set_id_prefix(self.rank, 0)
@@ -365,6 +367,8 @@ class WorkerLoop:
         flags = self.flags if bell_fd >= 0 else None
         backoff = loop_backoff(False, self.cfg["one_host"] and bell_fd >= 0, flags is not None)
         last_check = time.monotonic()
+        node_of = self.cfg.get("node_of") or []
+        alive = not self.cfg["one_host"] and bool(node_of) and self.node != node_of[0]
         try:
             while not self.stop:
                 active = False
@@ -384,7 +388,7 @@ class WorkerLoop:
                 self.sender.progress()
                 if self.fetcher.progress():
                     active = True
-                timeout = 0.0 if active else backoff.next_timeout(not self.fetcher.moving())
+                timeout = 0.0 if active or self.fetcher.moving() else backoff.next_timeout()
                 if state.standby_due:
                     self._start_standby(time.monotonic())
                     if timeout > STANDBY_LOOK:
@@ -462,13 +466,15 @@ class WorkerLoop:
                     state.dispatch()
                     self.flush()
                     self.send_out()
-                if self.rank_ctx is not None and (self.rank_ctx.out or context_released()):
+                if self.rank_ctx is not None and (self.rank_ctx.out or context.released):
                     self.rank_ctx.flush()
                 if active:
                     backoff.reset()
                 now = time.monotonic()
-                if now - last_check > 1.0:
+                if now - last_check > HEARTBEAT:
                     last_check = now
+                    if alive:   # (node_watch: rank 0's watch over the other nodes)
+                        state.out.append((m.ALIVE,))
                     if self.driver_pid and not _alive(self.driver_pid):
                         sys.stderr.write(f"hpc_ray worker rank {self.rank}: the driver "
                                          f"(pid {self.driver_pid}) is gone; exiting\n")
@@ -509,11 +515,6 @@ class WorkerLoop:
 def _needs_fetch(spec: list) -> bool:
     deps = spec[m.T_DEPS]
     return bool(deps) and any(d[2][0] == m.FETCH_PLAN for d in deps)
-
-
-def context_released() -> bool:
-    from .context import released
-    return bool(released)
 
 
 def _alive(pid: int) -> bool:

@@ -89,6 +89,7 @@ class Msg(enum.IntEnum):
     UNPIN = 36
     DIRECT_DONE = 37
     EXEC_READY = 40
+    ALIVE = 41
 
 
 # TaskSpec field positions (the wire form is a plain tuple).
@@ -128,6 +129,7 @@ UNBLOCK = Msg.UNBLOCK.value
 LEND = Msg.LEND.value
 UNPIN = Msg.UNPIN.value
 DIRECT_DONE = Msg.DIRECT_DONE.value
+ALIVE = Msg.ALIVE.value
 
 
 # --- head (rank 0) -> worker rank (and the rank passes some on to an executor) -----
@@ -374,6 +376,13 @@ class Stopped(NamedTuple):
     kind: int
 
 
+class Alive(NamedTuple):
+    """A worker rank on another node than rank 0's is alive, every
+    ``node_watch.HEARTBEAT`` seconds. Rank (``WorkerLoop.run``) ->
+    ``NodeWatch.hear``."""
+    kind: int
+
+
 class Log(NamedTuple):
     """Whole lines executors printed: [(pid, is_stderr, [line, ...])] (log_to_driver).
     Rank (``WorkerLoop._logs_out``) -> ``HeadLoop._on_log``, printed on rank 0."""
@@ -455,19 +464,19 @@ SCHEMA: dict[int, type] = {
     PROFILE: Profile, RETURNED: Returned, STOPPED: Stopped, FREE_BLOCKS: FreeBlocks,
     FETCH: Fetch, COLLECTIVE_OP: CollectiveOp, EXEC_READY: ExecReady, LOG: Log,
     DIRECT_HELLO: DirectHello, UNBLOCK: Unblock, LEND: Lend, UNPIN: Unpin,
-    DIRECT_DONE: DirectDone,
+    DIRECT_DONE: DirectDone, ALIVE: Alive,
 }
 
 #: Kinds the head handles (``HeadLoop``'s handler table must cover exactly these).
 TO_HEAD = frozenset((TASK_DONE, TASK_FAILED, PROCESS_ENDED, SUBMIT, PUT, GET, WAIT,
                      WAIT_NOW, ALLOC, HOLD, RELEASE, BLOCKED, ADD_LOCATION, ACTOR_READY,
                      ACTOR_DIED, CONTROL_CALL, PROFILE, RETURNED, STOPPED, FREE_BLOCKS,
-                     FETCH, LOG, DIRECT_DONE))
+                     FETCH, LOG, DIRECT_DONE, ALIVE))
 #: Kinds no reply is due after (reports for the history): a loop that received
 #: only these stays in its idle back-off (``wait.Backoff``). Callers of an actor
 #: send DIRECT_DONE every few hundred calls; counted as activity, they kept the
 #: head and the ranks polling every 20 us for as long as the calls went on.
-NO_REPLY_DUE = frozenset((DIRECT_DONE, PROFILE))
+NO_REPLY_DUE = frozenset((DIRECT_DONE, PROFILE, ALIVE))
 
 
 def reply_due(msgs) -> bool:

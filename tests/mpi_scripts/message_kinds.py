@@ -23,6 +23,7 @@ class FetchServer:
 
 loop = HeadLoop.__new__(HeadLoop)   # the handler table, without starting MPI traffic
 loop.head, loop.stopped, loop.fetcher, loop.logs = head, set(), FetchServer(), []
+loop.watch = None                   # (one host: no watch over other nodes)
 handlers = loop._make_handlers()
 assert set(handlers) == set(m.TO_HEAD), set(handlers) ^ set(m.TO_HEAD)
 
@@ -100,6 +101,7 @@ head.settle_direct_reports()   # (read when the comm loop is quiet, or by tasks(
 assert head.history.tasks and list(head.history.tasks)[-1][0] == 91, list(head.history.tasks)
 assert loop.logs == [(1, [(1234, False, ["hello from a task"])])], loop.logs
 loop.logs.clear()
+deliver(m.Alive(m.ALIVE))      # (a rank on another node; no watch on one host)
 deliver(m.Stopped(m.STOPPED))
 
 assert handled == set(m.TO_HEAD), set(m.TO_HEAD) - handled

@@ -4,8 +4,9 @@ with resume=True.  Phase "first" runs until the test kills it (or phase
 finishes it and checks that every trial finished exactly once, each result
 iteration logged once, unfinished trials continuing from their checkpoints.
 
-Every train() appends "<phase> <trial tag> <iteration> <restored-from>" to a
-ledger in the test's directory, flushed at once, so the test sees progress.
+Every train() appends "<phase> <trial tag> <iteration> <restored-from> <node id>"
+to a ledger in the test's directory, flushed at once, so the test sees progress
+(and, on two nodes, where each trial ran: the runtime's ``node-<i>``).
 """
 import faulthandler, os, sys
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
@@ -17,6 +18,7 @@ from _harness import check, init_kwargs, ok, report, section, tmp_path
 
 import hpc_ray as ray
 from hpc_ray import tune
+from hpc_ray.runtime import context
 
 PHASE = sys.argv[1]
 LEDGER = tmp_path("ledger")
@@ -34,7 +36,8 @@ class Slow(tune.Trainable):
         time.sleep(SLEEP)
         self.i += 1
         with open(LEDGER, "a") as f:
-            f.write(f"{PHASE} {self.config['k']} {self.i} {self.restored_from}\n")
+            f.write(f"{PHASE} {self.config['k']} {self.i} {self.restored_from} "
+                    f"node-{context.current().node}\n")
         return {"value": self.config["k"] * self.i}
 
     def _save(self, checkpoint_dir):
@@ -88,13 +91,15 @@ with section("resumed"):
             # continues after its last checkpoint the driver had stored: at the
             # warning signal for a preempted job; after a SIGKILL the one of the
             # last even iteration, or the one before if the kill came between
-            # the actor taking it and the driver storing it
+            # the actor taking it and the driver storing it; after a node was
+            # lost and the job aborted, also one the runner took at the
+            # launcher's SIGTERM (a preemption) where the trial stood
             start = restored[0] if len(restored) == 1 else -1
             if preempted:
                 check(start == done_first, (k, summary[k]))
             else:
                 last = done_first - done_first % 2
-                check(start in (last, max(last - 2, 0)), (k, summary[k]))
+                check(start in (last, max(last - 2, 0), done_first), (k, summary[k]))
             check(resumed == list(range(start + 1, ITERS + 1)), (k, summary[k]))
     report("summary", summary)
 
