@@ -51,8 +51,8 @@ def report():
         print("calls", calls, flush=True)
         time.sleep(0.2)
 
+print("ready", flush=True)   # (before the report thread: print's writes interleave)
 threading.Thread(target=report, daemon=True).start()
-print("ready", flush=True)
 while True:
     ray.get(a.m.remote())
     calls += 1
