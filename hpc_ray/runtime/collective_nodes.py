@@ -40,7 +40,7 @@ import numpy as np
 from ..exceptions import RayError
 from ..transport import messages as m
 from . import collective_buffers
-from .collective_shm import _UFUNCS, ShmGroup
+from .collective_shm import ShmGroup, check_call
 
 #: Prefix of the COLLECTIVE_OP operations a leader's rank runs on the leaders'
 #: communicator.
@@ -87,12 +87,7 @@ class NodesGroup:
 
     def run(self, op: str, arr: np.ndarray, reduce_op: str = "sum", root: int = 0) -> None:
         """``op`` on ``arr`` (C-contiguous, writable), in place, with the other members."""
-        if self.broken is not None:
-            raise RayError(self.broken)
-        if reduce_op not in _UFUNCS:
-            raise ValueError(f"unknown reduce op {reduce_op!r} (valid: {list(_UFUNCS)})")
-        if op in ("reduce", "broadcast") and not 0 <= root < self.size:
-            raise ValueError(f"{op} root must be in 0..{self.size - 1}, got {root!r}")
+        check_call(self.broken, self.size, op, reduce_op, root)
         try:
             if op == "allreduce":
                 self._allreduce(arr, reduce_op)

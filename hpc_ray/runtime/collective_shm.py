@@ -68,11 +68,12 @@ HEADER = 64
 #: Header word where a member that saw another die writes that one's index + 1,
 #: so that the members waiting on it stop waiting too.
 BROKEN = 3
-#: A wait looks without sleeping for this long, since the members of a step
-#: arrive within about this much of each other; then it sleeps between looks,
-#: doubling up to ``wait.SLEEP_CAP``, so that a member waiting for a long
-#: computation of another does not keep a core busy. It checks that the member
-#: it waits for lives every ``wait.CHECK_EVERY`` (``wait.wait_until``).
+#: A wait looks without sleeping (yielding the core between looks) for this
+#: long, since the members of a step arrive within about this much of each
+#: other; then it sleeps between looks, doubling up to ``wait.SLEEP_CAP``, so
+#: that a member waiting for a long computation of another does not keep a
+#: core busy. It checks that the member it waits for lives every
+#: ``wait.CHECK_EVERY`` (``wait.wait_until``).
 SPIN = 0.002
 
 _UFUNCS = {"sum": np.add, "mean": np.add, "prod": np.multiply, "min": np.minimum,
@@ -112,6 +113,17 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ", 1)[1][0] not in "ZX"
     except (OSError, IndexError):
         return False
+
+
+def check_call(broken: str | None, size: int, op: str, reduce_op: str, root: int) -> None:
+    """Raise what a member's call of ``op`` on a group of ``size`` raises before
+    it waits for anyone: the group is broken, or the arguments are wrong."""
+    if broken is not None:
+        raise RayError(broken)
+    if reduce_op not in _UFUNCS:
+        raise ValueError(f"unknown reduce op {reduce_op!r} (valid: {list(_UFUNCS)})")
+    if op in ("reduce", "broadcast") and not 0 <= root < size:
+        raise ValueError(f"{op} root must be in 0..{size - 1}, got {root!r}")
 
 
 class ShmGroup:
@@ -185,12 +197,7 @@ class ShmGroup:
 
     def run(self, op: str, arr: np.ndarray, reduce_op: str = "sum", root: int = 0) -> None:
         """``op`` on ``arr`` (C-contiguous, writable), in place, with the other members."""
-        if self.broken is not None:
-            raise RayError(self.broken)
-        if reduce_op not in _UFUNCS:
-            raise ValueError(f"unknown reduce op {reduce_op!r} (valid: {list(_UFUNCS)})")
-        if op in ("reduce", "broadcast") and not 0 <= root < self.size:
-            raise ValueError(f"{op} root must be in 0..{self.size - 1}, got {root!r}")
+        check_call(self.broken, self.size, op, reduce_op, root)
         sig = zlib.crc32(f"{op}/{arr.shape}/{arr.dtype.str}/{reduce_op}/{root}".encode())
         flat = arr.reshape(-1).view(np.uint8)
         n = 0 if op == "barrier" else flat.nbytes

@@ -26,11 +26,15 @@ The numbers come from the environment once, at import (``_config``):
     HPC_RAY_WAIT_OFF           mechanisms turned off, comma-separated, for A/B runs
                                (``benchmarks/mechanisms.py``): see MECHANISMS
 
-Each mechanism (a spin) can be turned off here, so that a run with and without it on a node with a
-core per process shows whether it pays.
+The mechanisms left that bet a core on an answer coming soon (the spin, the
+repoll, and the yield of wait_until's spin) can be turned off here, so that a
+run with and without each shows whether it pays (the others did not:
+``benchmarks/results/mechanisms-removal-2026-11-27.md``; these three did:
+``benchmarks/results/repoll-2026-11-27.md``).
 """
 from __future__ import annotations
 
+import os
 import socket
 import time
 from time import monotonic
@@ -43,6 +47,8 @@ from .. import _config
 #: What ``HPC_RAY_WAIT_OFF`` can turn off, and what each one is.
 MECHANISMS = {
     "spin": "busy-poll sockets before blocking (Spinner; the driver's own rounds)",
+    "repoll": "a loop polls MPI again at once a few times after activity (Backoff.repolls)",
+    "yield": "sched_yield between the polls of wait_until's spin (the collectives' waits)",
 }
 
 
@@ -73,6 +79,13 @@ def enabled(mechanism: str) -> bool:
     return mechanism not in OFF
 
 
+#: Whether wait_until's spin yields between polls. Without it, three members of
+#: a collective on 2 cores took 4 ms per 1 KB allreduce instead of 0.05 ms: a
+#: member that spins through its time slice keeps the one it waits for off the
+#: core (benchmarks/results/repoll-2026-11-27.md).
+YIELD = enabled("yield")
+
+
 class WaitTimeout(TimeoutError):
     """A wait_until passed its deadline."""
 
@@ -82,8 +95,9 @@ def wait_until(done: Callable[[], bool], timeout: float | None = None,
                what: str = "a condition") -> None:
     """Return once ``done()`` is true.
 
-    It polls ``done()`` back to back for ``spin`` seconds (default
-    SPIN_BUDGET), then sleeps between polls, from SLEEP_FIRST doubling
+    It polls ``done()`` for ``spin`` seconds (default SPIN_BUDGET), giving
+    the core to a thread ready to run on it between polls (``sched_yield``:
+    often the peer the wait is for, where members outnumber cores), then sleeps between polls, from SLEEP_FIRST doubling
     to SLEEP_CAP. ``alive()`` runs every CHECK_EVERY and raises when what the
     wait depends on is gone (a peer process died); past ``timeout`` seconds it
     raises WaitTimeout naming ``what``. A wait with neither must be one whose
@@ -99,6 +113,8 @@ def wait_until(done: Callable[[], bool], timeout: float | None = None,
     while not done():
         polls += 1
         if polls & 15 and now < spin_until:
+            if YIELD:
+                os.sched_yield()
             continue
         now = monotonic()
         if now >= check:
@@ -143,10 +159,22 @@ IDLE_POLL_MS = _config.os_environ_get("IDLE_POLL_MS", None, float)
 HEAD_IDLE_POLL_MS = _config.os_environ_get("HEAD_IDLE_POLL_MS", None, float)
 
 
+#: Immediate polls after activity (``Backoff.repolls``): the next message of a
+#: sync round trip (a task's result, the next submission) comes within tens of
+#: microseconds, and a sleep of even SLEEP_FIRST costs a wake-up. Removed with
+#: the warm phase (which covers for it), sync tasks ran at 0.42-0.56x,
+#: embedded and under mpiexec -n 2; with it back, as before
+#: (benchmarks/results/repoll-2026-11-27.md).
+REPOLLS = 20
+#: Polls at once after a ring (``Backoff.rung``).
+RUNG_POLLS = 2
+
+
 class Backoff:
     """How long an idle loop should block before polling again.
 
-    After activity the sleep starts at SLEEP_FIRST and doubles up to ``cap``.
+    Right after activity the loop polls again at once REPOLLS times. After
+    that the sleep starts at SLEEP_FIRST and doubles up to ``cap``.
     After ``deep_after`` seconds without activity (0: never) it goes on
     doubling up to ``deep_cap``: a loop idle that long is woken by its
     Doorbell where its sender is on its host, and otherwise waits at most
@@ -163,13 +191,15 @@ class Backoff:
     the climb again for the same reason.
     """
 
-    __slots__ = ("tval", "cap", "last_active", "deep_after", "deep_cap", "flagged",
-                 "flagged_sleep")
+    __slots__ = ("tval", "cap", "polls", "repolls", "last_active", "deep_after", "deep_cap",
+                 "flagged", "flagged_sleep")
 
     def __init__(self, cap: float | None = None, deep_after: float = 0.0,
                  deep_cap: float = 0.0, flagged: bool = False) -> None:
         self.tval = 0.0
         self.cap = SLEEP_CAP if cap is None else cap
+        self.polls = 0
+        self.repolls = REPOLLS if enabled("repoll") else 0
         self.deep_after = deep_after
         self.deep_cap = max(self.cap, deep_cap)
         self.flagged = flagged
@@ -179,20 +209,25 @@ class Backoff:
 
     def reset(self) -> None:
         self.tval = 0.0
+        self.polls = 0
         self.last_active = monotonic()
 
     def rung(self) -> None:
-        """A doorbell rang: a message is on its way (sent before the ring). It
-        is no activity yet: a message that needs no quick follow-up (a caller's
+        """A doorbell rang: a message is on its way (sent before the ring): poll
+        at once, twice. It is no activity yet: a message that needs no quick follow-up (a caller's
         summary for the head) leaves the loop where it was in its back-off,
         deep sleep included; a flagged loop climbs again."""
         if self.flagged:
             self.tval = 0.0   # the message may not be in MPI yet: climb again
+        self.polls = min(self.polls, self.repolls - RUNG_POLLS)
 
     def next_timeout(self, deep: bool = True) -> float:
         """How long the caller should block now. ``deep=False`` stays at ``cap``
         however long the quiet: a message is due some time (a task's result)."""
         self.flagged_sleep = False
+        if self.polls < self.repolls:
+            self.polls += 1
+            return 0.0
         if self.flagged and deep:
             self.flagged_sleep = True
             self.tval = min(self.deep_cap, max(FLAGGED_FIRST, self.tval * 2))
