@@ -14,8 +14,8 @@ from mpi4py import MPI
 from hpc_ray.transport import comm, wait
 from hpc_ray.transport.comm import RING_AFTER, CommThreadBell, Sender
 from hpc_ray.transport.wait import (DEEP_AFTER, DEEP_AFTER_ONE_HOST, DEEP_CAP,
-                                    DEEP_CAP_ONE_HOST, HEAD_DEEP_CAP, SLEEP_FIRST, Backoff,
-                                    Doorbell, loop_backoff)
+                                    DEEP_CAP_ONE_HOST, HEAD_DEEP_CAP, REPOLLS, RUNG_POLLS,
+                                    SLEEP_FIRST, Backoff, Doorbell, loop_backoff)
 
 
 class Clock:
@@ -37,6 +37,8 @@ def test_a_long_idle_loop_sleeps_up_to_the_deep_cap(monkeypatch):
     clock = _with_clock(monkeypatch)
     backoff = Backoff(cap=0.001, deep_after=1.0, deep_cap=0.01)
     backoff.reset()
+    # Right after activity it polls again at once (the repoll), then sleeps.
+    assert [backoff.next_timeout() for _ in range(REPOLLS)] == [0.0] * REPOLLS
     assert backoff.next_timeout() == SLEEP_FIRST
     clock.now += 0.5
     assert max(backoff.next_timeout() for _ in range(20)) == 0.001
@@ -45,6 +47,7 @@ def test_a_long_idle_loop_sleeps_up_to_the_deep_cap(monkeypatch):
     assert deep == sorted(deep) and deep[0] == 0.002 and deep[-1] == 0.01
     assert backoff.next_timeout(deep=False) == 0.001          # a message is due
     backoff.reset()                                           # activity
+    assert [backoff.next_timeout() for _ in range(REPOLLS)] == [0.0] * REPOLLS
     assert backoff.next_timeout() == SLEEP_FIRST
 
 
@@ -82,7 +85,10 @@ def test_a_ring_leaves_a_deep_sleeper_deep(monkeypatch):
     while backoff.next_timeout() < 0.01:
         pass
     backoff.rung()                          # e.g. a caller's summary for the head
-    assert backoff.next_timeout() == 0.01   # no climb from 20 us again
+    # Two polls at once for the message the ring announced, then as deep as
+    # before: no climb from 20 us again.
+    assert [backoff.next_timeout() for _ in range(RUNG_POLLS)] == [0.0] * RUNG_POLLS
+    assert backoff.next_timeout() == 0.01
 
 
 @settings(max_examples=200, deadline=None)
@@ -97,17 +103,22 @@ def test_backoff_bounds_hold_after_every_event(events):
     try:
         backoff = Backoff(cap=0.001, deep_after=1.0, deep_cap=0.01)
         last_active = clock.now
+        polls = 0                                  # since the last activity
         for event in events:
             if event[0] == "advance":
                 clock.now += event[1]
             elif event[0] == "reset":
                 backoff.reset()
                 last_active = clock.now
+                polls = 0
             else:
                 _, deep = event
                 t = backoff.next_timeout(deep)
                 quiet = clock.now - last_active
-                if deep and quiet > 1.0:
+                polls += 1
+                if polls <= REPOLLS:
+                    assert t == 0.0                # the repoll after activity
+                elif deep and quiet > 1.0:
                     assert SLEEP_FIRST <= t <= 0.01
                 else:
                     assert SLEEP_FIRST <= t <= 0.001   # never past cap unless long idle
@@ -343,6 +354,7 @@ def test_a_flagged_backoff_climbs_fast_to_the_deep_cap(monkeypatch):
     _with_clock(monkeypatch)
     backoff = loop_backoff(False, rung=True, flagged=True)
     backoff.reset()
+    assert [backoff.next_timeout() for _ in range(REPOLLS)] == [0.0] * REPOLLS
     sleeps = [backoff.next_timeout() for _ in range(8)]
     assert backoff.flagged_sleep
     # From 1 ms, doubling: a message that showed in MPI only after the last look
@@ -352,6 +364,7 @@ def test_a_flagged_backoff_climbs_fast_to_the_deep_cap(monkeypatch):
     assert all(b <= 2 * a + 1e-12 for a, b in zip(sleeps, sleeps[1:]))
     # A ring (the message it announces may not be in MPI yet) starts the climb again.
     backoff.rung()
+    assert [backoff.next_timeout() for _ in range(RUNG_POLLS)] == [0.0] * RUNG_POLLS
     assert backoff.next_timeout() == wait.FLAGGED_FIRST
     # Bytes on their way need the loop's polls: no flagged sleep then.
     assert backoff.next_timeout(deep=False) <= backoff.cap and not backoff.flagged_sleep
