@@ -28,6 +28,12 @@ def test_group_spanning_two_nodes(nodes_route):
     values = run_mpi("collective_nodes.py", 5, *args, cmd=cmd, timeout=150,
                      env={"HPC_RAY_COLLECTIVE_NODES": nodes_route}
                      ).assert_ok("collective_nodes")
+    assert_group_spanning_two_nodes(values, nodes_route, args)
+
+
+def assert_group_spanning_two_nodes(values: dict, nodes_route: str, args=()) -> None:
+    """What ``mpi_scripts/collective_nodes.py`` reports with the driver and two
+    workers on one node, two workers on the other."""
     a, b = values["member_nodes"][:2]
     assert a != b and values["member_nodes"] == [a, b, a, b]
     assert values["allreduce"] == "ok" and values["others"] == "ok"

@@ -342,3 +342,24 @@ def test_nothing_is_sent_after_shutdown_is_queued():
     head.task_done(1, tid, [(RAW, 0)], None, 0.0, 0.0, 1)
     head.schedule()
     assert head.take_outbox() == {}
+
+
+def test_ranks_busy_in_an_in_rank_actor_are_known_to_the_node_watch():
+    # node_watch counts them as heard: their loop runs the method, sending no ALIVE.
+    head = make_head()
+    actor_id, plain_id = 556, 557
+    create = build_spec(9, b"cls", "C", (), {}, 1, {}, 0, m.IN_RANK, actor_id, 0)
+    head.create_actor(create, {}, 0, None, "C")
+    head.create_actor(build_spec(9, b"cls", "P", (), {}, 1, {}, 0, 0, plain_id, 0),
+                      {}, 0, None, "P")
+    rank = head.actors[actor_id].rank
+    assert head.in_rank_busy() == {rank}          # its constructor runs in the rank
+    head.actor_ready(actor_id, 1234)
+    head.actor_ready(plain_id, 1235)
+    assert head.in_rank_busy() == set()           # idle: its loop sends ALIVE again
+    call = build_spec("m", None, "C.solve", (), {}, 1, None, 0, 0, actor_id, 0)
+    head.submit(call)
+    head.submit(build_spec("m", None, "P.m", (), {}, 1, None, 0, 0, plain_id, 0))
+    assert head.in_rank_busy() == {rank}          # a long solve may run now
+    head.task_done(rank, call[m.T_ID], [(RAW, 0)], None, 0.0, 0.0, 1234)
+    assert head.in_rank_busy() == set()

@@ -290,6 +290,19 @@ def test_node_watch_names_the_first_node_none_of_whose_ranks_is_heard():
         f"{timeout:g} s")
 
 
+def test_node_watch_does_not_blame_a_rank_busy_in_an_in_rank_actors_method():
+    from hpc_ray.runtime import node_watch
+    watch = node_watch.NodeWatch([0, 1, 1], ["a", "b", "b"], now=100.0)
+    late = 100.0 + node_watch.NODE_TIMEOUT + 1
+    watch.checked = late - 1.0
+    # Rank 1's loop runs a long method of its in-rank actor (no ALIVE meanwhile),
+    # rank 2 is silent too: only rank 2 is named.
+    assert watch.lost(late, busy={1}) == (1, [2])
+    watch.heard[2] = late
+    watch.checked = late
+    assert watch.lost(late + 1, busy={1}) is None
+
+
 def test_node_watch_does_not_blame_the_nodes_for_rank_0s_own_stall():
     from hpc_ray.runtime import node_watch
     watch = node_watch.NodeWatch([0, 1], ["a", "b"], now=100.0)

@@ -55,10 +55,15 @@ class NodeWatch:
     def hear(self, rank: int) -> None:
         self.heard[rank] = time.monotonic()
 
-    def lost(self, now: float) -> tuple[int, list[int]] | None:
+    def lost(self, now: float, busy=()) -> tuple[int, list[int]] | None:
         """The first node with a rank not heard from for NODE_TIMEOUT s, and its
         silent ranks (those silent for nearly as long count: the ranks of a failed
-        node fall silent within a heartbeat of each other)."""
+        node fall silent within a heartbeat of each other). ``busy`` ranks run a
+        method of an in-rank actor, in their loop, which sends no ALIVE meanwhile
+        however long the method takes: they count as heard."""
+        for rank in busy:
+            if rank in self.heard:
+                self.heard[rank] = now
         if now - self.checked > STALL:
             for rank in self.heard:     # (counted from now: see STALL)
                 self.heard[rank] = max(self.heard[rank], now)
@@ -83,10 +88,10 @@ class NodeWatch:
         return (f"hpc_ray: {what}; ending the job. Run it again to resume from "
                 f"checkpoints (a requeued Tune job resumes with tune.run(..., resume=True)).")
 
-    def check(self, now: float, comm) -> None:
+    def check(self, now: float, comm, busy=()) -> None:
         """End the job if a node (or a rank of it) is lost: say which on stderr,
-        then ``MPI_Abort``."""
-        found = None if self.ended else self.lost(now)
+        then ``MPI_Abort``. ``busy``: as for ``lost``."""
+        found = None if self.ended else self.lost(now, busy)
         if found is None:
             return
         self.ended = True

@@ -328,6 +328,13 @@ class ActorLifecycle:
                 continue
             self._place_actor(actor)
 
+    def in_rank_busy(self) -> set[int]:
+        """Ranks whose in-rank actor is being made or runs calls: their loop runs
+        the user's code meanwhile (``node_watch``). O(actors), once a second."""
+        return {a.rank for a in self.actors.values()
+                if a.spec[m.T_MAX_CALLS] == m.IN_RANK
+                and (a.inflight or a.state is A_STARTING)}
+
     def actor_ready(self, actor_id: int, pid: int) -> None:
         actor = self.actors.get(actor_id)
         if actor is None or actor.state is not A_STARTING:
