@@ -24,7 +24,7 @@ HAVE_TORCH = importlib.util.find_spec("torch") is not None
 def test_group_spanning_two_nodes(nodes_route):
     # Torch tensors once (importing torch in every executor is slow).
     args = ("--torch",) if HAVE_TORCH and nodes_route == "1" else ()
-    cmd = fake_hosts_command("collective_nodes.py", HOSTS) + list(args)
+    cmd = fake_hosts_command("collective_nodes.py", *args, hosts=HOSTS)
     values = run_mpi("collective_nodes.py", 5, *args, cmd=cmd, timeout=150,
                      env={"HPC_RAY_COLLECTIVE_NODES": nodes_route}
                      ).assert_ok("collective_nodes")

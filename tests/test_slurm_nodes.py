@@ -18,7 +18,6 @@ import pytest
 from slurm import cluster as _cluster
 from slurm.fixtures import (hpc_ray_cli, job_env, poll_for, run, sbatch, slurm_two_nodes,
                             two_node_job_dir, wait_job)
-from test_collective_nodes import assert_group_spanning_two_nodes
 from test_two_nodes import assert_trained_on_two_nodes, assert_two_nodes
 from conftest import MPIResult, SCRIPTS_DIR
 
@@ -59,20 +58,6 @@ def test_sgd_and_tune_over_two_slurm_nodes(slurm_two_nodes, two_node_job_dir):
     (record,) = wait_job(c, job, output=out, timeout=200)
     assert record["JobState"] == "COMPLETED", out.read_text()
     assert_trained_on_two_nodes(results_of(out.read_text(), "train_two_nodes"))
-
-
-@pytest.mark.timeout(240)
-def test_collective_group_spanning_two_slurm_nodes(slurm_two_nodes, two_node_job_dir):
-    # The driver and two workers on n1, two workers on n2 (3 ranks on n1's 2 CPUs).
-    c = slurm_two_nodes
-    script = two_node_job_dir / "collective.sbatch"
-    script.write_text(f"#!/bin/bash\nsrun --mpi=pmi2 {PY} {SCRIPTS_DIR / 'collective_nodes.py'}\n")
-    out = two_node_job_dir / "out.txt"
-    job = sbatch(c, "-N", "2", "-n", "5", "--ntasks-per-node=3", "--overcommit",
-                 "-o", str(out), str(script), cwd=two_node_job_dir)
-    (record,) = wait_job(c, job, output=out, timeout=200)
-    assert record["JobState"] == "COMPLETED", out.read_text()
-    assert_group_spanning_two_nodes(results_of(out.read_text(), "collective_nodes"), "1")
 
 
 @pytest.mark.timeout(120)
