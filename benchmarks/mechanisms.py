@@ -2,8 +2,8 @@
 
 Issue 34: a waiting mechanism stays only if a run with it beats a run without
 it on a configuration with no more runnable processes than cores. Each
-mechanism of ``hpc_ray/transport/wait.py`` (``wait.MECHANISMS``: ``spin``)
-can be turned off with ``HPC_RAY_WAIT_OFF=<name>``; this script runs one
+mechanism of ``hpc_ray/transport/wait.py`` (``wait.MECHANISMS``: ``spin`` and
+``look``) can be turned off with ``HPC_RAY_WAIT_OFF=<name>``; this script runs one
 workload job with it on and one with it off, alternating which goes first, in
 interleaved rounds, and prints each figure's median and the ratio off/on
 (below 1: the mechanism pays; about 1: it does not).
@@ -21,7 +21,7 @@ in one of two modes:
     mpiexec      mpiexec -n 2 python job.py; ray.init(): rank 0 drives, rank 1 works
 
     python benchmarks/mechanisms.py                            # every mechanism, both modes
-    python benchmarks/mechanisms.py --mechanisms none,spin --modes mpiexec --rounds 5
+    python benchmarks/mechanisms.py --mechanisms spin,look --modes mpiexec --rounds 5
     python benchmarks/mechanisms.py --base /tmp/other-checkout # "off" = that checkout
 
 With ``--base`` the "off" side is another checkout (its PYTHONPATH) instead of

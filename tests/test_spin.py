@@ -37,7 +37,8 @@ def spun(poller: CountingPoller, before: int) -> bool:
     return 0 in poller.timeouts[before:]
 
 
-def test_spinning_stops_when_it_finds_nothing_and_resumes_when_it_pays():
+def test_spinning_stops_when_it_finds_nothing_and_resumes_when_it_pays(monkeypatch):
+    monkeypatch.setattr(wait, "crowded", lambda cores: False)   # (whatever else runs)
     a, b = socket.socketpair()
     try:
         poller = CountingPoller(a)
@@ -63,6 +64,45 @@ def test_spinning_stops_when_it_finds_nothing_and_resumes_when_it_pays():
         n = len(poller.timeouts)
         s.poll(poller, 0.1)
         assert spun(poller, n), "a spin that pays is kept"
+    finally:
+        a.close()
+        b.close()
+
+
+def test_no_spinning_while_more_threads_are_ready_than_cores(monkeypatch):
+    """A task's spinner (``look``) does not spin, even where the answer would be
+    there at once, while the machine has more threads ready to run than its
+    cores; it spins again once they are no more. The driver's and actors'
+    spinners (``look`` off) spin all the same. The count of ready threads is
+    the machine's own, read from /proc/loadavg."""
+    ready = wait.ready_threads()
+    assert ready is None or ready >= 1    # this thread at least, where Linux tells
+    a, b = socket.socketpair()
+    try:
+        b.send(b"x")                      # every wait's answer is there at once
+        poller = CountingPoller(a)
+        task = Spinner(look=True, budget=30e-6)
+        driver = Spinner(budget=30e-6)
+        threads = [1]
+        monkeypatch.setattr(wait, "ready_threads", lambda: threads[0])
+
+        def spins_of(s, waits):
+            out = []
+            for _ in range(waits):
+                n = len(poller.timeouts)
+                assert s.poll(poller, 0.1)
+                out.append(spun(poller, n))
+            return out
+        look = wait.LOOK_EVERY
+        assert all(spins_of(task, look)), "a paying spin with cores to spare"
+        threads[0] = task.cores + 1
+        # (A look comes on one wait in LOOK_EVERY: the next ones see the change.)
+        assert not any(spins_of(task, 2 * look)[look:]), \
+            "spun with more threads ready than cores"
+        assert all(spins_of(driver, 2 * look)), "a spinner that does not look stopped"
+        threads[0] = task.cores
+        assert all(spins_of(task, 2 * look)[look:]), \
+            "did not spin again once the crowd was gone"
     finally:
         a.close()
         b.close()
@@ -129,14 +169,14 @@ def test_a_collective_ends_with_an_error_when_the_driver_is_gone():
 
 
 def test_turning_a_mechanism_off_for_an_a_b_run():
-    """``HPC_RAY_WAIT_OFF`` turns the spins off (a Spinner never spins); a name
-    it does not know warns and keeps them all."""
+    """``HPC_RAY_WAIT_OFF`` turns the spins off (a Spinner never spins, nor does
+    a look); a name it does not know warns and keeps them all."""
     code = ("from hpc_ray.transport import wait;"
-            "print(sorted(wait.OFF), wait.Spinner().due())")
-    env = {**os.environ, "HPC_RAY_WAIT_OFF": "spin"}
+            "print(sorted(wait.OFF), wait.Spinner().due(), wait.Spinner(look=True).look)")
+    env = {**os.environ, "HPC_RAY_WAIT_OFF": "spin,look"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, env=env)
-    assert out.stdout.split("]")[1].split() == ["False"], out.stderr
+    assert out.stdout.split("]")[1].split() == ["False", "False"], out.stderr
     env["HPC_RAY_WAIT_OFF"] = "spin,fast"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, env=env)

@@ -453,6 +453,9 @@ class ExecutorContext(context.ContextBase):
 
     def create_actor_here(self, spec: list) -> None:
         self.actor_id = spec[m.T_ACTOR]
+        # An actor's waits for its next call spin as before, crowd or not: driver
+        # threads calling actors ran slower with the actors blocking meanwhile.
+        self.transport.spinner.look = False
         self._set_gpus(spec[m.T_RES])
         try:
             cls = self._function(spec)

@@ -93,8 +93,9 @@ class ExecutorTransport:
         #: The caller's and the actor's sides of direct calls, once there are.
         self.peer: peer_calls.PeerCaller | None = None
         self.server = None
-        #: Busy-polls a little before blocking while that pays (``transport/wait.py``).
-        self.spinner = Spinner()
+        #: Busy-polls a little before blocking while that pays and (a task's
+        #: process) no crowd of ready threads takes the cores (``transport/wait.py``).
+        self.spinner = Spinner(look=True)
         #: ``recv_select``'s poll object, and what it was built to watch.
         self.poller = None
         self.poller_key = None

@@ -27,10 +27,11 @@ The numbers come from the environment once, at import (``_config``):
                                (``benchmarks/mechanisms.py``): see MECHANISMS
 
 The mechanisms left that bet a core on an answer coming soon (the spin, the
-repoll, and the yield of wait_until's spin) can be turned off here, so that a
-run with and without each shows whether it pays (the others did not:
-``benchmarks/results/mechanisms-removal-2026-11-27.md``; these three did:
-``benchmarks/results/repoll-2026-11-27.md``).
+look at the machine's load that stops a task's spin, the repoll, and the yield
+of wait_until's spin) can be turned off here, so that a run with and without
+each shows whether it pays (others did not:
+``benchmarks/results/mechanisms-removal-2026-11-27.md``; the repoll and the
+yield did: ``benchmarks/results/repoll-2026-11-27.md``).
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from time import monotonic
 from typing import Callable
 
 from .. import _config
+from .placement import usable_cores
 
 # --- the policy -----------------------------------------------------------------------
 
@@ -49,6 +51,8 @@ MECHANISMS = {
     "spin": "busy-poll sockets before blocking (Spinner; the driver's own rounds)",
     "repoll": "a loop polls MPI again at once a few times after activity (Backoff.repolls)",
     "yield": "sched_yield between the polls of wait_until's spin (the collectives' waits)",
+    "look": "a task's process does not spin while /proc/loadavg shows more ready threads "
+            "than cores",
 }
 
 
@@ -268,30 +272,74 @@ def loop_backoff(head: bool, rung: bool, flagged: bool) -> Backoff:
 #
 # Spinning takes a core from whoever else could run, so a process spins only
 # while its recent spins found something (``score``, a moving average of hits);
-# one wait in PROBE_EVERY spins anyway, to find out when it pays again.
+# one wait in PROBE_EVERY spins anyway, to find out when it pays again. A task's
+# process (``look``) also looks, on one wait in LOOK_EVERY, at how many threads
+# the machine has ready to run, and does not spin while there are more than its
+# cores (benchmarks/README.md, "Stop 29"; benchmarks/mechanisms.py measures
+# whether it pays with a core per process).
 
 #: Spin while the moving average of hits is above this.
 KEEP = 0.3
 #: When not spinning, spin on one wait in this many to see whether it pays again.
 PROBE_EVERY = 32
+#: A spinner that looks counts ready threads on one wait in this many.
+LOOK_EVERY = 16
+
+
+def _loadavg_fd() -> int:
+    try:
+        return os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return -1
+
+
+_LOADAVG = _loadavg_fd()
+
+
+def ready_threads() -> int | None:
+    """How many threads the machine has running or ready to run now (the fourth
+    field of ``/proc/loadavg``, this one included), or None where it cannot tell."""
+    if _LOADAVG < 0:
+        return None
+    try:
+        return int(os.pread(_LOADAVG, 128, 0).split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def crowded(cores: int) -> bool:
+    """Whether more threads are ready to run than ``cores``."""
+    ready = ready_threads()
+    return ready is not None and ready > cores
 
 
 class Spinner:
     """Whether and how long one waiter on sockets busy-polls before it blocks."""
 
-    __slots__ = ("score", "waits", "budget")
+    __slots__ = ("score", "waits", "look", "cores", "crowded", "budget")
 
-    def __init__(self, budget: float | None = None) -> None:
+    def __init__(self, look: bool = False, budget: float | None = None) -> None:
         self.score = 1.0
         self.waits = 0
+        #: Whether to look for a crowd of ready threads (``crowded``) at all.
+        self.look = look and enabled("look")
+        self.cores = usable_cores()
+        #: Whether the machine had more threads ready than ``cores`` at the last look.
+        self.crowded = False
         #: Longest busy-poll, seconds (0 where ``spin`` is off).
         self.budget = (SPIN_BUDGET if budget is None else budget) if enabled("spin") else 0.0
 
     def due(self) -> bool:
-        """Whether this wait should spin: recent spins paid, or it is a probe."""
+        """Whether this wait should spin: recent spins paid, or it is a probe;
+        and, for a spinner that looks, no crowd."""
         if not self.budget:
             return False
         waits = self.waits = self.waits + 1
+        if self.look:
+            if not waits % LOOK_EVERY:
+                self.crowded = crowded(self.cores)
+            if self.crowded:
+                return False
         return self.score > KEEP or not waits % PROBE_EVERY
 
     def scored(self, hit: bool) -> None:
