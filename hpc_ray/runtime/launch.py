@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shlex
 import socket
 import sys
@@ -56,6 +57,24 @@ def visible_gpus() -> list[int]:
         except ValueError:
             pass
     return out
+
+
+def node_gpus(proc_dir: str = "/proc/driver/nvidia/gpus", dev_dir: str = "/dev") -> list[int]:
+    """The GPU ids this process may use: CUDA_VISIBLE_DEVICES where it is set,
+    else every NVIDIA GPU of the machine, counted as Ray 0.7 counts them (the
+    driver's /proc entries; the /dev/nvidiaN device files where a container
+    hides /proc/driver), so that ``init()`` on a GPU node offers its GPUs."""
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return visible_gpus()
+    try:
+        return list(range(len(os.listdir(proc_dir))))
+    except OSError:
+        pass
+    try:
+        return list(range(sum(1 for f in os.listdir(dev_dir)
+                              if re.fullmatch(r"nvidia\d+", f))))
+    except OSError:
+        return []
 
 
 def _single_node() -> bool:
@@ -236,7 +255,7 @@ def setup_world(comm, cfg: dict | None):
     rank = comm.Get_rank()
     size = comm.Get_size()
     cfg = comm.bcast(cfg, root=0)
-    gathered = comm.allgather((visible_gpus(), socket.gethostname()))
+    gathered = comm.allgather((node_gpus(), socket.gethostname()))
     rpn = cfg.get("ranks_per_node")
     node_of = [r // rpn for r in range(size)] if rpn else \
         _nodes_of_ranks(comm, by_name=not cfg.get("embedded"))
@@ -408,7 +427,9 @@ def worker_resources(cfg: dict, rank: int, size: int) -> tuple[dict, list[int]]:
         # set (the driver's, embedded; each rank's own under a launcher), as in Ray.
         embedded = cfg.get("embedded")
         visible = cfg["visible_gpus"][0 if embedded else rank]
-        ids = visible[:int(gpus_total)] if visible else list(range(int(gpus_total)))
+        # (More than the machine has: the user's count stands, ids 0..G-1, as in Ray.)
+        ids = visible[:int(gpus_total)] if len(visible) >= gpus_total \
+            else list(range(int(gpus_total)))
         node_of = cfg["node_of"]
         peers = [r for r in range(1, size) if embedded or node_of[r] == node_of[rank]]
         index = peers.index(rank)
