@@ -9,6 +9,11 @@
 Remote workers are ``hpc_ray.remote(RolloutWorker)`` actors with
 ``num_cpus_per_worker`` CPUs each; the scheduler spreads them over the ranks
 of the allocation.
+
+Devices: the local worker is the learner, in the trainer's process; its
+policies get the trainer's ``num_gpus`` (``LEARNER_GPUS_KEY``) and use CUDA
+when it is > 0. Remote workers use CUDA only with ``num_gpus_per_worker`` > 0
+(the ids they hold in ``CUDA_VISIBLE_DEVICES``).
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from typing import Any, Callable
 
 from ... import api
 from ...actors import kill
+from ..policy.torch_policy import LEARNER_GPUS_KEY
 from .rollout_worker import RolloutWorker
 
 __all__ = ["WorkerSet"]
@@ -76,7 +82,9 @@ class WorkerSet:
             observation_filter=cfg.get("observation_filter", "NoFilter"),
             clip_rewards=cfg.get("clip_rewards"), clip_actions=cfg.get("clip_actions", True),
             env_config=cfg.get("env_config", {}), model_config=cfg.get("model", {}),
-            policy_config=cfg, worker_index=worker_index,
+            policy_config=(dict(cfg, **{LEARNER_GPUS_KEY: cfg.get("num_gpus", 0)})
+                           if worker_index == 0 else cfg),
+            worker_index=worker_index,
             callbacks=cfg.get("callbacks", {}), seed=cfg.get("seed"),
             soft_horizon=cfg.get("soft_horizon", False), log_dir=self._logdir)
         if cls is RolloutWorker:

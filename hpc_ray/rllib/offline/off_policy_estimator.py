@@ -127,4 +127,4 @@ def action_prob(policy, batch: SampleBatch) -> np.ndarray:
             np.asarray(batch[SampleBatch.CUR_OBS]), policy.device)}, [])[0]
         logp = policy.dist_class(logits).logp(
             _tensor(np.asarray(batch[SampleBatch.ACTIONS]), policy.device))
-    return np.exp(logp.numpy().astype(np.float64))
+    return np.exp(logp.cpu().numpy().astype(np.float64))

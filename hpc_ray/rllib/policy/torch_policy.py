@@ -4,9 +4,16 @@ Acting (``compute_actions``) runs under ``torch.no_grad()`` on the rollout
 worker; learning (``learn_on_batch``, or ``compute_gradients`` then
 ``apply_gradients`` for async and allreduce algorithms) turns a sample batch's
 numpy columns into tensors without copying them where the dtype allows.
+
+Device (``_policy_device``), as in Ray 0.7: CUDA where torch sees a GPU and
+``CUDA_VISIBLE_DEVICES`` names one (hpc_ray sets it to the ids a task or actor
+holds, "" for none); also the trainer's local (learner) worker with
+``num_gpus`` > 0, which runs in the driver where the variable may be unset.
+Tensors leave the policy as numpy through ``.cpu()``.
 """
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -16,6 +23,19 @@ from .policy import Policy
 from .sample_batch import SampleBatch
 
 __all__ = ["TorchPolicy"]
+
+#: Set by ``WorkerSet`` in its local worker's policy config only: the trainer's
+#: ``num_gpus``, so that the learner in the driver trains on the GPU.
+LEARNER_GPUS_KEY = "_learner_num_gpus"
+
+
+def _policy_device(config: dict | None = None) -> torch.device:
+    """CUDA or CPU for a policy built with ``config`` in this process."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    if os.environ.get("CUDA_VISIBLE_DEVICES") or (config or {}).get(LEARNER_GPUS_KEY, 0) > 0:
+        return torch.device("cuda")
+    return torch.device("cpu")
 
 
 class TorchPolicy(Policy):
@@ -36,8 +56,11 @@ class TorchPolicy(Policy):
         if not hasattr(self, "config"):
             self.config = {}
         self.lock = threading.RLock()
-        self.device = torch.device("cpu")
+        self.device = _policy_device(self.config)
         self.model = model.to(self.device)
+        if isinstance(getattr(self, "target_model", None), torch.nn.Module):
+            # DQN, DDPG/TD3, QMIX build their target network before calling this.
+            self.target_model = self.target_model.to(self.device)
         self._loss = loss
         self.dist_class = action_distribution_cls
         self._optimizer = self.optimizer()
@@ -121,11 +144,12 @@ class TorchPolicy(Policy):
     def set_weights(self, weights: dict) -> None:
         with self.lock:
             self.model.load_state_dict(
-                {k: torch.as_tensor(np.array(v)) for k, v in weights.items()})
+                {k: torch.as_tensor(np.array(v), device=self.device)
+                 for k, v in weights.items()})
 
     def get_state(self) -> dict:
-        return {"weights": self.get_weights(),
-                "optimizer": self._optimizer.state_dict() if self._optimizer else None}
+        optimizer = self._optimizer.state_dict() if self._optimizer else None
+        return {"weights": self.get_weights(), "optimizer": _to_cpu(optimizer)}
 
     def set_state(self, state) -> None:
         if isinstance(state, dict) and "weights" in state:
@@ -161,6 +185,19 @@ class TorchPolicy(Policy):
     def extra_grad_info(self, batch) -> dict:
         """Learner stats after a loss computation."""
         return {}
+
+
+def _to_cpu(obj):
+    """``obj`` (an optimizer's state dict) with its tensors on the CPU, so that a
+    checkpoint taken on a GPU restores anywhere (``load_state_dict`` moves the
+    state to the parameters' device)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_cpu(v) for v in obj)
+    return obj
 
 
 def _tensor(array: np.ndarray, device) -> torch.Tensor:

@@ -59,7 +59,7 @@ class ValueNetworkMixin:
 
     def _value(self, obs):
         with self.lock, torch.no_grad():
-            t = torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0).to(self.device)
+            t = torch.as_tensor(obs, dtype=torch.float32, device=self.device).unsqueeze(0)
             _, _, vf, _ = self.model({"obs": t}, [])
             return float(vf.squeeze())
 

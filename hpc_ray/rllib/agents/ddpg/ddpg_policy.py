@@ -17,7 +17,7 @@ import torch.nn as nn
 
 from ...models.pytorch.fcnet import _mlp
 from ...policy.sample_batch import SampleBatch
-from ...policy.torch_policy import TorchPolicy, _tensor
+from ...policy.torch_policy import TorchPolicy, _tensor, _to_cpu
 from ..dqn.dqn_policy import PRIO_WEIGHTS, _huber, adjust_nstep
 
 __all__ = ["DDPGTorchPolicy"]
@@ -119,7 +119,7 @@ class DDPGTorchPolicy(TorchPolicy):
             acts = self._rng.uniform(self.low, self.high, (n,) + self.low.shape)
             return acts.astype(np.float32), [], {}
         with self.lock, torch.inference_mode():
-            acts = self.model.actor(_tensor(obs, self.device)).numpy()
+            acts = self.model.actor(_tensor(obs, self.device)).cpu().numpy()
         if explore and self.exploration_scale > 0:
             cfg, span = self.config, self.high - self.low
             if cfg["exploration_noise_type"] == "ou":
@@ -143,7 +143,7 @@ class DDPGTorchPolicy(TorchPolicy):
         if self.config["worker_side_prioritization"]:
             with self.lock, torch.no_grad():
                 self._critic_loss(self._lazy_tensors(sample_batch))
-            sample_batch["td_error"] = self._td_error.numpy().copy()
+            sample_batch["td_error"] = self._td_error.cpu().numpy().copy()
         return sample_batch
 
     # --- learning -------------------------------------------------------------------
@@ -211,7 +211,8 @@ class DDPGTorchPolicy(TorchPolicy):
                 self._last_actor_loss = float(actor_loss.detach())
             # TD3 updates the actor every policy_delay steps: report its latest loss.
             self._stats["actor_loss"] = self._last_actor_loss
-            return {"learner_stats": dict(self._stats), "td_error": self._td_error.numpy()}
+            return {"learner_stats": dict(self._stats),
+                    "td_error": self._td_error.cpu().numpy()}
 
     def update_target(self, tau: float | None = None) -> None:
         """Move the target networks toward the learned ones by ``tau`` (config's)."""
@@ -224,9 +225,9 @@ class DDPGTorchPolicy(TorchPolicy):
 
     def get_state(self) -> dict:
         state = TorchPolicy.get_state(self)
-        state.update(target={k: v.numpy().copy()
+        state.update(target={k: v.cpu().numpy().copy()
                              for k, v in self.target_model.state_dict().items()},
-                     actor_optimizer=self._actor_opt.state_dict(),
+                     actor_optimizer=_to_cpu(self._actor_opt.state_dict()),
                      num_updates=self.num_updates, pure_steps_left=self.pure_steps_left)
         return state
 
@@ -234,7 +235,8 @@ class DDPGTorchPolicy(TorchPolicy):
         TorchPolicy.set_state(self, state)
         if isinstance(state, dict) and "target" in state:
             self.target_model.load_state_dict(
-                {k: torch.as_tensor(np.array(v)) for k, v in state["target"].items()})
+                {k: torch.as_tensor(np.array(v), device=self.device)
+                 for k, v in state["target"].items()})
             self._actor_opt.load_state_dict(state["actor_optimizer"])
             self.num_updates = state["num_updates"]
             self.pure_steps_left = state["pure_steps_left"]

@@ -41,8 +41,8 @@ class NoisyLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         f = lambda v: v.sign() * v.abs().sqrt()  # noqa: E731
-        eps_in = f(torch.randn(self.w_mu.shape[1]))
-        eps_out = f(torch.randn(self.w_mu.shape[0]))
+        eps_in = f(torch.randn(self.w_mu.shape[1], device=self.w_mu.device))
+        eps_out = f(torch.randn(self.w_mu.shape[0], device=self.w_mu.device))
         w = self.w_mu + self.w_sigma * torch.outer(eps_out, eps_in)
         b = self.b_mu + self.b_sigma * eps_out
         return F.linear(x, w, b)
@@ -158,7 +158,7 @@ class DQNTorchPolicy(TorchPolicy):
                         explore: bool = True, **kwargs):
         with self.lock, torch.inference_mode():
             q, _ = self.model(_tensor(np.asarray(obs_batch), self.device))
-            q = q.numpy()
+            q = q.cpu().numpy()
         probs = self._probs(q, explore)
         if self.config["soft_q"] and explore:
             cum = np.cumsum(probs, -1)
@@ -187,7 +187,7 @@ class DQNTorchPolicy(TorchPolicy):
         """This policy's probability of each of ``batch``'s actions (for IS/WIS)."""
         with self.lock, torch.inference_mode():
             q, _ = self.model(_tensor(np.asarray(batch[SampleBatch.CUR_OBS]), self.device))
-        probs = self._probs(q.numpy())
+        probs = self._probs(q.cpu().numpy())
         return np.take_along_axis(probs, np.asarray(batch[SampleBatch.ACTIONS],
                                                     np.int64)[:, None], -1)[:, 0]
 
@@ -231,7 +231,8 @@ class DQNTorchPolicy(TorchPolicy):
             support = self.model.support
             atoms = support.shape[0]
             with torch.no_grad():
-                p_tp1 = F.softmax(logits_tp1[torch.arange(len(best)), best], -1)
+                rows = torch.arange(len(best), device=best.device)
+                p_tp1 = F.softmax(logits_tp1[rows, best], -1)
                 tz = (rewards[:, None] + discount * not_done[:, None] * support[None]).clamp(
                     cfg["v_min"], cfg["v_max"])
                 delta = (cfg["v_max"] - cfg["v_min"]) / max(1, atoms - 1)
@@ -243,7 +244,8 @@ class DQNTorchPolicy(TorchPolicy):
                 m = torch.zeros_like(p_tp1)
                 m.scatter_add_(1, lo, p_tp1 * (hi.float() - b))
                 m.scatter_add_(1, hi, p_tp1 * (b - lo.float()))
-            log_p = F.log_softmax(logits[torch.arange(len(actions)), actions], -1)
+            rows = torch.arange(len(actions), device=actions.device)
+            log_p = F.log_softmax(logits[rows, actions], -1)
             td = -(m * log_p).sum(-1)  # the cross entropy stands in for |TD| (priorities)
             loss = (weights * td).mean()
             q_t = q.gather(1, actions[:, None]).squeeze(1)
@@ -264,13 +266,13 @@ class DQNTorchPolicy(TorchPolicy):
             self._optimizer.step()
             stats = {k: float(v) for k, v in self._stats.items()}
             stats.update(loss=float(loss.detach()), cur_lr=self.config["lr"])
-            return {"learner_stats": stats, "td_error": self._td_error.numpy()}
+            return {"learner_stats": stats, "td_error": self._td_error.cpu().numpy()}
 
     def compute_td_error(self, batch) -> np.ndarray:
         """The TD errors of ``batch``'s rows under the current networks (no update)."""
         with self.lock, torch.no_grad():
             self._q_loss(self._lazy_tensors(batch))
-            return self._td_error.numpy().copy()
+            return self._td_error.cpu().numpy().copy()
 
     def update_target(self) -> None:
         """Copy the Q-network's weights into the target network."""
@@ -281,7 +283,8 @@ class DQNTorchPolicy(TorchPolicy):
 
     def get_state(self) -> dict:
         state = TorchPolicy.get_state(self)
-        state["target"] = {k: v.numpy().copy() for k, v in self.target_model.state_dict().items()}
+        state["target"] = {k: v.cpu().numpy().copy()
+                           for k, v in self.target_model.state_dict().items()}
         state["epsilon"] = self.epsilon
         return state
 
@@ -289,7 +292,8 @@ class DQNTorchPolicy(TorchPolicy):
         TorchPolicy.set_state(self, state)
         if isinstance(state, dict) and "target" in state:
             self.target_model.load_state_dict(
-                {k: torch.as_tensor(np.array(v)) for k, v in state["target"].items()})
+                {k: torch.as_tensor(np.array(v), device=self.device)
+                 for k, v in state["target"].items()})
             self.epsilon = state["epsilon"]
 
 

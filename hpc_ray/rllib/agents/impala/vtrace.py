@@ -28,10 +28,10 @@ def vtrace(behaviour_logp, target_logp, rewards, values, next_values, discounts,
         cs = torch.clamp(rhos, max=1.0)
         deltas = clipped_rhos * (rewards + discounts * next_values - values)
         vs_minus_v = torch.zeros_like(values)
-        acc = torch.zeros(())
+        acc = values.new_zeros(())
         for t in range(len(values) - 1, -1, -1):
             if cuts[t]:
-                acc = torch.zeros(())
+                acc = values.new_zeros(())
             acc = deltas[t] + discounts[t] * cs[t] * acc
             vs_minus_v[t] = acc
         vs = values + vs_minus_v

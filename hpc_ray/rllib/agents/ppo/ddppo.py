@@ -105,7 +105,8 @@ class _DDPPOOptimizer(PolicyOptimizer):
 class _DDPPOWorkerSet(WorkerSet):
     def add_workers(self, num_workers: int) -> None:
         cfg = self._config
-        cls = api.remote(num_cpus=cfg.get("num_cpus_per_worker", 1))(DDPPOWorker)
+        cls = api.remote(num_cpus=cfg.get("num_cpus_per_worker", 1),
+                         num_gpus=cfg.get("num_gpus_per_worker", 0))(DDPPOWorker)
         start = len(self._remotes) + 1
         self._remotes += [self._make_worker(cls, i) for i in range(start, start + num_workers)]
 

@@ -38,7 +38,7 @@ def ppo_surrogate_loss(policy, batch_tensors):
                                          cfg["vf_clip_param"])
         vf_loss = torch.max((values - targets) ** 2, (v_clipped - targets) ** 2).mean()
     else:
-        vf_loss = torch.zeros(())
+        vf_loss = values.new_zeros(())
 
     loss = (-surrogate.mean() + policy.kl_coeff * kl + cfg["vf_loss_coeff"] * vf_loss
             - cfg["entropy_coeff"] * entropy)

@@ -35,7 +35,7 @@ class _AgentNet(nn.Module):
         """``obs [B, n_agents * obs_dim]`` -> Q-values ``[B, n_agents, n_actions]``."""
         b = obs.shape[0]
         per_agent = obs.float().reshape(b, self.n_agents, -1)
-        ids = torch.eye(self.n_agents).expand(b, -1, -1)
+        ids = torch.eye(self.n_agents, device=obs.device).expand(b, -1, -1)
         return self.net(torch.cat([per_agent, ids], -1))
 
 
@@ -114,7 +114,7 @@ class QMixTorchPolicy(DQNTorchPolicy):
                         prev_reward_batch=None, info_batch=None, episodes=None,
                         explore: bool = True, **kwargs):
         with self.lock, torch.inference_mode():
-            qs = self.model.agent(_tensor(np.asarray(obs_batch), self.device)).numpy()
+            qs = self.model.agent(_tensor(np.asarray(obs_batch), self.device)).cpu().numpy()
         actions = qs.argmax(-1)
         if explore and self.epsilon > 0:
             rand = self._rng.random(actions.shape) < self.epsilon
