@@ -135,7 +135,7 @@ ALIVE = Msg.ALIVE.value
 # --- head (rank 0) -> worker rank (and the rank passes some on to an executor) -----
 
 class Execute(NamedTuple):
-    """Run a task or actor call. Head (``Head._dispatch``, ``_dispatch_actor``) ->
+    """Run a task or actor call. Head (``Placement._dispatch``, ``ActorLifecycle.dispatch_actor``) ->
     ``WorkerLoop.on_control`` -> executor ``Executor.handle``; the driver's own
     actor calls may go straight to the executor over its direct channel
     (``Head.direct_out``, ``transport/direct.py``)."""
@@ -153,7 +153,7 @@ class Reply(NamedTuple):
 
 
 class CreateActor(NamedTuple):
-    """Start an actor from its creation spec. Head (``Head._place_actor``) ->
+    """Start an actor from its creation spec. Head (``ActorLifecycle.place_actor``) ->
     ``WorkerLoop.on_control`` -> executor ``Executor.handle``."""
     kind: int
     spec: list | tuple
@@ -198,7 +198,7 @@ class Steal(NamedTuple):
 class Throttle(NamedTuple):
     """Stop (``on``) or go back to reading the requests of the rank's executor
     ``serial``: it has queued too many calls at some actor. Head
-    (``ActorLifecycle._throttle``) -> ``WorkerLoop.on_control``."""
+    (``ActorLifecycle.throttle``) -> ``WorkerLoop.on_control``."""
     kind: int
     serial: int
     on: bool

@@ -11,7 +11,7 @@ The state lives in tables, each with the events that change it in its own module
 
 - ``objects.ObjectTable``: holders, contained refs, locations; frees what no one holds.
 - ``tasks``: ``TaskState``, its allowed transitions, and ``TaskLifecycle`` (submit,
-  results, failures, crashes, retries). ``_set_task_state`` is the only code that
+  results, failures, crashes, retries). ``set_task_state`` is the only code that
   changes a task's state, and the only code that gives back the references a
   task took when it was submitted.
 - ``actors``: ``ActorState`` and ``ActorLifecycle``; ``_set_actor_state`` is the only
@@ -59,16 +59,21 @@ __all__ = ["Head", "FETCH_PLAN", "TaskState", "ActorState", "ObjectEntry", "Task
            "ActorEntry", "WorkerInfo", "IllegalTransition"]
 
 
-class Head(TaskLifecycle, ActorLifecycle, Placement):
+class Head:
     """Control state and scheduler. Every method is called with ``self.lock`` held.
 
-    The task, actor and placement events live with their tables
-    (``tasks.TaskLifecycle``, ``actors.ActorLifecycle``, ``resources.Placement``);
-    this class owns the tables, the objects' events and the requests of executors.
+    The task, actor and placement events live with their tables, in three parts
+    of the head: ``task_events`` (``tasks.TaskLifecycle``), ``actor_events``
+    (``actors.ActorLifecycle``) and ``placement`` (``resources.Placement``). This
+    class owns the tables, the objects' events and the requests of executors, and
+    passes the events of the rest of the runtime to the part they belong to.
     """
 
     def __init__(self, world_size: int, node_of: list[int], store_size: int,
                  host_of: list[str], history_bytes: int | None = None) -> None:
+        self.task_events = TaskLifecycle(self)
+        self.actor_events = ActorLifecycle(self)
+        self.placement = Placement(self)
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)   # driver waits here for objects
         self.world_size = world_size
@@ -78,7 +83,7 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         for r, n in enumerate(node_of):
             self.node_leader.setdefault(n, r)
         self.objects = ObjectTable(set(node_of), store_size, self.node_leader)
-        self.objects.on_free = self.handles_gone
+        self.objects.on_free = self.actor_events.handles_gone
         self.store_size = store_size
         self.tasks: dict[int, TaskEntry] = {}         # live tasks only
         self.fn_blobs: dict[Any, bytes] = {}
@@ -118,6 +123,47 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         self.remote_gets: dict[tuple, list] = {}
         self._warned: set = set()
         self.avg_task_seconds = 0.001
+
+    # --- the events of the rest of the runtime, each to its part ---------------------
+
+    def submit(self, spec: list) -> None:
+        self.task_events.submit(spec)
+
+    def task_done(self, *args) -> None:
+        self.task_events.task_done(*args)
+
+    def task_failed(self, *args) -> None:
+        self.task_events.task_failed(*args)
+
+    def tasks_returned(self, rank: int, task_ids: list[int]) -> None:
+        self.task_events.tasks_returned(rank, task_ids)
+
+    def worker_crashed(self, *args) -> None:
+        self.task_events.worker_crashed(*args)
+
+    def mark_broken(self, why: str) -> None:
+        self.task_events.mark_broken(why)
+
+    def create_actor(self, *args, **kwargs):
+        return self.actor_events.create_actor(*args, **kwargs)
+
+    def actor_ready(self, actor_id: int, pid: int) -> None:
+        self.actor_events.actor_ready(actor_id, pid)
+
+    def actor_died(self, actor_id: int, reason: str, allow_restart: bool) -> None:
+        self.actor_events.actor_died(actor_id, reason, allow_restart)
+
+    def kill_actor(self, *args, **kwargs):
+        return self.actor_events.kill_actor(*args, **kwargs)
+
+    def in_rank_busy(self) -> set[int]:
+        return self.actor_events.in_rank_busy()
+
+    def retry_pending_actors(self) -> None:
+        self.actor_events.retry_pending_actors()
+
+    def schedule(self) -> None:
+        self.placement.schedule()
 
     # --- compatibility views ------------------------------------------------------
 
@@ -186,7 +232,7 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         if pool is None:
             pool = self.pools[node] = NodePool()
         pool.set(name, capacity)
-        self.retry_pending_actors()
+        self.actor_events.retry_pending_actors()
 
     def worker_stopped(self, rank: int) -> None:
         """The rank sent its last message (STOPPED): it takes no more work."""
@@ -262,17 +308,17 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
             if task.state is not PENDING:
                 return
             if rec[0] == ERROR:
-                self._fail_task(task, rec)
+                self.task_events.fail_task(task, rec)
                 return
             task.missing -= 1
             if task.missing == 0:
                 actor_id = task.spec[m.T_ACTOR]
                 if actor_id is None:
-                    self._set_task_state(task, READY)
+                    self.task_events.set_task_state(task, READY)
                 else:
                     actor = self.actors.get(actor_id)
                     if actor is not None:
-                        self._dispatch_actor(actor)
+                        self.actor_events.dispatch_actor(actor)
         elif kind == "get":
             state = waiter[1]
             if state[2] <= 0:
@@ -285,10 +331,10 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
                 self._check_remote_wait(waiter[1])
         elif kind == "actor":
             if waiter[1].state is A_ALIVE:
-                self._dispatch_actor(waiter[1])
+                self.actor_events.dispatch_actor(waiter[1])
         elif kind == "actor_place":
             if waiter[1].state in (A_PENDING, A_RESTARTING):
-                self._place_actor(waiter[1])
+                self.actor_events.place_actor(waiter[1])
 
     # --- requests from executors ----------------------------------------------------
 
@@ -390,13 +436,13 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
         if lent:
             self.blocked(rank, -lent)
         if exitcode is not None:
-            self.worker_crashed(rank, task_ids, exitcode, pid, None)
+            self.task_events.worker_crashed(rank, task_ids, exitcode, pid, None)
         if holds:
             self.objects.release(holds)
         if blocks:
             self.free_blocks(rank, blocks)
         if exitcode is not None and actor_id is not None:
-            self.actor_died(actor_id, f"its process (pid {pid}) died with "
+            self.actor_events.actor_died(actor_id, f"its process (pid {pid}) died with "
                             f"{describe_exit(exitcode)}", allow_restart=True)
 
     def handler_failed(self, src: int, msg: tuple, tb: str) -> None:
@@ -411,14 +457,14 @@ class Head(TaskLifecycle, ActorLifecycle, Placement):
                 _, task_id = msg[:2]
                 task = self.tasks.get(task_id)
                 if task is not None:
-                    self._fail_task(task, (ERROR, dumps(err)))
+                    self.task_events.fail_task(task, (ERROR, dumps(err)))
             elif kind == m.SUBMIT:
                 _, spec = msg
                 task = self.tasks.get(spec[m.T_ID])
                 if task is not None:
-                    self._fail_task(task, (ERROR, dumps(err)))
+                    self.task_events.fail_task(task, (ERROR, dumps(err)))
                 else:
-                    self._fail_task_now(spec, err)
+                    self.task_events.fail_task_now(spec, err)
             elif kind in (m.GET, m.WAIT, m.ALLOC, m.CONTROL_CALL):
                 _, req_id = msg[:2]
                 self._cancel_requests(src, (req_id,))

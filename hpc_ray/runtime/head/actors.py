@@ -224,8 +224,11 @@ def check_transition(actor: ActorEntry, new: ActorState) -> None:
 class ActorLifecycle:
     """The ``Head``'s actor events: creation, placement, calls in order, death, restart.
 
-    A mixin of ``Head`` (``head/__init__.py``), which owns ``self.actors``.
+    One part of ``Head`` (``head.actor_events``); the head owns ``head.actors``.
     """
+
+    def __init__(self, head) -> None:
+        self.head = head
 
     def _set_actor_state(self, actor: ActorEntry, new: ActorState) -> None:
         """The only place an actor's state changes (the edges: ``ALLOWED`` above)."""
@@ -233,7 +236,7 @@ class ActorLifecycle:
         old = actor.state
         actor.state = new
         if old in HOLDING and new not in HOLDING:
-            w = self.workers.get(actor.rank)
+            w = self.head.workers.get(actor.rank)
             if w is not None:
                 give_back(w, actor.resources, actor.gpu_ids, actor.lenders)
                 w.actors -= 1
@@ -241,75 +244,75 @@ class ActorLifecycle:
             actor.gpu_ids = []
             actor.lenders = ()
         if new is not A_PENDING:
-            self.pending_actors.pop(actor.actor_id, None)
+            self.head.pending_actors.pop(actor.actor_id, None)
         if new is A_DEAD:
             self._actor_ended(actor)
 
     def _actor_ended(self, actor: ActorEntry) -> None:
         """DEAD: fail the calls still queued, give back the creation arguments, forget."""
         for task in actor.queue:
-            self._fail_task(task, (ERROR, dumps(ActorDiedError(
+            self.head.task_events.fail_task(task, (ERROR, dumps(ActorDiedError(
                 f"actor {actor.class_name} died: {actor.error}; the call "
                 f"{task.spec[m.T_NAME]} cannot run"))))
         actor.queue.clear()
         self._unthrottle(actor.queue)
-        if actor.name is not None and self.named_actors.get(actor.name) == actor.actor_id:
-            del self.named_actors[actor.name]
+        if actor.name is not None and self.head.named_actors.get(actor.name) == actor.actor_id:
+            del self.head.named_actors[actor.name]
         deps = actor.spec[m.T_DEPS]
         if deps:
-            self.objects.release([oid for _, oid in deps])
+            self.head.objects.release([oid for _, oid in deps])
         if actor.spec[m.T_CONTAINED]:
-            self.objects.release(actor.spec[m.T_CONTAINED])
-        del self.actors[actor.actor_id]
-        self.history.actor_dead(actor.actor_id, actor.class_name, actor.error)
+            self.head.objects.release(actor.spec[m.T_CONTAINED])
+        del self.head.actors[actor.actor_id]
+        self.head.history.actor_dead(actor.actor_id, actor.class_name, actor.error)
 
     def create_actor(self, spec: list, resources: dict, max_restarts: int,
                      name: str | None, class_name: str, max_task_retries: int = 0,
                      meta=None, lifetime_oid: int | None = None) -> None:
         actor_id = spec[m.T_ACTOR]
-        if name is not None and name in self.named_actors:
+        if name is not None and name in self.head.named_actors:
             raise ValueError(f"an actor named {name!r} already exists")
         blob = spec[m.T_BLOB]
         if blob is not None:
-            self.fn_blobs.setdefault(spec[m.T_FN], blob)
+            self.head.fn_blobs.setdefault(spec[m.T_FN], blob)
             spec[m.T_BLOB] = None
         actor = ActorEntry(actor_id, spec, resources, max_restarts, name, class_name,
                            max_task_retries, meta)
-        self.actors[actor_id] = actor
+        self.head.actors[actor_id] = actor
         if name is not None:
-            self.named_actors[name] = actor_id
+            self.head.named_actors[name] = actor_id
         deps = spec[m.T_DEPS]
         if deps:
-            self.objects.hold([oid for _, oid in deps])
+            self.head.objects.hold([oid for _, oid in deps])
         if spec[m.T_CONTAINED]:
-            self.objects.hold(spec[m.T_CONTAINED])
+            self.head.objects.hold(spec[m.T_CONTAINED])
         if lifetime_oid is not None:
-            self.lifetimes[lifetime_oid] = actor_id
-            self.objects.watched.add(lifetime_oid)
-        self._place_actor(actor)
+            self.head.lifetimes[lifetime_oid] = actor_id
+            self.head.objects.watched.add(lifetime_oid)
+        self.place_actor(actor)
 
-    def _place_actor(self, actor: ActorEntry) -> None:
+    def place_actor(self, actor: ActorEntry) -> None:
         deps = actor.spec[m.T_DEPS]
         if deps:
             for _, oid in deps:
-                e = self.objects.entry(oid)
+                e = self.head.objects.entry(oid)
                 if e.record is None:
                     e.waiters.append(("actor_place", actor))
                     return  # placed when this argument is ready
-        workers = self._alive
+        workers = self.head._alive
         lenders = ()
-        if scheduler.is_wide(self._most_rank_cpus, actor.resources):
+        if scheduler.is_wide(self.head._most_rank_cpus, actor.resources):
             w, lenders = scheduler.pick_wide(workers, actor.resources) or (None, ())
         else:
             w = scheduler.pick_actor_worker(workers, actor.resources)
         if w is None:
             if not scheduler.feasible_anywhere(workers, actor.resources):
-                self._warn_unplaceable(f"actor {actor.class_name}", actor.resources,
+                self.head.placement.warn_unplaceable(f"actor {actor.class_name}", actor.resources,
                                        "that much free",
                                        ("actor",) + tuple(sorted(actor.resources.items())))
             if actor.state is not A_PENDING:
                 self._set_actor_state(actor, A_PENDING)
-            self.pending_actors[actor.actor_id] = None   # tried again when room appears
+            self.head.pending_actors[actor.actor_id] = None   # tried again when room appears
             return
         actor.rank = w.rank
         self._set_actor_state(actor, A_STARTING)
@@ -317,51 +320,51 @@ class ActorLifecycle:
         actor.lenders = lenders
         w.actors += 1
         w.actor_cpus += actor.resources.get("CPU", 0)
-        self.send(w.rank, (m.CREATE_ACTOR,
-                           self._wire(actor.spec, w, actor.gpu_ids, actor.resources)))
+        self.head.send(w.rank, (m.CREATE_ACTOR,
+                           self.head.placement.wire(actor.spec, w, actor.gpu_ids, actor.resources)))
 
     def retry_pending_actors(self) -> None:
-        for actor_id in list(self.pending_actors):
-            actor = self.actors.get(actor_id)
+        for actor_id in list(self.head.pending_actors):
+            actor = self.head.actors.get(actor_id)
             if actor is None or actor.state is not A_PENDING:
-                self.pending_actors.pop(actor_id, None)
+                self.head.pending_actors.pop(actor_id, None)
                 continue
-            self._place_actor(actor)
+            self.place_actor(actor)
 
     def in_rank_busy(self) -> set[int]:
         """Ranks whose in-rank actor is being made or runs calls: their loop runs
         the user's code meanwhile (``node_watch``). O(actors), once a second."""
-        return {a.rank for a in self.actors.values()
+        return {a.rank for a in self.head.actors.values()
                 if a.spec[m.T_MAX_CALLS] == m.IN_RANK
                 and (a.inflight or a.state is A_STARTING)}
 
     def actor_ready(self, actor_id: int, pid: int) -> None:
-        actor = self.actors.get(actor_id)
+        actor = self.head.actors.get(actor_id)
         if actor is None or actor.state is not A_STARTING:
             return
         actor.pid = pid
         self._set_actor_state(actor, A_ALIVE)
-        self._dispatch_actor(actor)
+        self.dispatch_actor(actor)
 
-    def _dispatch_actor(self, actor: ActorEntry) -> None:
+    def dispatch_actor(self, actor: ActorEntry) -> None:
         """Send the actor calls that may go: in order per caller, callers in turn."""
         if actor.state is not A_ALIVE or not actor.queue or \
                 len(actor.inflight) > MAX_ACTOR_INFLIGHT // 2:
             return
-        w = self.workers[actor.rank]
+        w = self.head.workers[actor.rank]
 
         def wait_for_arguments(task) -> None:
             for _, oid in task.spec[m.T_DEPS]:
-                e = self.objects.entry(oid)
+                e = self.head.objects.entry(oid)
                 if e.record is None and ("actor", actor) not in e.waiters:
                     e.waiters.append(("actor", actor))
 
-        channel = actor.pid and self.direct_pids.get(actor.actor_id) == actor.pid
+        channel = actor.pid and self.head.direct_pids.get(actor.actor_id) == actor.pid
         while len(actor.inflight) < MAX_ACTOR_INFLIGHT:
             task = actor.queue.next_call(wait_for_arguments)
             if task is None:
                 break
-            wire = self._wire(task.spec, w, actor.gpu_ids, actor.resources)
+            wire = self.head.placement.wire(task.spec, w, actor.gpu_ids, actor.resources)
             tid = task.spec[m.T_ID]
             direct = channel and not actor.via_rank and not actor.fenced \
                 and not any(d[2][0] == m.FETCH_PLAN for d in wire[m.T_DEPS] or ())
@@ -370,47 +373,47 @@ class ActorLifecycle:
                 # channel: it waits until they are done (_finish dispatches again).
                 actor.queue.put_back([task])
                 break
-            self._set_task_state(task, RUNNING)
+            self.head.task_events.set_task_state(task, RUNNING)
             task.rank = w.rank
             task.attempts += 1
             task.placed = True
             actor.inflight[tid] = task
             if direct:
                 actor.direct.add(tid)
-                box = self.direct_out.get(actor.actor_id)
+                box = self.head.direct_out.get(actor.actor_id)
                 if box is None:
-                    self.direct_out[actor.actor_id] = [(m.EXECUTE, wire)]
+                    self.head.direct_out[actor.actor_id] = [(m.EXECUTE, wire)]
                 else:
                     box.append((m.EXECUTE, wire))
                 continue
             actor.via_rank.add(tid)
             actor.fenced = False
-            self.send(w.rank, (m.EXECUTE, wire))
+            self.head.send(w.rank, (m.EXECUTE, wire))
         self._unthrottle(actor.queue)
 
-    def _throttle(self, caller: int) -> None:
+    def throttle(self, caller: int) -> None:
         """``caller`` has too many calls queued at an actor: stop reading it."""
-        n = self.throttled.get(caller, 0)
-        self.throttled[caller] = n + 1
+        n = self.head.throttled.get(caller, 0)
+        self.head.throttled[caller] = n + 1
         rank = caller >> _SERIAL_BITS
-        if n == 0 and rank in self.workers:
-            self.send(rank, (m.THROTTLE, caller & ((1 << _SERIAL_BITS) - 1), True))
+        if n == 0 and rank in self.head.workers:
+            self.head.send(rank, (m.THROTTLE, caller & ((1 << _SERIAL_BITS) - 1), True))
 
     def _unthrottle(self, queue: CallQueue) -> None:
         """Callers of ``queue`` back down to ``CALLER_QUEUE_LOW``: read them again
         once no actor holds too many of their calls."""
         for caller in queue.below:
-            n = self.throttled.pop(caller, 0) - 1
+            n = self.head.throttled.pop(caller, 0) - 1
             if n > 0:
-                self.throttled[caller] = n
+                self.head.throttled[caller] = n
                 continue
             rank = caller >> _SERIAL_BITS
-            if rank in self.workers:
-                self.send(rank, (m.THROTTLE, caller & ((1 << _SERIAL_BITS) - 1), False))
+            if rank in self.head.workers:
+                self.head.send(rank, (m.THROTTLE, caller & ((1 << _SERIAL_BITS) - 1), False))
         queue.below.clear()
 
     def actor_died(self, actor_id: int, reason: str, allow_restart: bool) -> None:
-        actor = self.actors.get(actor_id)
+        actor = self.head.actors.get(actor_id)
         if actor is None:
             return
         if allow_restart and actor.state not in HOLDING:
@@ -429,7 +432,7 @@ class ActorLifecycle:
             task.placed = False
             if restart and task.retries_left != 0:
                 task.retries_left -= 1
-                self._set_task_state(task, PENDING)
+                self.head.task_events.set_task_state(task, PENDING)
                 requeue.append(task)
                 continue
             failed.append(task)
@@ -445,31 +448,31 @@ class ActorLifecycle:
             actor.error = reason
             self._set_actor_state(actor, A_DEAD)
         for task in failed:
-            self._fail_task(task, (ERROR, dumps(ActorDiedError(
+            self.head.task_events.fail_task(task, (ERROR, dumps(ActorDiedError(
                 f"{msg}; the call {task.spec[m.T_NAME]} was lost"
                 + ("; the actor is being restarted" if restart else "")))))
         if restart:
             logger.info("restarting actor %s (%d of %s)", actor.class_name,
                         actor.restarts, actor.max_restarts)
-            self._place_actor(actor)
+            self.place_actor(actor)
             return
         self.retry_pending_actors()
 
     def kill_actor(self, actor_id: int, no_restart: bool = True,
                    reason: str = "killed by kill()") -> None:
-        actor = self.actors.get(actor_id)
+        actor = self.head.actors.get(actor_id)
         if actor is None:
             return
         if actor.rank >= 0 and actor.state in HOLDING:
-            self.send(actor.rank, (m.KILL_ACTOR, actor_id, no_restart))
+            self.head.send(actor.rank, (m.KILL_ACTOR, actor_id, no_restart))
         if no_restart:
             actor.max_restarts = 0
             self.actor_died(actor_id, reason, allow_restart=False)
 
     def handles_gone(self, lifetime_oid: int) -> None:
         """The last handle to an actor went out of scope (its lifetime token was freed)."""
-        actor_id = self.lifetimes.pop(lifetime_oid, None)
-        actor = self.actors.get(actor_id) if actor_id is not None else None
+        actor_id = self.head.lifetimes.pop(lifetime_oid, None)
+        actor = self.head.actors.get(actor_id) if actor_id is not None else None
         if actor is not None:
             actor.unreferenced = True
             self.end_if_unreferenced(actor)

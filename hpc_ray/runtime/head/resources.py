@@ -182,21 +182,24 @@ class ReadyQueue:
 class Placement:
     """The ``Head``'s scheduling: ready tasks onto worker ranks, and back.
 
-    A mixin of ``Head`` (``head/__init__.py``), which owns ``self.ready`` and
-    ``self.workers``.
+    One part of ``Head`` (``head.placement``); the head owns ``head.ready`` and
+    ``head.workers``.
     """
+
+    def __init__(self, head) -> None:
+        self.head = head
 
     def schedule(self) -> None:
         """Place ready tasks on workers (called after every batch of events).
 
         Costs what it places: see ``resources.ReadyQueue.place``.
         """
-        workers = self._alive
+        workers = self.head._alive
         if not workers:
             return
-        if self.ready.count:
-            self.ready.place(self._picker(workers), self._dispatch, self._blocked)
-        if not self.ready.count:
+        if self.head.ready.count:
+            self.head.ready.place(self._picker(workers), self._dispatch, self._blocked)
+        if not self.head.ready.count:
             self._rebalance(workers)
 
     def _picker(self, workers: list):
@@ -211,7 +214,7 @@ class Placement:
         time at 1,024 ranks).
         """
         rooms: dict = {}          # shape -> [workers with room, next index]
-        most_cpus = self._most_rank_cpus
+        most_cpus = self.head._most_rank_cpus
         arg_nodes = self._arg_nodes
         capacity_ok = scheduler.capacity_ok
 
@@ -245,9 +248,9 @@ class Placement:
         return pick
 
     def _blocked(self, task: TaskEntry) -> None:
-        if task.shape not in self._warned and \
-                not scheduler.feasible_anywhere(self._alive, task.resources):
-            self._warn_unplaceable(f"task {task.spec[m.T_NAME]}", task.resources,
+        if task.shape not in self.head._warned and \
+                not scheduler.feasible_anywhere(self.head._alive, task.resources):
+            self.warn_unplaceable(f"task {task.spec[m.T_NAME]}", task.resources,
                                    "that much", task.shape)
 
     def _rebalance(self, workers: list) -> None:
@@ -270,49 +273,49 @@ class Placement:
             donor = max(donors, key=lambda w: w.inflight - scheduler.task_cpus(w))
             excess = int(donor.inflight - scheduler.task_cpus(donor) - donor.blocked)
             donor.steal_pending = True
-            self.send(donor.rank, (m.STEAL, max(1, min(room + idle.prefetch, excess // 2))))
+            self.head.send(donor.rank, (m.STEAL, max(1, min(room + idle.prefetch, excess // 2))))
 
     def _arg_nodes(self, task: TaskEntry) -> dict[int, int] | None:
         deps = task.spec[m.T_DEPS]
         if not deps:
             return None
         sizes: dict[int, int] = {}
-        entries = self.objects.entries
+        entries = self.head.objects.entries
         for _, oid in deps:
             e = entries.get(oid)
             if e is not None and e.record is not None and e.record[0] == SHM:
                 sizes[e.record[1]] = sizes.get(e.record[1], 0) + e.record[3]
         return sizes or None
 
-    def _warn_unplaceable(self, what: str, resources: dict, until: str, key) -> None:
+    def warn_unplaceable(self, what: str, resources: dict, until: str, key) -> None:
         """Warn once per kind of request that no worker rank can take."""
-        if key in self._warned:
+        if key in self.head._warned:
             return
-        self._warned.add(key)
-        have = scheduler.largest_worker(self.workers.values())
+        self.head._warned.add(key)
+        have = scheduler.largest_worker(self.head.workers.values())
         warnings.warn(f"{what} needs {resources}, but no worker rank has {until} "
                       f"(largest: {have}); it stays pending until it fits. Pass resources "
                       f"to init(), create them with experimental.set_resource(), or start "
                       f"ranks with more CPUs/GPUs.", stacklevel=2)
 
-    def _wire(self, spec: list, w: WorkerInfo, gpu_ids: list[int], resources: dict) -> list:
+    def wire(self, spec: list, w: WorkerInfo, gpu_ids: list[int], resources: dict) -> list:
         """The spec as sent to ``w``: function shipped once per rank, deps resolved."""
         wire = list(spec)
         fn_id = spec[m.T_FN]
         if fn_id is not None and fn_id not in w.known_fns:
             w.known_fns.add(fn_id)
-            wire[m.T_BLOB] = self.fn_blobs.get(fn_id)
+            wire[m.T_BLOB] = self.head.fn_blobs.get(fn_id)
         else:
             wire[m.T_BLOB] = None
         deps = spec[m.T_DEPS]
         if deps:
-            record_for = self.objects.record_for
+            record_for = self.head.objects.record_for
             wire[m.T_DEPS] = [(pos, oid, record_for(oid, w.node)) for pos, oid in deps]
         wire[m.T_RES] = (gpu_ids, resources)
         return wire
 
     def _dispatch(self, task: TaskEntry, w: WorkerInfo) -> None:
-        self._set_task_state(task, RUNNING)
+        self.head.task_events.set_task_state(task, RUNNING)
         task.rank = w.rank
         task.attempts += 1
         task.placed = True
@@ -324,19 +327,19 @@ class Placement:
             w.inflight += 1
         elif task.resources.get("CPU"):
             w.fractions += 1
-        self.send(w.rank, (m.EXECUTE, self._wire(task.spec, w, task.gpu_ids, task.resources)))
+        self.head.send(w.rank, (m.EXECUTE, self.wire(task.spec, w, task.gpu_ids, task.resources)))
 
-    def _unplace(self, task: TaskEntry) -> None:
+    def unplace(self, task: TaskEntry) -> None:
         """A RUNNING task is no longer at its rank: give back what it held there (once)."""
         if not task.placed:
             return
         task.placed = False
         if task.spec[m.T_ACTOR] is not None:
-            actor = self.actors.get(task.spec[m.T_ACTOR])
+            actor = self.head.actors.get(task.spec[m.T_ACTOR])
             if actor is not None:
                 actor.call_left(task.spec[m.T_ID])
             return
-        w = self.workers.get(task.rank)
+        w = self.head.workers.get(task.rank)
         if w is not None:
             if scheduler.in_cpu_queue(task.resources):
                 w.inflight -= 1

@@ -10,7 +10,7 @@
                               every non-terminal state ──▶ FAILED
 
 An actor call goes PENDING ──▶ RUNNING directly (its actor's queue orders it).
-``Head._set_task_state`` is the only code that changes ``TaskEntry.state``; it
+``Head.set_task_state`` is the only code that changes ``TaskEntry.state``; it
 checks each change against ``ALLOWED``, and entering FINISHED or FAILED is the
 one place a task gives back the references it took at submission (its
 arguments and the refs nested in them). A terminal state is never left, so
@@ -97,11 +97,14 @@ def summary(task: TaskEntry) -> tuple:
 class TaskLifecycle:
     """The ``Head``'s task events: submission, results, failures, crashes, retries.
 
-    A mixin of ``Head`` (``head/__init__.py``), which owns the tables it uses:
-    ``self.tasks``, ``self.objects``, ``self.workers``, ``self.actors``.
+    One part of ``Head`` (``head.task_events``); the head owns the tables these
+    events change (``head.tasks``, ``head.objects``, ``head.workers``, ``head.actors``).
     """
 
-    def _set_task_state(self, task: TaskEntry, new: TaskState, first: bool = False) -> None:
+    def __init__(self, head) -> None:
+        self.head = head
+
+    def set_task_state(self, task: TaskEntry, new: TaskState, first: bool = False) -> None:
         """The only place a task's state changes (the edges: ``ALLOWED`` above).
 
         A task becoming READY joins the back of its ready FIFO, or the front when
@@ -110,7 +113,7 @@ class TaskLifecycle:
         check_transition(task, new)
         task.state = new
         if new is READY:
-            self.ready.push(task, first)
+            self.head.ready.push(task, first)
         elif new in TERMINAL:
             self._task_ended(task)
 
@@ -119,13 +122,13 @@ class TaskLifecycle:
         spec = task.spec
         deps = spec[m.T_DEPS]
         if deps:
-            self.objects.release([oid for _, oid in deps])
+            self.head.objects.release([oid for _, oid in deps])
         if spec[m.T_CONTAINED]:
-            self.objects.release(spec[m.T_CONTAINED])
+            self.head.objects.release(spec[m.T_CONTAINED])
         tid = spec[m.T_ID]
-        if self.tasks.get(tid) is task:
-            del self.tasks[tid]
-        history = self.history
+        if self.head.tasks.get(tid) is task:
+            del self.head.tasks[tid]
+        history = self.head.history
         history.task_finished(summary(task))
         if task.t_end:
             history.event((spec[m.T_NAME], task.rank, task.t_start, task.t_end, task.pid,
@@ -139,26 +142,26 @@ class TaskLifecycle:
         back when it ends), counts the arguments not ready yet, and fails at once
         (after taking every hold) when an argument already holds an error.
         """
-        if self.broken:
-            self._fail_task_now(spec, self._broken_error(spec))
+        if self.head.broken:
+            self.fail_task_now(spec, self._broken_error(spec))
             return
         fn_id = spec[m.T_FN]
         blob = spec[m.T_BLOB]
         if blob is not None:
-            self.fn_blobs.setdefault(fn_id, blob)
+            self.head.fn_blobs.setdefault(fn_id, blob)
             spec[m.T_BLOB] = None
-        if fn_id not in self.fn_names:
-            self.fn_names[fn_id] = spec[m.T_NAME]
+        if fn_id not in self.head.fn_names:
+            self.head.fn_names[fn_id] = spec[m.T_NAME]
         opts = spec[m.T_RES]
         resources = opts if opts is not None else scheduler.DEFAULT_TASK_RESOURCES
         actor_id = spec[m.T_ACTOR]
-        actor = self.actors.get(actor_id) if actor_id is not None else None
+        actor = self.head.actors.get(actor_id) if actor_id is not None else None
         retries = spec[m.T_RETRIES]
         if actor is not None and not retries:
             retries = actor.max_task_retries
         task = TaskEntry(spec, resources, scheduler.shape_of(resources), retries)
-        self.tasks[spec[m.T_ID]] = task
-        objects = self.objects
+        self.head.tasks[spec[m.T_ID]] = task
+        objects = self.head.objects
         objects.hold(spec[m.T_RETURNS])
         failed_dep = None                 # an argument's error record, if any
         deps = spec[m.T_DEPS]
@@ -175,29 +178,29 @@ class TaskLifecycle:
         if contained:
             objects.hold(contained)
         if failed_dep is not None:
-            self._fail_task(task, failed_dep)
+            self.fail_task(task, failed_dep)
             return
         if actor_id is not None:
             if actor is None:
-                dead = self.history.dead_actors.get(actor_id)
+                dead = self.head.history.dead_actors.get(actor_id)
                 why = f"it died: {dead[1]}" if dead else "no such actor"
-                self._fail_task(task, (ERROR, dumps(ActorDiedError(
+                self.fail_task(task, (ERROR, dumps(ActorDiedError(
                     f"actor {spec[m.T_NAME]} is dead: {why}"))))
                 return
             caller = actor.queue.append(task)
             if caller is not None:
-                self._throttle(caller)
-            self._dispatch_actor(actor)
+                self.head.actor_events.throttle(caller)
+            self.head.actor_events.dispatch_actor(actor)
             return
         if not self._feasible(task.shape, resources):
-            self._fail_task(task, (ERROR, dumps(InfeasibleTaskError(
+            self.fail_task(task, (ERROR, dumps(InfeasibleTaskError(
                 f"{spec[m.T_NAME]} needs {resources}, but no node can ever hold "
-                f"that (largest: {scheduler.largest_worker(self._alive)}); it would wait "
+                f"that (largest: {scheduler.largest_worker(self.head._alive)}); it would wait "
                 f"forever. Pass resources to init(), or start ranks with more CPUs or "
                 f"GPUs (SLURM_CPUS_PER_TASK, --gpus-per-node)."))))
             return
         if task.missing == 0:
-            self._set_task_state(task, READY)
+            self.set_task_state(task, READY)
 
     def _feasible(self, shape, resources: dict) -> bool:
         """Whether some worker rank could ever hold the CPUs and GPUs of ``resources``
@@ -205,77 +208,77 @@ class TaskLifecycle:
         resources are left out: ``experimental.set_resource`` may create them
         later, so a task that needs more than any node has waits for them, with a
         warning, as in Ray (``Placement._blocked``)."""
-        known = self.feasible_shapes.get(shape)
+        known = self.head.feasible_shapes.get(shape)
         if known is None:
             fixed = {k: v for k, v in resources.items() if k in _FIXED}
-            known = not self._alive or scheduler.feasible_anywhere(self._alive, fixed)
-            self.feasible_shapes[shape] = known
+            known = not self.head._alive or scheduler.feasible_anywhere(self.head._alive, fixed)
+            self.head.feasible_shapes[shape] = known
         return known
 
-    def _fail_task(self, task: TaskEntry, err: tuple) -> None:
+    def fail_task(self, task: TaskEntry, err: tuple) -> None:
         """Seal the task's returns with ``err`` and end it (no-op if it already ended)."""
         if task.state in TERMINAL:
             return
-        self._unplace(task)
+        self.head.placement.unplace(task)
         for oid in task.spec[m.T_RETURNS]:
-            self.put_object(oid, err, None)
+            self.head.put_object(oid, err, None)
         if task.state not in TERMINAL:
-            self._set_task_state(task, FAILED)
+            self.set_task_state(task, FAILED)
 
-    def _fail_task_now(self, spec: list, err: Exception) -> None:
+    def fail_task_now(self, spec: list, err: Exception) -> None:
         task = TaskEntry(spec, {}, (), 0)
-        self.tasks[spec[m.T_ID]] = task
-        self.objects.hold(spec[m.T_RETURNS])
+        self.head.tasks[spec[m.T_ID]] = task
+        self.head.objects.hold(spec[m.T_RETURNS])
         contained = spec[m.T_CONTAINED]
         if spec[m.T_DEPS]:
-            self.objects.hold([oid for _, oid in spec[m.T_DEPS]])
+            self.head.objects.hold([oid for _, oid in spec[m.T_DEPS]])
         if contained:
-            self.objects.hold(contained)
-        self._fail_task(task, (ERROR, dumps(err)))
+            self.head.objects.hold(contained)
+        self.fail_task(task, (ERROR, dumps(err)))
 
     def task_done(self, rank: int, task_id: int, results: list, contained: list,
                   t_start: float, t_end: float, pid: int) -> None:
-        task = self.tasks.get(task_id)
+        task = self.head.tasks.get(task_id)
         if task is None or task.state is not RUNNING:
             self._drop_results(rank, results)
             return
         self._finish(task, t_start, t_end, pid)
         for oid, rec in zip(task.spec[m.T_RETURNS], results):
-            self.put_object(oid, rec, contained)
+            self.head.put_object(oid, rec, contained)
             contained = None  # the contained refs are held once, by the first return
-        self._set_task_state(task, FINISHED)
+        self.set_task_state(task, FINISHED)
 
     def _drop_results(self, rank: int, results: list) -> None:
         """Results of a task that already ended (failed when the job broke): free them."""
         for rec in results:
             if rec[0] == SHM:
-                self.objects.free_block(rec[1], rec[2], rec[3])
+                self.head.objects.free_block(rec[1], rec[2], rec[3])
 
     def task_failed(self, rank: int, task_id: int, error: tuple, t_start: float,
                     t_end: float, pid: int) -> None:
-        task = self.tasks.get(task_id)
+        task = self.head.tasks.get(task_id)
         if task is None or task.state is not RUNNING:
             return
         self._finish(task, t_start, t_end, pid)
         self._error_signal(task, error)
-        self._fail_task(task, error)
+        self.fail_task(task, error)
 
     def _finish(self, task: TaskEntry, t0: float, t1: float, pid: int) -> None:
         task.t_start, task.t_end, task.pid = t0, t1, pid
-        self.avg_task_seconds = 0.9 * self.avg_task_seconds + 0.1 * (t1 - t0)
+        self.head.avg_task_seconds = 0.9 * self.head.avg_task_seconds + 0.1 * (t1 - t0)
         actor_id = task.spec[m.T_ACTOR]
-        self._unplace(task)
+        self.head.placement.unplace(task)
         if actor_id is not None:
-            actor = self.actors.get(actor_id)
+            actor = self.head.actors.get(actor_id)
             if actor is not None:
                 if actor.unreferenced:
-                    self.end_if_unreferenced(actor)
+                    self.head.actor_events.end_if_unreferenced(actor)
                 else:
-                    self._dispatch_actor(actor)   # room for more of its calls
+                    self.head.actor_events.dispatch_actor(actor)   # room for more of its calls
         if task.spec[m.T_ACTOR] is None:
-            w = self.workers.get(task.rank)
+            w = self.head.workers.get(task.rank)
             if w is not None:
-                w.prefetch = scheduler.prefetch_depth(self.avg_task_seconds,
+                w.prefetch = scheduler.prefetch_depth(self.head.avg_task_seconds,
                                                       scheduler.PREFETCH_SECONDS,
                                                       scheduler.MAX_PREFETCH)
 
@@ -283,51 +286,51 @@ class TaskLifecycle:
                        actor_id: int | None) -> None:
         """An executor died; its tasks are retried or fail with WorkerCrashedError."""
         for tid in tids:
-            task = self.tasks.get(tid)
+            task = self.head.tasks.get(tid)
             if task is None or task.state is not RUNNING or task.spec[m.T_ACTOR] is not None:
                 continue  # actor calls are handled by actor_died
-            self._unplace(task)
+            self.head.placement.unplace(task)
             if task.retries_left != 0:
                 task.retries_left -= 1
                 logger.info("retrying %s after its process died on rank %d",
                             task.spec[m.T_NAME], rank)
-                self._set_task_state(task, READY)
+                self.set_task_state(task, READY)
             else:
                 err = WorkerCrashedError(
                     f"the process running {task.spec[m.T_NAME]} on worker rank {rank} "
-                    f"({self.host_of[rank]}, pid {pid}) died with {describe_exit(exitcode)} "
+                    f"({self.head.host_of[rank]}, pid {pid}) died with {describe_exit(exitcode)} "
                     f"after {task.attempts} attempt(s); the rank goes on serving. "
                     f"Set max_retries to retry crashed tasks.")
-                self._fail_task(task, (ERROR, dumps(err)))
+                self.fail_task(task, (ERROR, dumps(err)))
         if actor_id is not None:
-            self.actor_died(actor_id, f"its process (pid {pid}) died with "
+            self.head.actor_events.actor_died(actor_id, f"its process (pid {pid}) died with "
                             f"{describe_exit(exitcode)}", allow_restart=True)
 
     def tasks_returned(self, rank: int, task_ids: list[int]) -> None:
         """Answer to STEAL: these tasks never started on ``rank``; queue them first."""
-        w = self.workers.get(rank)
+        w = self.head.workers.get(rank)
         if w is not None:
             w.steal_pending = False
         for tid in reversed(task_ids):
-            task = self.tasks.get(tid)
+            task = self.head.tasks.get(tid)
             if task is None or task.state is not RUNNING or task.rank != rank:
                 continue
-            self._unplace(task)
+            self.head.placement.unplace(task)
             task.attempts -= 1
-            self._set_task_state(task, READY, first=True)
+            self.set_task_state(task, READY, first=True)
 
     def _broken_error(self, spec: list) -> Exception:
-        return WorkerCrashedError(f"cannot run {spec[m.T_NAME]}: {self.broken}")
+        return WorkerCrashedError(f"cannot run {spec[m.T_NAME]}: {self.head.broken}")
 
     def mark_broken(self, why: str) -> None:
         """Fail every pending task and request at once (the job cannot go on)."""
-        if self.broken:
+        if self.head.broken:
             return
-        self.broken = why
-        for task in list(self.tasks.values()):
-            self._fail_task(task, (ERROR, dumps(WorkerCrashedError(
+        self.head.broken = why
+        for task in list(self.head.tasks.values()):
+            self.fail_task(task, (ERROR, dumps(WorkerCrashedError(
                 f"{task.spec[m.T_NAME]} was lost: {why}"))))
-        self.cond.notify_all()
+        self.head.cond.notify_all()
 
     def _error_signal(self, task: TaskEntry, err: tuple) -> None:
         from ..values import error_from_record
@@ -337,7 +340,7 @@ class TaskLifecycle:
         except Exception:
             return
         actor_id = task.spec[m.T_ACTOR]
-        self.add_signal(actor_id, None if actor_id is not None else task.spec[m.T_ID], blob)
+        self.head.add_signal(actor_id, None if actor_id is not None else task.spec[m.T_ID], blob)
 
 
 def describe_exit(code: int | None) -> str:
