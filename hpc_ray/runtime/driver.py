@@ -18,7 +18,6 @@ from __future__ import annotations
 import gc
 import threading
 import logging
-import sys
 import time
 from typing import Any
 
@@ -37,6 +36,7 @@ from .headloop import (DIRECT_WAIT, DIRECT_WAIT_ONLY, DRIVER_SPINS, STOP_WAIT,
                        SUBMIT_BATCH, SUBMIT_QUIET, HeadLoop, _held, _peer, _submitted,
                        drain_refs, schedule)
 from .interrupts import deferred
+from .launch import abort_job
 
 logger = logging.getLogger(__name__)
 
@@ -415,7 +415,5 @@ class DriverContext(context.ContextBase):
             finally:
                 self.loop.progress.release()
         except Exception as exc:
-            sys.stderr.write(f"hpc_ray: cannot stop the worker ranks cleanly ({exc}); "
-                             f"aborting the MPI job\n")
-            sys.stderr.flush()
-            MPI.COMM_WORLD.Abort(1)
+            abort_job(MPI.COMM_WORLD, f"hpc_ray: cannot stop the worker ranks cleanly ({exc}); "
+                                      f"aborting the MPI job\n")

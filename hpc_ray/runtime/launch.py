@@ -16,13 +16,18 @@ Every rank then runs the same set-up, collectively on the job's communicator:
 """
 from __future__ import annotations
 
+import array
 import contextlib
+import fcntl
 import logging
 import os
 import re
 import shlex
 import socket
+import stat
 import sys
+import termios
+import time
 
 from .. import _config
 
@@ -478,12 +483,46 @@ def run_worker(comm) -> bool:
         return loop.driver_gone
     except BaseException:
         import traceback
-        sys.stderr.write(f"### hpc_ray worker rank {rank} of {comm.Get_size()} on "
-                         f"{socket.gethostname()} failed:\n{traceback.format_exc()}")
-        sys.stderr.flush()
-        comm.Abort(1)
+        abort_job(comm, f"### hpc_ray worker rank {rank} of {comm.Get_size()} on "
+                        f"{socket.gethostname()} failed:\n{traceback.format_exc()}")
     finally:
         arena.close()
+
+
+#: Seconds ``abort_job`` waits at most for the launcher to read its message.
+ABORT_DRAIN = 2.0
+
+
+def abort_job(comm, message: str) -> None:
+    """Write ``message`` to stderr, then end the job with ``MPI_Abort``.
+
+    Hydra's mpiexec exits as soon as the abort reaches it, dropping whatever its
+    proxy had not yet read from the rank's stderr pipe: under load the message
+    was lost about one time in five. The proxy sends what it reads upstream at
+    once, on the same socket as the abort, so while stderr is a pipe this waits
+    (``ABORT_DRAIN`` s at most) until the pipe is empty.
+    """
+    sys.stderr.write(message)
+    sys.stderr.flush()
+    _wait_read(sys.stderr, ABORT_DRAIN)
+    comm.Abort(1)
+
+
+def _wait_read(stream, timeout: float) -> None:
+    """Wait until the pipe ``stream`` writes to holds no unread bytes (or ``timeout``)."""
+    try:
+        fd = stream.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return
+        unread = array.array("i", [0])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            fcntl.ioctl(fd, termios.FIONREAD, unread)
+            if unread[0] == 0:
+                return
+            time.sleep(0.005)
+    except (OSError, ValueError, AttributeError):   # no file behind it, or closed
+        pass
 
 
 def worker_exit(driver_gone: bool = False) -> None:

@@ -18,10 +18,10 @@ ERROR once their retries failed too, and a requeued job would not resume them).
 """
 from __future__ import annotations
 
-import sys
 import time
 
 from .. import _config
+from .launch import abort_job
 
 #: Seconds between a worker rank's ALIVE messages (``WorkerLoop.run``).
 HEARTBEAT = 1.0
@@ -95,9 +95,7 @@ class NodeWatch:
         if found is None:
             return
         self.ended = True
-        sys.stderr.write(self.describe(*found) + "\n")
-        sys.stderr.flush()
-        comm.Abort(1)
+        abort_job(comm, self.describe(*found) + "\n")
 
 
 def for_job(cfg: dict, node_of: list[int], host_of: list[str]) -> NodeWatch | None:
