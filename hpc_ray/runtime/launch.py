@@ -27,7 +27,6 @@ import socket
 import stat
 import sys
 import termios
-import time
 
 from .. import _config
 
@@ -510,18 +509,18 @@ def abort_job(comm, message: str) -> None:
 
 def _wait_read(stream, timeout: float) -> None:
     """Wait until the pipe ``stream`` writes to holds no unread bytes (or ``timeout``)."""
+    from ..transport.wait import WaitTimeout, wait_until
     try:
         fd = stream.fileno()
         if not stat.S_ISFIFO(os.fstat(fd).st_mode):
             return
         unread = array.array("i", [0])
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def read() -> bool:
             fcntl.ioctl(fd, termios.FIONREAD, unread)
-            if unread[0] == 0:
-                return
-            time.sleep(0.005)
-    except (OSError, ValueError, AttributeError):   # no file behind it, or closed
+            return unread[0] == 0
+        wait_until(read, timeout=timeout, what="the launcher to read stderr")
+    except (OSError, ValueError, AttributeError, WaitTimeout):   # no pipe, closed, or slow
         pass
 
 
