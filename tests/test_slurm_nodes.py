@@ -4,6 +4,12 @@ would: ``sbatch -N 2`` with ``srun``, ``salloc`` with ``mpiexec``, and
 ``mpi_scripts/two_nodes.py``: tasks and actors on both nodes, one store per node,
 a 50 MB object moved once over MPI each way. Also: the daemons do not outlive
 a pytest that is killed mid-run.
+
+Issue 38's features on n1 and n2, as on the fake hosts: collectives of a group
+spanning both nodes (mpi_scripts/collective_nodes.py: one member per worker
+rank, HPC_RAY_TEST_NUM_WORKERS, which the jobs must set or it makes two),
+set_resource on a chosen node, what actors hold and fractional packing
+(node_pool.py, node_pool_nodes.py).
 """
 from __future__ import annotations
 
@@ -238,3 +244,31 @@ def test_fractions_and_actor_cpus_on_both_slurm_nodes(slurm_two_nodes, two_node_
     assert values["actor_stores"] == 2 and values["actors_driver_sees"] == 0
     assert values["task_waits"] is True and values["task_after_kill"] == "ran"
     assert values["cpus_back"] == 3
+
+
+@pytest.mark.timeout(200)
+def test_collective_group_of_one_and_two_per_slurm_node(slurm_two_nodes, two_node_job_dir):
+    """mpi_scripts/collective_nodes.py as a user submits it (``-N 2
+    --ntasks-per-node=2``): n1 holds the driver and one worker rank, n2 two, so
+    the group is one member on n1 (its own leader) and two on n2 (one leader)."""
+    c = slurm_two_nodes
+    text = _srun_job(c, two_node_job_dir, "collective_nodes", ["-N", "2", "--ntasks-per-node=2"],
+                     [SCRIPTS_DIR / "collective_nodes.py"],
+                     _script_env(c, two_node_job_dir, 4, 150), timeout=170)
+    values = results_of(text, "collective_nodes")
+    assert sorted(values["places"]) == [[0, 1], [1, 2], [1, 3]]
+    nodes = values["member_nodes"]
+    assert nodes[0] != nodes[1] and sorted(nodes) == [0, 1, 1]   # members 0, 1 lead
+    assert values["allreduce"] == "ok" and values["others"] == "ok"
+    assert values["mismatch"] == "ok"
+    assert values["routes"] == ["NodesGroup"] * 3
+    ops = values["ops_per_member"]
+    # The lone member of n1 and the first of n2 call MPI, once per operation;
+    # the second member of n2 makes no MPI collective for the group.
+    assert values["mpi_calls"] == [ops, ops, 0]
+    assert values["mpi_calls_others"] == [ops + 3 * 5] * 2 + [0]
+    # Member 1 died, then member 1 of the two left; a group of one member at last.
+    assert values["died_2"] == ["NodesGroup"] * 3
+    if nodes[2] == nodes[1]:         # member 1 led n2: one survivor on each node
+        assert values["died_1"] == ["NoneType"] * 2
+    assert len(values["died_1"]) == 2 and values["last_route"] == ["NoneType"]
