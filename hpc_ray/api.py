@@ -60,7 +60,9 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
             the ids are its first ``num_gpus`` (``"2,3"`` and ``num_gpus=2``:
             tasks get GPUs 2 and 3, as in Ray); more than it lists is a
             ``ValueError``.
-        resources: custom resources of each worker rank, e.g. ``{"ssd": 1}``.
+        resources: custom resources, e.g. ``{"ssd": 1}``: once, on the node of
+            the first worker rank (shared by its ranks), as Ray gives them to
+            the head's node; ``experimental.set_resource`` adds them elsewhere.
         object_store_memory: bytes of shared memory per node for large objects.
         local_mode: run every task serially in this process, for debugging.
         ignore_reinit_error: make a second ``init()`` a no-op instead of an error.

@@ -11,6 +11,11 @@ pytestmark = pytest.mark.mpi
 @pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
 def test_actor_resources_and_fractional_packing(run, mode):
     values = run("node_pool.py", 2, mode=mode, timeout=150).assert_ok("node_pool")
+    assert_node_pool(values)
+
+
+def assert_node_pool(values: dict) -> None:
+    """What ``mpi_scripts/node_pool.py`` reports with one worker rank of one CPU."""
     assert values["cluster_cpus"] == 1
     # A default actor takes no CPU for its lifetime: its method and a task run at once.
     assert values["default_available"] == 1

@@ -13,9 +13,11 @@ faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", 1
                                   exit=True)
 
 
-def store():
+def store(default=StopIteration):
+    """The inode of the node store this process maps (``default`` if none)."""
     with open("/proc/self/maps") as f:
-        return next(int(line.split()[4]) for line in f if "memfd:hpc_ray_store" in line)
+        found = (int(line.split()[4]) for line in f if "memfd:hpc_ray_store" in line)
+        return next(found) if default is StopIteration else next(found, default)
 
 
 @ray.remote(num_cpus=0)
@@ -36,6 +38,7 @@ def report(key, value):
 ray.init()
 nodes = ray.nodes()
 report("node_ids", [n["NodeID"] for n in nodes])
+report("driver_store", store(None))        # None where the driver's node has no store
 last = nodes[-1]["NodeID"]
 set_resource("R", 1, client_id=last)
 report("r_on", [n["NodeID"] for n in ray.nodes() if "R" in n["Resources"]])
