@@ -129,23 +129,29 @@ class Head:
     def submit(self, spec: list) -> None:
         self.task_events.submit(spec)
 
-    def task_done(self, *args) -> None:
-        self.task_events.task_done(*args)
+    def task_done(self, rank: int, task_id: int, results: list, contained: list,
+                  t_start: float, t_end: float, pid: int) -> None:
+        self.task_events.task_done(rank, task_id, results, contained, t_start, t_end, pid)
 
-    def task_failed(self, *args) -> None:
-        self.task_events.task_failed(*args)
+    def task_failed(self, rank: int, task_id: int, error: tuple, t_start: float,
+                    t_end: float, pid: int) -> None:
+        self.task_events.task_failed(rank, task_id, error, t_start, t_end, pid)
 
     def tasks_returned(self, rank: int, task_ids: list[int]) -> None:
         self.task_events.tasks_returned(rank, task_ids)
 
-    def worker_crashed(self, *args) -> None:
-        self.task_events.worker_crashed(*args)
+    def worker_crashed(self, rank: int, tids: list[int], exitcode: int, pid: int,
+                       actor_id: int | None) -> None:
+        self.task_events.worker_crashed(rank, tids, exitcode, pid, actor_id)
 
     def mark_broken(self, why: str) -> None:
         self.task_events.mark_broken(why)
 
-    def create_actor(self, *args, **kwargs):
-        return self.actor_events.create_actor(*args, **kwargs)
+    def create_actor(self, spec: list, resources: dict, max_restarts: int,
+                     name: str | None, class_name: str, max_task_retries: int = 0,
+                     meta=None, lifetime_oid: int | None = None) -> None:
+        self.actor_events.create_actor(spec, resources, max_restarts, name, class_name,
+                                       max_task_retries, meta, lifetime_oid)
 
     def actor_ready(self, actor_id: int, pid: int) -> None:
         self.actor_events.actor_ready(actor_id, pid)
@@ -153,8 +159,9 @@ class Head:
     def actor_died(self, actor_id: int, reason: str, allow_restart: bool) -> None:
         self.actor_events.actor_died(actor_id, reason, allow_restart)
 
-    def kill_actor(self, *args, **kwargs):
-        return self.actor_events.kill_actor(*args, **kwargs)
+    def kill_actor(self, actor_id: int, no_restart: bool = True,
+                   reason: str = "killed by kill()") -> None:
+        self.actor_events.kill_actor(actor_id, no_restart, reason)
 
     def in_rank_busy(self) -> set[int]:
         return self.actor_events.in_rank_busy()
