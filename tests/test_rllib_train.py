@@ -4,7 +4,8 @@ The thresholds are Ray's regression thresholds for CartPole (fixed seeds):
 PPO >= 150 within 100k timesteps, PG and A3C >= 100 within 100k, IMPALA and
 ES >= 150 within 500k, ARS >= 50 within 500k. DD-PPO and APPO only "learn
 something" here (CI time); their threshold runs are benchmarks/rllib.py's
-"thresholds" workload. Tune: ``tune.run("PPO")``, a YAML
+"thresholds" workload. The embedded threshold run (about 70 s on 2 cores) is a
+``training`` test, left out of the default run (``python -m pytest -m training``). Tune: ``tune.run("PPO")``, a YAML
 experiment through ``run_experiments`` with a ``register_env`` env, and
 ``resume=True`` after the whole job was killed.
 """
@@ -22,6 +23,7 @@ from conftest import (LAUNCH_MARKER, SCRIPTS_DIR, _kill_launch, _launch_processe
 
 @pytest.mark.mpi
 @pytest.mark.slow
+@pytest.mark.training
 @pytest.mark.timeout(300)
 def test_trainers_reach_ray_thresholds_embedded(run):
     values = run("rllib_train.py", 3, "ppo", "pg", "a3c", "impala", "es", "ars",
