@@ -464,7 +464,6 @@ def _my_share_of_node_gpus(cfg: dict, rank: int) -> list[int]:
 
 def run_worker(comm) -> bool:
     """The whole life of a worker rank; returns True when the driver vanished."""
-    from ..transport.placement import cpu_ids
     from . import interrupts
     from .worker import WorkerLoop
     # Slurm's USR1 warning is for the driver; on a worker its default action kills.
@@ -474,8 +473,7 @@ def run_worker(comm) -> bool:
     rank = comm.Get_rank()
     resources, gpu_ids = worker_resources(cfg, rank, comm.Get_size())
     cfg["resources"] = resources
-    comm.gather((resources, gpu_ids, os.getpid(), node_name(), cpu_ids()),
-                root=0)
+    comm.gather((resources, gpu_ids, os.getpid(), node_name()), root=0)
     loop = WorkerLoop(comm, rank, node, arena, cfg, flags)
     try:
         loop.run()

@@ -93,7 +93,7 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
     for rank, info in enumerate(infos):
         if rank == 0:
             continue
-        res, gpu_ids, pid, _host, _cpu_ids = info
+        res, gpu_ids, pid, _host = info
         head.add_worker(rank, res, gpu_ids, pid)
     context.set_id_prefix(0, 0)
     context.reset_local_refs()

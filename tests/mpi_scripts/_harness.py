@@ -144,5 +144,30 @@ def tmp_path(name: str) -> str:
     return os.path.join(TMPDIR, name)
 
 
+def mark_started(name: str) -> None:
+    """Say, in TMPDIR, that one more task of ``name`` has started (``started``)."""
+    open(tmp_path(f"started-{name}-{os.getpid()}-{os.urandom(6).hex()}"), "w").close()
+
+
+def started(name: str) -> int:
+    """How many tasks of ``name`` have started (``mark_started``)."""
+    return sum(f.startswith(f"started-{name}-") for f in os.listdir(TMPDIR))
+
+
+def started_before_release(gate, name: str, n: int, **options):
+    """Submit ``n`` tasks of ``gate`` (a remote function of ``(name, release)``
+    that calls ``mark_started(name)``, then waits for the file ``release``);
+    return how many started before the release (once no more start within a
+    second) and what they return."""
+    import hpc_ray as ray
+    release = tmp_path(f"release-{name}")
+    refs = [gate.options(**options).remote(name, release) for _ in range(n)]
+    poll_for(lambda: started(name) >= n - 1, 60)
+    ray.wait(refs, timeout=1)
+    before = started(name)
+    open(release, "w").close()
+    return before, ray.get(refs, timeout=60)
+
+
 def log(*args) -> None:
     print(*args, file=sys.stderr, flush=True)

@@ -12,7 +12,8 @@ init(resources={"R": 1, "X": 1}):
 import faulthandler, os
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
 
-from _harness import check, init_kwargs, ok, poll_for, report, section, tmp_path
+from _harness import (check, init_kwargs, mark_started, ok, poll_for, report, section,
+                      started, started_before_release, tmp_path)
 
 import hpc_ray as ray
 
@@ -20,16 +21,12 @@ ray.init(**init_kwargs(resources={"R": 1, "X": 1}))
 report("cluster_cpus", ray.cluster_resources().get("CPU"))
 
 
-def _started(name):
-    return sum(f.startswith(f"started-{name}-") for f in os.listdir(tmp_path("")))
-
-
 def meet(name, expected, seconds=30):
     """Start, then wait until ``expected`` of ``name`` have started (at most
     ``seconds``); returns how many had started."""
-    open(tmp_path(f"started-{name}-{os.getpid()}-{os.urandom(6).hex()}"), "w").close()
-    poll_for(lambda: _started(name) >= expected, seconds)
-    return _started(name)
+    mark_started(name)
+    poll_for(lambda: started(name) >= expected, seconds)
+    return started(name)
 
 
 @ray.remote
@@ -93,21 +90,9 @@ with section("an actor with a custom resource holds it while it lives"):
     ray.kill(actor)
     report("custom_back", poll_for(lambda: ray.available_resources().get("R", 0), 30))
 
-def started_before_release(name, n, **options):
-    """Submit ``n`` tasks that wait for a release; returns how many started
-    before it (once no more start within a second) and what they return."""
-    release = tmp_path(f"release-{name}")
-    refs = [gate.options(**options).remote(name, release) for _ in range(n)]
-    poll_for(lambda: _started(name) >= n - 1, 30)
-    ray.wait(refs, timeout=1)
-    before = _started(name)
-    open(release, "w").close()
-    return before, ray.get(refs, timeout=60)
-
-
 @ray.remote
 def gate(name, release):
-    open(tmp_path(f"started-{name}-{os.getpid()}-{os.urandom(6).hex()}"), "w").close()
+    mark_started(name)
     poll_for(lambda: os.path.exists(release), 30)
     return "released"
 
@@ -115,27 +100,27 @@ def gate(name, release):
 with section("fractional CPUs pack"):
     quarters = [meet_task.options(num_cpus=0.25).remote("quarter", 4) for _ in range(4)]
     report("quarters_at_once", ray.get(quarters, timeout=60))
-    report("quarters_of_five", started_before_release("five", 5, num_cpus=0.25))
+    report("quarters_of_five", started_before_release(gate, "five", 5, num_cpus=0.25))
 
 with section("fractions and whole CPUs share the one CPU"):
     whole = gate.remote("whole-1", tmp_path("release-whole-1"))
-    poll_for(lambda: _started("whole-1") >= 1, 30)
+    poll_for(lambda: started("whole-1") >= 1, 30)
     quarters = [gate.options(num_cpus=0.25).remote("q-1", tmp_path("release-q-1"))
                 for _ in range(2)]
     ray.wait(quarters, timeout=1)
-    report("quarters_beside_whole", _started("q-1"))
+    report("quarters_beside_whole", started("q-1"))
     open(tmp_path("release-whole-1"), "w").close()
-    check(poll_for(lambda: _started("q-1") >= 2, 30))
+    check(poll_for(lambda: started("q-1") >= 2, 30))
     open(tmp_path("release-q-1"), "w").close()
     ray.get(quarters + [whole], timeout=60)
     quarters = [gate.options(num_cpus=0.25).remote("q-2", tmp_path("release-q-2"))
                 for _ in range(2)]
-    poll_for(lambda: _started("q-2") >= 2, 30)
+    poll_for(lambda: started("q-2") >= 2, 30)
     whole = gate.remote("whole-2", tmp_path("release-whole-2"))
     ray.wait([whole], timeout=1)
-    report("whole_beside_quarters", _started("whole-2"))
+    report("whole_beside_quarters", started("whole-2"))
     open(tmp_path("release-q-2"), "w").close()
-    check(poll_for(lambda: _started("whole-2") >= 1, 30))
+    check(poll_for(lambda: started("whole-2") >= 1, 30))
     open(tmp_path("release-whole-2"), "w").close()
     ray.get(quarters + [whole], timeout=60)
 
@@ -144,7 +129,7 @@ with section("fractional custom resources pack"):
               for _ in range(2)]
     report("halves_at_once", ray.get(halves, timeout=60))
     report("halves_of_three",
-           started_before_release("three", 3, num_cpus=0, resources={"X": 0.5}))
+           started_before_release(gate, "three", 3, num_cpus=0, resources={"X": 0.5}))
 
 check(ray.get(quick.remote(), timeout=30) == "ran")
 ray.shutdown()

@@ -9,7 +9,8 @@ ran in, and how many started before a release.
 import faulthandler, os
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
 
-from _harness import check, init_kwargs, ok, poll_for, report, section, tmp_path
+from _harness import (check, init_kwargs, mark_started, ok, poll_for, report, section,
+                      started_before_release)
 
 import hpc_ray as ray
 
@@ -25,14 +26,10 @@ def store():
         return next(int(line.split()[4]) for line in f if "memfd:hpc_ray_store" in line)
 
 
-def _started(name):
-    return sum(f.startswith(f"started-{name}-") for f in os.listdir(tmp_path("")))
-
-
 @ray.remote
 def gate(name, release):
     """Start, wait for ``release``; return this task's store."""
-    open(tmp_path(f"started-{name}-{os.getpid()}-{os.urandom(6).hex()}"), "w").close()
+    mark_started(name)
     poll_for(lambda: os.path.exists(release), 60)
     return store()
 
@@ -48,23 +45,18 @@ class OneCPU:
         return store()
 
 
-def started_before_release(name, n, **options):
-    """Submit ``n`` gated tasks; how many started before the release (once no
-    more start within a second), and the stores they all ran in."""
-    release = tmp_path(f"release-{name}")
-    refs = [gate.options(**options).remote(name, release) for _ in range(n)]
-    poll_for(lambda: _started(name) >= n - 1, 60)
-    ray.wait(refs, timeout=1)
-    before = _started(name)
-    open(release, "w").close()
-    return before, len(set(ray.get(refs, timeout=60)))
+def released_batch(name, n, **options):
+    """How many of ``n`` gated tasks started before the release, and the number
+    of stores they ran in."""
+    before, stores = started_before_release(gate, name, n, **options)
+    return before, len(set(stores))
 
 
 with section("fractional CPUs pack on every rank of both nodes"):
-    report("quarters", started_before_release("quarter", 4 * W + 1, num_cpus=0.25))
+    report("quarters", released_batch("quarter", 4 * W + 1, num_cpus=0.25))
 
 with section("a fractional custom resource packs on its node"):
-    report("halves", started_before_release("half", 3, num_cpus=0, resources={"X": 0.5}))
+    report("halves", released_batch("half", 3, num_cpus=0, resources={"X": 0.5}))
 
 with section("whole-CPU actors hold their CPUs while they live"):
     actors = [OneCPU.remote() for _ in range(W)]

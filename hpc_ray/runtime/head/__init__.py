@@ -449,8 +449,9 @@ class Head:
         if blocks:
             self.free_blocks(rank, blocks)
         if exitcode is not None and actor_id is not None:
-            self.actor_events.actor_died(actor_id, f"its process (pid {pid}) died with "
-                            f"{describe_exit(exitcode)}", allow_restart=True)
+            self.actor_events.actor_died(
+                actor_id, f"its process (pid {pid}) died with {describe_exit(exitcode)}",
+                allow_restart=True)
 
     def handler_failed(self, src: int, msg: tuple, tb: str) -> None:
         """A handler raised on ``msg`` from ``src``: a bug here, not the job's end.

@@ -320,8 +320,8 @@ class ActorLifecycle:
         actor.lenders = lenders
         w.actors += 1
         w.actor_cpus += actor.resources.get("CPU", 0)
-        self.head.send(w.rank, (m.CREATE_ACTOR,
-                           self.head.placement.wire(actor.spec, w, actor.gpu_ids, actor.resources)))
+        wire = self.head.placement.wire(actor.spec, w, actor.gpu_ids, actor.resources)
+        self.head.send(w.rank, (m.CREATE_ACTOR, wire))
 
     def retry_pending_actors(self) -> None:
         for actor_id in list(self.head.pending_actors):
@@ -348,23 +348,24 @@ class ActorLifecycle:
 
     def dispatch_actor(self, actor: ActorEntry) -> None:
         """Send the actor calls that may go: in order per caller, callers in turn."""
+        head = self.head
         if actor.state is not A_ALIVE or not actor.queue or \
                 len(actor.inflight) > MAX_ACTOR_INFLIGHT // 2:
             return
-        w = self.head.workers[actor.rank]
+        w = head.workers[actor.rank]
 
         def wait_for_arguments(task) -> None:
             for _, oid in task.spec[m.T_DEPS]:
-                e = self.head.objects.entry(oid)
+                e = head.objects.entry(oid)
                 if e.record is None and ("actor", actor) not in e.waiters:
                     e.waiters.append(("actor", actor))
 
-        channel = actor.pid and self.head.direct_pids.get(actor.actor_id) == actor.pid
+        channel = actor.pid and head.direct_pids.get(actor.actor_id) == actor.pid
         while len(actor.inflight) < MAX_ACTOR_INFLIGHT:
             task = actor.queue.next_call(wait_for_arguments)
             if task is None:
                 break
-            wire = self.head.placement.wire(task.spec, w, actor.gpu_ids, actor.resources)
+            wire = head.placement.wire(task.spec, w, actor.gpu_ids, actor.resources)
             tid = task.spec[m.T_ID]
             direct = channel and not actor.via_rank and not actor.fenced \
                 and not any(d[2][0] == m.FETCH_PLAN for d in wire[m.T_DEPS] or ())
@@ -373,22 +374,22 @@ class ActorLifecycle:
                 # channel: it waits until they are done (_finish dispatches again).
                 actor.queue.put_back([task])
                 break
-            self.head.task_events.set_task_state(task, RUNNING)
+            head.task_events.set_task_state(task, RUNNING)
             task.rank = w.rank
             task.attempts += 1
             task.placed = True
             actor.inflight[tid] = task
             if direct:
                 actor.direct.add(tid)
-                box = self.head.direct_out.get(actor.actor_id)
+                box = head.direct_out.get(actor.actor_id)
                 if box is None:
-                    self.head.direct_out[actor.actor_id] = [(m.EXECUTE, wire)]
+                    head.direct_out[actor.actor_id] = [(m.EXECUTE, wire)]
                 else:
                     box.append((m.EXECUTE, wire))
                 continue
             actor.via_rank.add(tid)
             actor.fenced = False
-            self.head.send(w.rank, (m.EXECUTE, wire))
+            head.send(w.rank, (m.EXECUTE, wire))
         self._unthrottle(actor.queue)
 
     def throttle(self, caller: int) -> None:

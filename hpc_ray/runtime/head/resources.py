@@ -194,12 +194,13 @@ class Placement:
 
         Costs what it places: see ``resources.ReadyQueue.place``.
         """
-        workers = self.head._alive
+        head = self.head
+        workers = head._alive
         if not workers:
             return
-        if self.head.ready.count:
-            self.head.ready.place(self._picker(workers), self._dispatch, self._blocked)
-        if not self.head.ready.count:
+        if head.ready.count:
+            head.ready.place(self._picker(workers), self._dispatch, self._blocked)
+        if not head.ready.count:
             self._rebalance(workers)
 
     def _picker(self, workers: list):
@@ -251,7 +252,7 @@ class Placement:
         if task.shape not in self.head._warned and \
                 not scheduler.feasible_anywhere(self.head._alive, task.resources):
             self.warn_unplaceable(f"task {task.spec[m.T_NAME]}", task.resources,
-                                   "that much", task.shape)
+                                  "that much", task.shape)
 
     def _rebalance(self, workers: list) -> None:
         """Idle CPUs while other workers hold queued tasks: ask for some back.
@@ -300,22 +301,24 @@ class Placement:
 
     def wire(self, spec: list, w: WorkerInfo, gpu_ids: list[int], resources: dict) -> list:
         """The spec as sent to ``w``: function shipped once per rank, deps resolved."""
+        head = self.head
         wire = list(spec)
         fn_id = spec[m.T_FN]
         if fn_id is not None and fn_id not in w.known_fns:
             w.known_fns.add(fn_id)
-            wire[m.T_BLOB] = self.head.fn_blobs.get(fn_id)
+            wire[m.T_BLOB] = head.fn_blobs.get(fn_id)
         else:
             wire[m.T_BLOB] = None
         deps = spec[m.T_DEPS]
         if deps:
-            record_for = self.head.objects.record_for
+            record_for = head.objects.record_for
             wire[m.T_DEPS] = [(pos, oid, record_for(oid, w.node)) for pos, oid in deps]
         wire[m.T_RES] = (gpu_ids, resources)
         return wire
 
     def _dispatch(self, task: TaskEntry, w: WorkerInfo) -> None:
-        self.head.task_events.set_task_state(task, RUNNING)
+        head = self.head
+        head.task_events.set_task_state(task, RUNNING)
         task.rank = w.rank
         task.attempts += 1
         task.placed = True
@@ -327,19 +330,20 @@ class Placement:
             w.inflight += 1
         elif task.resources.get("CPU"):
             w.fractions += 1
-        self.head.send(w.rank, (m.EXECUTE, self.wire(task.spec, w, task.gpu_ids, task.resources)))
+        head.send(w.rank, (m.EXECUTE, self.wire(task.spec, w, task.gpu_ids, task.resources)))
 
     def unplace(self, task: TaskEntry) -> None:
         """A RUNNING task is no longer at its rank: give back what it held there (once)."""
+        head = self.head
         if not task.placed:
             return
         task.placed = False
         if task.spec[m.T_ACTOR] is not None:
-            actor = self.head.actors.get(task.spec[m.T_ACTOR])
+            actor = head.actors.get(task.spec[m.T_ACTOR])
             if actor is not None:
                 actor.call_left(task.spec[m.T_ID])
             return
-        w = self.head.workers.get(task.rank)
+        w = head.workers.get(task.rank)
         if w is not None:
             if scheduler.in_cpu_queue(task.resources):
                 w.inflight -= 1

@@ -10,7 +10,7 @@
                               every non-terminal state ──▶ FAILED
 
 An actor call goes PENDING ──▶ RUNNING directly (its actor's queue orders it).
-``Head.set_task_state`` is the only code that changes ``TaskEntry.state``; it
+``TaskLifecycle.set_task_state`` is the only code that changes ``TaskEntry.state``; it
 checks each change against ``ALLOWED``, and entering FINISHED or FAILED is the
 one place a task gives back the references it took at submission (its
 arguments and the refs nested in them). A terminal state is never left, so
@@ -119,16 +119,17 @@ class TaskLifecycle:
 
     def _task_ended(self, task: TaskEntry) -> None:
         """FINISHED or FAILED: give back what the task held, keep a summary."""
+        head = self.head
         spec = task.spec
         deps = spec[m.T_DEPS]
         if deps:
-            self.head.objects.release([oid for _, oid in deps])
+            head.objects.release([oid for _, oid in deps])
         if spec[m.T_CONTAINED]:
-            self.head.objects.release(spec[m.T_CONTAINED])
+            head.objects.release(spec[m.T_CONTAINED])
         tid = spec[m.T_ID]
-        if self.head.tasks.get(tid) is task:
-            del self.head.tasks[tid]
-        history = self.head.history
+        if head.tasks.get(tid) is task:
+            del head.tasks[tid]
+        history = head.history
         history.task_finished(summary(task))
         if task.t_end:
             history.event((spec[m.T_NAME], task.rank, task.t_start, task.t_end, task.pid,
@@ -142,26 +143,27 @@ class TaskLifecycle:
         back when it ends), counts the arguments not ready yet, and fails at once
         (after taking every hold) when an argument already holds an error.
         """
-        if self.head.broken:
+        head = self.head
+        if head.broken:
             self.fail_task_now(spec, self._broken_error(spec))
             return
         fn_id = spec[m.T_FN]
         blob = spec[m.T_BLOB]
         if blob is not None:
-            self.head.fn_blobs.setdefault(fn_id, blob)
+            head.fn_blobs.setdefault(fn_id, blob)
             spec[m.T_BLOB] = None
-        if fn_id not in self.head.fn_names:
-            self.head.fn_names[fn_id] = spec[m.T_NAME]
+        if fn_id not in head.fn_names:
+            head.fn_names[fn_id] = spec[m.T_NAME]
         opts = spec[m.T_RES]
         resources = opts if opts is not None else scheduler.DEFAULT_TASK_RESOURCES
         actor_id = spec[m.T_ACTOR]
-        actor = self.head.actors.get(actor_id) if actor_id is not None else None
+        actor = head.actors.get(actor_id) if actor_id is not None else None
         retries = spec[m.T_RETRIES]
         if actor is not None and not retries:
             retries = actor.max_task_retries
         task = TaskEntry(spec, resources, scheduler.shape_of(resources), retries)
-        self.head.tasks[spec[m.T_ID]] = task
-        objects = self.head.objects
+        head.tasks[spec[m.T_ID]] = task
+        objects = head.objects
         objects.hold(spec[m.T_RETURNS])
         failed_dep = None                 # an argument's error record, if any
         deps = spec[m.T_DEPS]
@@ -182,20 +184,20 @@ class TaskLifecycle:
             return
         if actor_id is not None:
             if actor is None:
-                dead = self.head.history.dead_actors.get(actor_id)
+                dead = head.history.dead_actors.get(actor_id)
                 why = f"it died: {dead[1]}" if dead else "no such actor"
                 self.fail_task(task, (ERROR, dumps(ActorDiedError(
                     f"actor {spec[m.T_NAME]} is dead: {why}"))))
                 return
             caller = actor.queue.append(task)
             if caller is not None:
-                self.head.actor_events.throttle(caller)
-            self.head.actor_events.dispatch_actor(actor)
+                head.actor_events.throttle(caller)
+            head.actor_events.dispatch_actor(actor)
             return
         if not self._feasible(task.shape, resources):
             self.fail_task(task, (ERROR, dumps(InfeasibleTaskError(
                 f"{spec[m.T_NAME]} needs {resources}, but no node can ever hold "
-                f"that (largest: {scheduler.largest_worker(self.head._alive)}); it would wait "
+                f"that (largest: {scheduler.largest_worker(head._alive)}); it would wait "
                 f"forever. Pass resources to init(), or start ranks with more CPUs or "
                 f"GPUs (SLURM_CPUS_PER_TASK, --gpus-per-node)."))))
             return
@@ -217,11 +219,12 @@ class TaskLifecycle:
 
     def fail_task(self, task: TaskEntry, err: tuple) -> None:
         """Seal the task's returns with ``err`` and end it (no-op if it already ended)."""
+        head = self.head
         if task.state in TERMINAL:
             return
-        self.head.placement.unplace(task)
+        head.placement.unplace(task)
         for oid in task.spec[m.T_RETURNS]:
-            self.head.put_object(oid, err, None)
+            head.put_object(oid, err, None)
         if task.state not in TERMINAL:
             self.set_task_state(task, FAILED)
 
@@ -238,13 +241,14 @@ class TaskLifecycle:
 
     def task_done(self, rank: int, task_id: int, results: list, contained: list,
                   t_start: float, t_end: float, pid: int) -> None:
-        task = self.head.tasks.get(task_id)
+        head = self.head
+        task = head.tasks.get(task_id)
         if task is None or task.state is not RUNNING:
             self._drop_results(rank, results)
             return
         self._finish(task, t_start, t_end, pid)
         for oid, rec in zip(task.spec[m.T_RETURNS], results):
-            self.head.put_object(oid, rec, contained)
+            head.put_object(oid, rec, contained)
             contained = None  # the contained refs are held once, by the first return
         self.set_task_state(task, FINISHED)
 
@@ -264,21 +268,22 @@ class TaskLifecycle:
         self.fail_task(task, error)
 
     def _finish(self, task: TaskEntry, t0: float, t1: float, pid: int) -> None:
+        head = self.head
         task.t_start, task.t_end, task.pid = t0, t1, pid
-        self.head.avg_task_seconds = 0.9 * self.head.avg_task_seconds + 0.1 * (t1 - t0)
+        head.avg_task_seconds = 0.9 * head.avg_task_seconds + 0.1 * (t1 - t0)
         actor_id = task.spec[m.T_ACTOR]
-        self.head.placement.unplace(task)
+        head.placement.unplace(task)
         if actor_id is not None:
-            actor = self.head.actors.get(actor_id)
+            actor = head.actors.get(actor_id)
             if actor is not None:
                 if actor.unreferenced:
-                    self.head.actor_events.end_if_unreferenced(actor)
+                    head.actor_events.end_if_unreferenced(actor)
                 else:
-                    self.head.actor_events.dispatch_actor(actor)   # room for more of its calls
-        if task.spec[m.T_ACTOR] is None:
-            w = self.head.workers.get(task.rank)
+                    head.actor_events.dispatch_actor(actor)   # room for more of its calls
+        else:
+            w = head.workers.get(task.rank)
             if w is not None:
-                w.prefetch = scheduler.prefetch_depth(self.head.avg_task_seconds,
+                w.prefetch = scheduler.prefetch_depth(head.avg_task_seconds,
                                                       scheduler.PREFETCH_SECONDS,
                                                       scheduler.MAX_PREFETCH)
 
@@ -298,13 +303,15 @@ class TaskLifecycle:
             else:
                 err = WorkerCrashedError(
                     f"the process running {task.spec[m.T_NAME]} on worker rank {rank} "
-                    f"({self.head.host_of[rank]}, pid {pid}) died with {describe_exit(exitcode)} "
+                    f"({self.head.host_of[rank]}, pid {pid}) died with "
+                    f"{describe_exit(exitcode)} "
                     f"after {task.attempts} attempt(s); the rank goes on serving. "
                     f"Set max_retries to retry crashed tasks.")
                 self.fail_task(task, (ERROR, dumps(err)))
         if actor_id is not None:
-            self.head.actor_events.actor_died(actor_id, f"its process (pid {pid}) died with "
-                            f"{describe_exit(exitcode)}", allow_restart=True)
+            self.head.actor_events.actor_died(
+                actor_id, f"its process (pid {pid}) died with {describe_exit(exitcode)}",
+                allow_restart=True)
 
     def tasks_returned(self, rank: int, task_ids: list[int]) -> None:
         """Answer to STEAL: these tasks never started on ``rank``; queue them first."""
