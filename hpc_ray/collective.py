@@ -221,17 +221,18 @@ def _as_array(tensor) -> tuple[np.ndarray, Any]:
 
 
 def _run(op: str, tensor, group_name: str, **kw) -> None:
-    arr, _ = _as_array(tensor)
+    arr = tensor if type(tensor) is np.ndarray else _as_array(tensor)[0]
     ctx = _ctx()
-    if _in_rank(ctx):
+    if ctx.in_rank:
         comm, _rank = _group(ctx.loop, group_name)
         _apply(ctx.loop, comm, group_name, op, arr, **kw)
         return
-    if not arr.flags.writeable:
+    flags = arr.flags
+    if not flags.writeable:
         raise ValueError(f"{op} works in place: the array is read-only (copy it first)")
     shm = _shm_group(ctx, group_name)
     if shm is not None and op in shm.OPS:
-        work = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+        work = arr if flags.c_contiguous else np.ascontiguousarray(arr)
         shm.run(op, work, **kw)
         if work is not arr:
             np.copyto(arr, work)

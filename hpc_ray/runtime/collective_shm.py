@@ -3,25 +3,27 @@ through the node's shared-memory store, without their ranks.
 
 When every member of a group is an executor of the same node, each member lends
 the group one block of the store (``SLOT`` bytes after a 64-byte header) and an
-operation is a few rounds of flags in those headers, no message and no rank:
+operation is a round or two of flags in those headers, no message and no rank.
+Chunk ``s`` of the group's operations (``s`` counts chunks, the same on every
+member) uses half ``s % 2`` of every block:
 
-    member i:  copy a chunk of its tensor into its block ── counter = 3s+1 ──▶
-               wait until every member's counter >= 3s+1
+    member i:  copy a chunk of its tensor into its block's half ── counter = 2s+1 ──▶
+               wait until every member's counter >= 2s+1
                small chunk (<= SMALL): reduce every block into its own tensor
-               large chunk: reduce its own third (1/size) of the chunk, in its
-               block ── counter = 3s+2 ──▶ wait for all; copy every member's
+               large chunk: reduce its own part (1/size) of the chunk, in its
+               block ── counter = 2s+2 ──▶ wait for all; copy every member's
                reduced part out
-               ── counter = 3s+3 ──▶  (the next chunk waits for this before
-                                      writing its block again)
 
-Broadcast, reduce and barrier are the same rounds with less work; allgather
-copies every member's block out after the first round. ``s`` counts chunks,
-the same on every member. Chunks of ``SLOT`` bytes (2 MiB)
-keep the blocks in cache: on 3 members of a 2-core node this ran 16 MB in a
-third to a half of MPI's time on the same buffers, and 16 KB in ~80 us against
-~650 us through the ranks (``benchmarks/allreduce.py``, results of 2026-11-22).
-The ranks are woken by nothing, and the two cross-memory copies are one copy in
-and one copy out, both cache-sized.
+No round says "done reading": a member writes half ``s % 2`` again only in chunk
+``s + 2``, after it has seen every counter reach 2(s+1)+1, and a member that has
+begun chunk ``s + 1`` has finished reading chunk ``s``. So a small operation
+is one round of flags. Broadcast, reduce and barrier are the same rounds with
+less work; allgather copies every member's block out after the first round.
+Chunks of ``HALF`` bytes (1 MiB) keep the blocks in cache: on 3 members of a
+2-core node this ran 16 MB in a third to a half of MPI's time on the same
+buffers (``benchmarks/allreduce.py``, results of 2026-11-22; 1-2 MiB chunks
+measured alike). The ranks are woken by nothing, and the two cross-memory
+copies are one copy in and one copy out, both cache-sized.
 
 The first operation of a group sets it up through the ranks (``setup``): an
 allgather of each member's node, block, pid and a random token, with the rank
@@ -38,10 +40,11 @@ raise a RayError naming the group, which stays broken on every member that
 noticed, as on the rank path; a member that raises writes the dead member's
 index into its header (``BROKEN``), so that those waiting on it raise too.
 
-Ordering: data are written, then a locked instruction (``_fence``: glibc's
-memcpy uses non-temporal stores for large copies, which x86's ordering does not
-cover), then the counter; readers read the counter, then the data. That is
-enough on x86-64 only; elsewhere every group keeps the rank path.
+Ordering: data are written, then the counter; readers read the counter, then
+the data. x86-64 keeps ordinary stores in order, but not the non-temporal
+stores glibc's memcpy uses for large copies: after a copy that may use them a
+locked instruction (``_fence``) comes before the counter. That is enough on x86-64
+only; elsewhere every group keeps the rank path.
 """
 from __future__ import annotations
 
@@ -56,18 +59,30 @@ import numpy as np
 from ..exceptions import ObjectStoreFullError, RayError
 from ..transport.wait import wait_until
 
-#: Bytes of each member's block for data: the chunk size. Larger chunks cost
-#: fewer rounds of flags but fall out of cache (measured on 3 members, 16 MB:
-#: 1-2 MiB chunks 3.2-3.4 ms, 4 MiB 10 ms, 16 MiB 5 ms; MPI 6-9 ms).
+#: Bytes of each member's block for data: two halves of one chunk each. Larger
+#: chunks cost fewer rounds of flags but fall out of cache (measured on 3
+#: members, 16 MB: 1-2 MiB chunks 3.2-3.4 ms, 4 MiB 10 ms, 16 MiB 5 ms; MPI 6-9 ms).
 SLOT = 2 << 20
+HALF = SLOT // 2
 #: Chunks up to this size are reduced whole by every member (one round of
-#: flags); larger ones are reduced a part per member (two rounds, less work each).
+#: flags); larger ones are reduced a part per member (two rounds, less work
+#: each).
 SMALL = 64 << 10
-#: Header bytes before the data: token, counter, signature, broken (a cache line).
+#: glibc's memcpy uses non-temporal stores only above a threshold that is at
+#: least this (its floor, 0x4040, in ``dl-cacheinfo.h``): smaller copies need no fence.
+ORDINARY_STORES = 0x4040
+#: Header bytes before the data (a cache line), as int64 words: the member's
+#: token, its counter, BROKEN, and at SIG + s % 2 the signature of the
+#: operation that began in chunk s (two: a member may begin the next operation
+#: while another still compares this one's).
 HEADER = 64
 #: Header word where a member that saw another die writes that one's index + 1,
 #: so that the members waiting on it stop waiting too.
 BROKEN = 3
+SIG = 4
+#: Signatures and views kept per group, at most this many of each (an
+#: operation's shapes usually repeat; a program whose never do still works).
+CACHED = 64
 #: A wait looks without sleeping (yielding the core between looks) for this
 #: long, since the members of a step arrive within about this much of each
 #: other; then it sleeps between looks, doubling up to ``wait.SLEEP_CAP``, so
@@ -144,8 +159,12 @@ class ShmGroup:
         self.pids = [p[2] for p in peers]
         self.tokens = [p[3] for p in peers]
         self.hdrs = [ctx.arena.array(p[1], np.int64, (HEADER // 8,)) for p in peers]
-        self.data = [ctx.arena.array(p[1] + HEADER, np.uint8, (SLOT,)) for p in peers]
+        #: Each member's two halves, by parity of the chunk.
+        self.halves = [[ctx.arena.array(p[1] + HEADER + h * HALF, np.uint8, (HALF,))
+                        for p in peers] for h in (0, 1)]
         self.seq = 0
+        self.sigs: dict = {}
+        self.views: dict = {}
         self.broken: str | None = None
         self.others = [j for j in range(self.size) if j != me]
         #: Each peer's index in the whole group (``collective_nodes`` runs a
@@ -156,14 +175,15 @@ class ShmGroup:
 
     # --- flags ---------------------------------------------------------------------
 
-    def _publish(self, value: int) -> None:
-        _fence()
+    def _publish(self, value: int, fence: bool = False) -> None:
+        if fence:
+            _fence()
         self.hdrs[self.me][1] = value
 
     def _wait(self, target: int, op: str) -> None:
         for j in self.others:
             h, token = self.hdrs[j], self.tokens[j]
-            if h[1] >= target and h[0] == token:
+            if h.item(1) >= target and h.item(0) == token:
                 continue
 
             def arrived() -> bool:
@@ -198,16 +218,16 @@ class ShmGroup:
     def run(self, op: str, arr: np.ndarray, reduce_op: str = "sum", root: int = 0) -> None:
         """``op`` on ``arr`` (C-contiguous, writable), in place, with the other members."""
         check_call(self.broken, self.size, op, reduce_op, root)
-        sig = zlib.crc32(f"{op}/{arr.shape}/{arr.dtype.str}/{reduce_op}/{root}".encode())
-        flat = arr.reshape(-1).view(np.uint8)
-        n = 0 if op == "barrier" else flat.nbytes
-        lo = 0
-        first = True
-        while first or lo < n:
-            hi = min(n, lo + SLOT)
-            self._chunk(op, flat[lo:hi], arr.dtype, reduce_op, root, sig if first else None)
-            first = False
-            lo = hi
+        sig = self._signature((op, arr.shape, arr.dtype, reduce_op, root))
+        flat = arr if arr.ndim == 1 else arr.reshape(-1)
+        if op == "barrier":
+            self._chunk(op, flat[:0], reduce_op, root, sig)
+        elif flat.nbytes <= HALF:
+            self._chunk(op, flat, reduce_op, root, sig)
+        else:
+            step = HALF // flat.itemsize
+            for lo in range(0, flat.size, step):
+                self._chunk(op, flat[lo:lo + step], reduce_op, root, sig if lo == 0 else None)
         if reduce_op == "mean" and (op == "allreduce" or (op == "reduce" and
                                                           self.me == root)):
             if np.issubdtype(arr.dtype, np.integer):
@@ -222,78 +242,87 @@ class ShmGroup:
         out = np.empty((self.size,) + arr.shape, arr.dtype)
         flat = arr.reshape(-1).view(np.uint8)
         dest = [out[j].reshape(-1).view(np.uint8) for j in range(self.size)]
-        sig = zlib.crc32(f"allgather/{arr.shape}/{arr.dtype.str}".encode())
+        sig = self._signature(("allgather", arr.shape, arr.dtype))
         lo, first = 0, True
         while first or lo < flat.nbytes:
-            hi = min(flat.nbytes, lo + SLOT)
-            s = self.seq
-            self.seq += 1
-            self._wait(3 * s, "allgather")
-            self.data[self.me][:hi - lo] = flat[lo:hi]
-            if first:
-                self.hdrs[self.me][2] = sig
-            self._publish(3 * s + 1)
-            self._wait(3 * s + 1, "allgather")
-            if first and len({int(h[2]) for h in self.hdrs}) > 1:
-                self._publish(3 * s + 3)
-                raise ValueError(f"allgather in collective group {self.name!r}: the "
-                                 f"members called different operations, shapes or dtypes")
+            hi = min(flat.nbytes, lo + HALF)
+            views = self._arrive("allgather", flat[lo:hi], True, sig if first else None)
             for j in range(self.size):
-                dest[j][lo:hi] = self.data[j][:hi - lo]
-            self._publish(3 * s + 3)
+                dest[j][lo:hi] = views[j]
             lo, first = hi, False
         return out
 
-    def _chunk(self, op: str, chunk: np.ndarray, dtype, reduce_op: str, root: int,
-               sig: int | None) -> None:
+    def _signature(self, key: tuple) -> int:
+        """A number naming the operation, its shape and dtype (``key``), the same in
+        every process (unlike ``hash``)."""
+        sig = self.sigs.get(key)
+        if sig is None:
+            if len(self.sigs) >= CACHED:
+                self.sigs.clear()
+            named = tuple(x.str if isinstance(x, np.dtype) else x for x in key)
+            sig = self.sigs[key] = zlib.crc32(repr(named).encode())
+        return sig
+
+    def _arrive(self, op: str, chunk: np.ndarray, write: bool, sig: int | None) -> list:
+        """Begin the next chunk: write ``chunk`` into this member's half (if
+        ``write``), say so, wait for every member to say so. Returns every member's
+        half as arrays like ``chunk``. ``sig``: this chunk begins an operation,
+        which every member must name alike."""
         s = self.seq
         self.seq += 1
-        me, k = self.me, chunk.nbytes
-        self._wait(3 * s, op)                   # every member is done reading its blocks
-        mine = self.data[me]
-        if k and (op != "broadcast" or me == root):
-            mine[:k] = chunk
+        me, h = self.me, s & 1
+        key = (h, chunk.size, chunk.dtype)
+        views = self.views.get(key)
+        if views is None:
+            if len(self.views) >= CACHED:
+                self.views.clear()
+            k = chunk.nbytes
+            views = self.views[key] = [d[:k].view(chunk.dtype) for d in self.halves[h]]
+        if write:
+            views[me][...] = chunk
         if sig is not None:
-            self.hdrs[me][2] = sig
-        self._publish(3 * s + 1)
-        self._wait(3 * s + 1, op)
+            self.hdrs[me][SIG + h] = sig
+        self._publish(2 * s + 1, fence=write and chunk.nbytes >= ORDINARY_STORES)
+        self._wait(2 * s + 1, op)
         if sig is not None:
-            sigs = {int(h[2]) for h in self.hdrs}
-            if len(sigs) > 1:
-                self._publish(3 * s + 3)
-                raise ValueError(f"{op} in collective group {self.name!r}: the members "
-                                 f"called different operations, shapes or dtypes")
-        if not k:
-            self._publish(3 * s + 3)
+            for hdr in self.hdrs:
+                if hdr.item(SIG + h) != sig:
+                    raise ValueError(f"{op} in collective group {self.name!r}: the "
+                                     f"members called different operations, shapes or "
+                                     f"dtypes")
+        return views
+
+    def _chunk(self, op: str, out: np.ndarray, reduce_op: str, root: int,
+               sig: int | None) -> None:
+        """One chunk of ``op``: ``out`` (a flat piece of the tensor) in, the result into it."""
+        me = self.me
+        views = self._arrive(op, out, op != "broadcast" or me == root, sig)
+        if not out.size:
             return
-        views = [d[:k].view(dtype) for d in self.data]
-        out = chunk.view(dtype)
         if op == "broadcast":
             if me != root:
                 out[...] = views[root]
-            self._publish(3 * s + 3)
             return
         ufunc = _UFUNCS[reduce_op]
-        if k <= SMALL:
+        if out.nbytes <= SMALL:
             if op == "allreduce" or me == root:
                 ufunc(views[0], views[1], out=out)
                 for v in views[2:]:
                     ufunc(out, v, out=out)
-            self._publish(3 * s + 3)
             return
+        s = self.seq - 1
         count = out.size
         bounds = [count * j // self.size for j in range(self.size + 1)]
         part = slice(bounds[me], bounds[me + 1])
         acc = views[me][part]
         for j in self.others:
             ufunc(acc, views[j][part], out=acc)
-        self._publish(3 * s + 2)
-        self._wait(3 * s + 2, op)
+        self._publish(2 * s + 2, fence=True)
+        self._wait(2 * s + 2, op)
         if op == "allreduce" or me == root:
             for j in range(self.size):
                 part = slice(bounds[j], bounds[j + 1])
                 out[part] = views[j][part]
-        self._publish(3 * s + 3)
 
 
 # --- setup (executor side) ---------------------------------------------------------------

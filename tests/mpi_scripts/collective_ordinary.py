@@ -78,6 +78,45 @@ class Member:
         out["strided"] = base
         return rank, {k: (v.min(), v.max(), v.sum(), v.shape) for k, v in out.items()}
 
+    def race(self, group, steps):
+        """``steps`` operations of mixed kinds and sizes (the same list on every
+        member), this member pausing at its own random moments, so that members
+        run ahead of each other into the blocks' halves; the wrong results."""
+        import random
+        import time
+        rank, size = col.get_rank(group), col.get_collective_group_size(group)
+        plan = random.Random(7)
+        pause = random.Random(rank)
+        total = sum(range(1, size + 1))
+        wrong = []
+        for step in range(steps):
+            op = plan.choice(("allreduce", "allreduce", "broadcast", "reduce", "allgather",
+                              "barrier"))
+            n = plan.choice((1, 256, (64 << 10) // 8 + 1, 3 << 17))
+            if pause.random() < 0.3:
+                time.sleep(pause.random() * 1e-3)
+            a = np.full(n, float(rank + 1)) + step
+            if op == "allreduce":
+                col.allreduce(a, group)
+                ok_ = np.all(a == total + size * step)
+            elif op == "broadcast":
+                col.broadcast(a, step % size, group)
+                ok_ = np.all(a == step % size + 1 + step)
+            elif op == "reduce":
+                col.reduce(a, step % size, group)
+                ok_ = np.all(a == (total + size * step if rank == step % size
+                                   else rank + 1 + step))
+            elif op == "allgather":
+                parts = [np.empty(n) for _ in range(size)]
+                col.allgather(parts, a, group)
+                ok_ = all(np.all(p == j + 1 + step) for j, p in enumerate(parts))
+            else:
+                col.barrier(group)
+                ok_ = True
+            if not ok_:
+                wrong.append((step, op, n))
+        return wrong
+
     def dtypes(self, group):
         rank = col.get_rank(group)
         out = {}
@@ -165,6 +204,10 @@ report("route", routes[0])
 with section("dtypes, through the node's store"):
     got = ray.get([a.dtypes.remote("g") for a in actors])
     check_dtypes(got)
+
+with section("members running ahead of each other, through the node's store"):
+    wrong = ray.get([a.race.remote("g", 150) for a in actors])
+    check(wrong == [[]] * W, wrong)
 
 ray.get([a.through_rank.remote() for a in actors])
 with section("several MB, cross-memory route"):
