@@ -1,6 +1,7 @@
-"""Issue 12: the driver's actor calls over the direct channel (transport/direct.py)
-keep every semantic of the path through the actor's rank: order, results the rank
-accounts for, prints, the head's tables, restarts. The rank script is
+"""Issue 12: actor calls on the actor's host, sent straight to its socket
+(peer_calls) or through the head, keep every semantic of the path through the
+actor's rank: order, results the rank accounts for, prints, the head's tables,
+restarts. The rank script is
 tests/mpi_scripts/actor_direct.py."""
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ pytestmark = [pytest.mark.mpi]
 
 @pytest.mark.parametrize("mode,n,ranks_per_node", [("embedded", 3, None), ("mpiexec", 3, "1"),
                                                    ("mpiexec", 5, None)])
-def test_driver_calls_over_the_direct_channel(run, mode, n, ranks_per_node):
+def test_actor_calls_on_the_callers_host_keep_their_order_and_books(run, mode, n, ranks_per_node):
     env = {"HPC_RAY_RANKS_PER_NODE": ranks_per_node} if ranks_per_node else None
     result = run("actor_direct.py", n, mode=mode, env=env, timeout=90)
     result.assert_ok("actor_direct")

@@ -162,7 +162,7 @@ class HeadMachine(RuleBasedStateMachine):
         self._sent()
 
     def _sent(self) -> None:
-        """Take what the head sent (MPI and direct channels); log actor calls."""
+        """Take what the head sent; log actor calls."""
         head = self.head
         for rank, msgs in head.take_outbox().items():
             for msg in msgs:
@@ -170,9 +170,6 @@ class HeadMachine(RuleBasedStateMachine):
                     self.dispatched[msg[1][m.T_ACTOR]].append(msg[1][m.T_ID])
                 elif msg[0] == m.REPLY:
                     self._answered(rank, msg)
-        direct, head.direct_out = head.direct_out, {}
-        for actor_id, msgs in direct.items():
-            self.dispatched[actor_id].extend(msg[1][m.T_ID] for msg in msgs)
 
     # --- workers ---
 
@@ -401,10 +398,6 @@ class HeadMachine(RuleBasedStateMachine):
     def actor_ready(self, data):
         actor_id = data.draw(st.sampled_from(self.actor_ids))
         self.head.actor_ready(actor_id, 77)
-        actor = self.head.actors.get(actor_id)
-        if actor is not None and actor.pid and data.draw(st.booleans()):
-            # On the driver's host: its process opens a direct channel at once.
-            self.head.direct_pids[actor_id] = actor.pid
         self._sent()
 
     @rule(data=st.data(), ndeps=st.integers(0, 2), caller=st.sampled_from(CALLERS))
@@ -420,34 +413,11 @@ class HeadMachine(RuleBasedStateMachine):
         self.head.submit(s)
         self.driver_holds.update(s[m.T_RETURNS])
 
-    @rule(data=st.data())
-    @precondition(lambda self: self.actor_ids)
-    def channel_opens(self, data):
-        # DIRECT_HELLO from the actor's process (HeadLoop._channels_changed).
-        actor = self.head.actors.get(data.draw(st.sampled_from(self.actor_ids)))
-        if actor is not None and actor.pid:
-            self.head.direct_pids[actor.actor_id] = actor.pid
-
-    @rule(data=st.data())
-    @precondition(lambda self: self.head.direct_pids)
-    def channel_closes(self, data):
-        actor_id = data.draw(st.sampled_from(sorted(self.head.direct_pids)))
-        del self.head.direct_pids[actor_id]
-
-    @rule(data=st.data())
-    @precondition(lambda self: self.actor_ids)
-    def fence(self, data):
-        # A group created on an actor's rank: the next call must not overtake it.
-        actor = self.head.actors.get(data.draw(st.sampled_from(self.actor_ids)))
-        if actor is not None and actor.rank > 0:
-            self.head.send(actor.rank, (m.GROUP_CREATE, "g", [0], [actor.actor_id]))
-
     @rule(data=st.data(), restart=st.booleans())
     @precondition(lambda self: self.actor_ids)
     def actor_process_died(self, data, restart):
         actor_id = data.draw(st.sampled_from(self.actor_ids))
         self.head.actor_died(actor_id, "its process died", allow_restart=restart)
-        self.head.direct_pids.pop(actor_id, None)   # its channel closed with it
         self.dispatched.pop(actor_id, None)         # a new process starts afresh
 
     @rule(data=st.data())
@@ -501,14 +471,7 @@ class HeadMachine(RuleBasedStateMachine):
                         f"the head answers request {msg[1]} of a dead process on rank {rank}"
 
     @invariant()
-    def calls_take_one_path_in_order(self):
-        for actor in self.head.actors.values():
-            # Never both paths at once: the actor's process would see the calls
-            # of the two in any order.
-            assert not (actor.direct and actor.via_rank), \
-                f"actor {actor.actor_id}: calls in flight on both paths"
-            assert actor.direct | actor.via_rank == set(actor.inflight), \
-                f"actor {actor.actor_id}: in-flight calls on no path or a finished one"
+    def each_callers_calls_go_in_order(self):
         for actor_id, tids in self.dispatched.items():
             # Each caller's calls went out in the order it made them (ids rise).
             for caller in CALLERS:

@@ -13,8 +13,7 @@ from hpc_ray.transport import messages as m
 from hpc_ray.transport.serialization import ERROR, RAW, SHM, loads
 
 from head_machine_support import (
-    CALLER_SHIFT, CALLERS, STORE, WORKERS, check_invariants, error_record, make_head,
-    new_id, rounded, spec)
+    STORE, WORKERS, check_invariants, error_record, make_head, new_id, rounded, spec)
 
 
 def test_regression_failed_dependency_does_not_free_a_held_argument():
@@ -153,46 +152,6 @@ def test_regression_an_actor_waiting_for_room_is_placed_when_room_appears():
     assert head.actors[62].state is ActorState.PENDING
     head.actor_died(61, "terminated by __ray_terminate__", allow_restart=False)
     assert head.actors[62].state is ActorState.STARTING
-
-
-def test_regression_an_actors_calls_never_take_both_paths_at_once():
-    # A fence (a group created on the actor's rank) sends the next call through
-    # the rank; a call on the other path waits until the first path is empty,
-    # whoever the caller: else the actor's process could run them out of order.
-    head = make_head()
-    head.create_actor(spec(actor=71, fn="A"), {}, 0, None, "A")
-    head.schedule()
-    head.actor_ready(71, 77)
-    head.direct_pids[71] = 77
-    actor = head.actors[71]
-    task_caller = CALLERS[1] << CALLER_SHIFT
-
-    def call(caller=0):
-        s = spec(actor=71, fn="A.m")
-        s[m.T_ID] |= caller
-        head.submit(s)
-        return s[m.T_ID]
-
-    def sent():
-        rank = [msg[1][m.T_ID] for msgs in head.take_outbox().values() for msg in msgs
-                if msg[0] == m.EXECUTE]
-        direct, head.direct_out = head.direct_out, {}
-        return rank, [msg[1][m.T_ID] for msgs in direct.values() for msg in msgs]
-
-    first = call()
-    assert sent() == ([], [first])
-    head.send(actor.rank, (m.GROUP_CREATE, "g", [0], [71]))
-    second = call(task_caller)
-    assert sent() == ([], [])                 # the fenced call waits for the channel
-    head.task_done(actor.rank, first, [(RAW, 1)], None, 1.0, 2.0, 5)
-    assert sent() == ([second], [])           # then goes through the rank
-    third = call()
-    assert sent() == ([third], [])            # the rank path is in use: it stays on it
-    assert not (actor.direct and actor.via_rank)
-    head.task_done(actor.rank, second, [(RAW, 1)], None, 1.0, 2.0, 5)
-    head.task_done(actor.rank, third, [(RAW, 1)], None, 1.0, 2.0, 5)
-    fourth = call(task_caller)
-    assert sent() == ([], [fourth])           # back on the channel once it is empty
 
 
 def test_scheduling_pass_costs_what_it_places(monkeypatch):

@@ -32,9 +32,8 @@ from . import context, interrupts, peer_calls, values
 from .caller import Caller
 from .driver_calls import DriverLinks
 from .head import Head
-from .headloop import (DIRECT_WAIT, DIRECT_WAIT_ONLY, DRIVER_SPINS, STOP_WAIT,
-                       SUBMIT_BATCH, SUBMIT_QUIET, HeadLoop, _held, _peer, _submitted,
-                       drain_refs, schedule)
+from .headloop import (DRIVER_SPINS, STOP_WAIT, SUBMIT_BATCH, SUBMIT_QUIET, HeadLoop,
+                       _held, _peer, _submitted, drain_refs, schedule)
 from .interrupts import deferred
 from .launch import abort_job
 
@@ -158,11 +157,6 @@ class DriverContext(context.ContextBase):
                             self.wait_spinner.scored(spins < DRIVER_SPINS)
                         return result
                     self._check_broken()
-                    direct_calls = head.direct_calls_running() if head.direct_pids else 0
-                    if direct_calls:
-                        # Nothing but direct calls under way: no result is due over MPI.
-                        direct_wait = (DIRECT_WAIT_ONLY if direct_calls == len(head.tasks)
-                                       else DIRECT_WAIT)
                 if deadline is not None and time.monotonic() >= deadline:
                     return None
                 if spins < DRIVER_SPINS:
@@ -170,11 +164,6 @@ class DriverContext(context.ContextBase):
                     if loop.progress.acquire(timeout=0.001):
                         try:
                             active = loop.poll_from_driver()
-                            if direct_calls and not loop.received:
-                                # A result due on a direct channel (the round may have
-                                # just sent the call): sleep in the kernel until it
-                                # comes (MPI is polled again soon after).
-                                loop.wait_direct(direct_wait)
                         finally:
                             loop.progress.release()
                         spins = 0 if active else spins + 1

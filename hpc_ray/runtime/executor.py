@@ -16,8 +16,8 @@ over it sends UNBLOCK and runs the nested tasks the rank sent before hearing it:
 they arrive ahead of the rank's answer.
 
 The messages travel through ``executor_transport.ExecutorTransport`` (the pipe
-to the rank, the driver's direct channel, the sockets of direct calls, and the
-waits on them, with their threads' rules); the actor calls, gets and waits go
+to the rank, the sockets of direct calls, and the waits on them, with their
+threads' rules); the actor calls, gets and waits go
 through ``caller.Caller``, whose host here is ``executor_calls.ExecutorCallerHost``.
 This module executes: tasks, actor creation, method calls, their results.
 
@@ -172,7 +172,7 @@ class ExecutorContext(context.ContextBase):
                     out.insert(0, (m.HOLD, deferred))
                     self.deferred_holds = []
                 transport.out = []
-                transport.send_batch(out)
+                transport.send(out)
 
     @property
     def out(self) -> list:
@@ -314,12 +314,9 @@ class ExecutorContext(context.ContextBase):
         tid = spec[m.T_ID]
         name = spec[m.T_NAME]
         transport = self.transport
-        direct = tid in transport.direct_tids
-        if direct:
-            sends = transport.rank_sends
         server = self.peer_server
         peer_call = server is not None and tid in server.calls
-        if direct or peer_call:
+        if peer_call:
             Output.printed = False
         outer = self.current_task_name, self.current_task_id
         if outer[1] is None and self.peer is not None and self.actor_id is None:
@@ -370,10 +367,6 @@ class ExecutorContext(context.ContextBase):
             elif contained or self.exiting:
                 self.flush()   # what the call put or said goes ahead of its answer
             server.answer(tid, msg, contained)
-        if direct and (transport.rank_sends != sends or Output.printed):
-            # What the call sent through the rank (a hold, a put, a printed line)
-            # must reach the head before its result: the result follows that path.
-            transport.direct_tids.discard(tid)
         # (At the end of what is queued, the loop that called this flushes before
         # it waits: every wait for the next message does.)
         if len(transport.out) + (server.queued if peer_call else 0) >= FLUSH_EVERY or \
@@ -474,7 +467,6 @@ class ExecutorContext(context.ContextBase):
             self.actor_failed()
             return
         transport = self.transport
-        transport.open_direct(self.actor_id, self.pid, self.rank)
         if self.peer_session is not None and not spec[m.T_RETRIES]:
             # Creation specs carry the actor's max_task_retries there (actors.py):
             # calls the head must retry do not come direct.
@@ -587,7 +579,7 @@ def main() -> None:
             pass
     context.set_id_prefix(cfg["rank"], cfg["serial"])
     arena = Arena(cfg["arena_fd"], cfg["store_size"]) if cfg["store_size"] else Arena(-1, 0)
-    transport = ExecutorTransport(Connection(cfg["fd"]), cfg.get("direct_addr"))
+    transport = ExecutorTransport(Connection(cfg["fd"]))
     ctx = ExecutorContext(transport, arena, cfg["node"], cfg["rank"], cfg["size"],
                           cfg["store_size"], cfg.get("session_id"))
     context.set_current(ctx)

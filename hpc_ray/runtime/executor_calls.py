@@ -87,7 +87,7 @@ class ExecutorCallerHost:
         inbox = transport.inbox
         if not inbox:
             self.ctx.flush()
-            if oid in pending and self.ctx.peer_server is None and transport.dconn is None:
+            if oid in pending and self.ctx.peer_server is None:
                 recv = transport.recv_answer   # a task's call: its link, the rank
                 while oid in pending and not inbox and recv(link, QUICK_WAIT):
                     pass

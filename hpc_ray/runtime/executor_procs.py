@@ -85,8 +85,6 @@ class ExecutorPool:
             "store_size": self.arena.size, "node": self.node, "rank": self.rank,
             "size": self.size, "serial": ex.serial,
             "sys_path": self.cfg["sys_path"], "cwd": self.cfg.get("cwd"),
-            # The driver's direct channel, for actors (only on the driver's host).
-            "direct_addr": self.cfg.get("direct_addr") if self.driver_pid else None,
             # Names the actors' sockets for direct calls between executors.
             "session_id": self.cfg.get("session_id"),
         })

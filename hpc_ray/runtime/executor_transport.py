@@ -1,5 +1,5 @@
-"""The executor's transport: its pipe to the rank, the driver's direct channel,
-the sockets of direct calls, and the waits on them (``executor.py`` executes).
+"""The executor's transport: its pipe to the rank, the sockets of direct calls,
+and the waits on them (``executor.py`` executes).
 
     ExecutorContext ─ emit / send / request ─▶ ExecutorTransport ─▶ rank (socketpair)
                     ◀─ inbox (EXECUTE, ...), replies by request id ─┘  driver, actors
@@ -11,12 +11,6 @@ leaves the rest (EXECUTE, ...) for the main thread, the only one that runs
 tasks. A thread other than the main one never runs nested work; its long wait
 in a task lends the task's CPU with LEND instead of BLOCKED, and the rank runs
 what it gets for that CPU in a spare executor.
-
-An actor on the driver's host also opens a direct channel to the driver
-(``transport/direct.py``): the driver's calls arrive there, and their results go
-back there when a flush holds nothing but such results, with inline values and
-no nested refs; anything else goes through the rank, which keeps the books of
-what this process holds and of the store blocks it fills.
 """
 from __future__ import annotations
 
@@ -31,9 +25,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ..exceptions import GetTimeoutError
-from ..transport import direct
 from ..transport import messages as m
-from ..transport.serialization import SHM, loads
+from ..transport.serialization import loads
 from ..transport.wait import Spinner
 from . import peer_calls
 
@@ -45,18 +38,10 @@ class ExecutorTransport:
     ``owner.flush()`` (send what is owed) and ``owner.actor_id``.
     """
 
-    def __init__(self, conn: Connection | None, direct_addr: str | None = None) -> None:
+    def __init__(self, conn: Connection | None) -> None:
         self.owner = None
         self.conn = conn
         self.conn_fd = conn.fileno() if conn is not None else -1   # (None: RankTransport)
-        #: The driver's direct channel (actors on its host): address, connection,
-        #: and the ids of the calls that came over it and are not answered yet.
-        self.direct_addr = direct_addr
-        self.dconn: Connection | None = None
-        self.dconn_fd = -1
-        self.direct_tids: set = set()
-        #: Batches sent to the rank so far (see ``ExecutorContext.execute``).
-        self.rank_sends = 0
         self.out: list = []
         self.inbox: list = []
         self.replies: dict[int, Any] = {}
@@ -104,67 +89,8 @@ class ExecutorTransport:
         with self.lock:
             self.out.append(msg)
 
-    def send_batch(self, msgs: list) -> None:
-        """Send a flush's messages (``lock`` held): to the driver if they are all
-        results of its direct calls that may go there, else to the rank."""
-        if self.direct_tids and self.direct_only(msgs):
-            self.send_direct(msgs)
-        else:
-            self.send(msgs)
-
     def send(self, msgs: list) -> None:
-        if self.direct_tids:
-            # Results of direct calls going through the rank: the head takes them
-            # from there the same way.
-            for msg in msgs:
-                if msg[0] == m.TASK_DONE or msg[0] == m.TASK_FAILED:
-                    _, task_id = msg[:2]
-                    self.direct_tids.discard(task_id)
-        if not all(msg[0] == m.COLLECTIVE_OP for msg in msgs):
-            # (A collective is answered by the rank itself: nothing of it reaches
-            # the head, so a direct call's result need not follow it there.)
-            self.rank_sends += 1
         self.conn.send_bytes(pickle.dumps(msgs, protocol=5))
-
-    def direct_only(self, msgs: list) -> bool:
-        """Whether ``msgs`` are all results of direct calls that need no rank's books:
-        inline values (no store block the rank must see sealed), no nested refs."""
-        tids = self.direct_tids
-        for msg in msgs:
-            kind = msg[0]
-            if kind == m.TASK_DONE:
-                _, task_id, results, contained, _, _, _ = msg
-                if task_id not in tids or contained is not None or \
-                        any(rec[0] == SHM for rec in results):
-                    return False
-            elif kind == m.TASK_FAILED:
-                _, task_id, _, _, _, _ = msg
-                if task_id not in tids:
-                    return False
-            else:
-                return False
-        return True
-
-    def send_direct(self, msgs: list) -> None:
-        for msg in msgs:        # (TASK_DONE and TASK_FAILED only)
-            _, task_id = msg[:2]
-            self.direct_tids.discard(task_id)
-        try:
-            self.dconn.send_bytes(pickle.dumps(msgs, protocol=5))
-        except OSError:
-            os._exit(0)  # the driver is gone: nothing left to serve
-
-    def open_direct(self, actor_id: int, pid: int, rank: int) -> None:
-        """Connect actor ``actor_id``'s process to the driver, if the driver is on this host."""
-        if self.direct_addr is None or self.dconn is not None:
-            return
-        sock = direct.connect(self.direct_addr)
-        if sock is None:
-            return
-        self.dconn = Connection(sock.detach())
-        self.dconn_fd = self.dconn.fileno()
-        self.dconn.send_bytes(pickle.dumps(
-            [(m.DIRECT_HELLO, actor_id, pid, rank)], protocol=5))
 
     def recv(self, timeout: float | None) -> bool:
         """Wait for the next batch from the rank; False on timeout.
@@ -180,7 +106,7 @@ class ExecutorTransport:
                 deadline = None if timeout is None else time.monotonic() + timeout
                 self.waiting += 1
                 key = self.poller_key
-                if key is None or key[2] != tuple(self.readers):
+                if key is None or key[1] != tuple(self.readers):
                     # The reader's poll may not watch a socket this thread waits on
                     # (a link it opened since: a thread of a task that returned,
                     # calling an actor while the main thread waits for work).
@@ -201,12 +127,12 @@ class ExecutorTransport:
             self.reading = True
         msgs = None
         try:
-            if self.dconn is not None or self.readers or timeout is None:
+            if self.readers or timeout is None:
                 msgs = self.recv_select(timeout)
             elif self.conn.poll(timeout):
                 msgs = loads(self.conn.recv_bytes())
         except (EOFError, OSError):
-            os._exit(0)  # the rank (or the driver) is gone: nothing left to serve
+            os._exit(0)  # the rank is gone: nothing left to serve
         finally:
             self._end_reading(msgs)
         return msgs is not None
@@ -260,18 +186,16 @@ class ExecutorTransport:
         return msgs is not None
 
     def recv_select(self, timeout: float | None) -> list | None:
-        """The next batch from the rank or the driver's direct channel (direct calls
-        are noted in ``direct_tids``), after whatever the peer sockets brought:
+        """The next batch from the rank, after whatever the peer sockets brought:
         calls for this actor (in the batch), results for this caller (filed by
         ``peer_calls``). None on timeout."""
         conn_fd = self.conn_fd
-        dfd = self.dconn_fd
         server = self.server
         # Calls enough queued: callers' sockets wait (they hold the flood back).
         full = server is not None and len(self.inbox) > peer_calls.INBOX_HIGH
         channels = self.channels
         # The poll object is built again only when what it watches changes.
-        key = (dfd, full, tuple(self.readers),
+        key = (full, tuple(self.readers),
                [fd for fd, ch in channels.items() if ch.outbuf] if channels else None)
         poller = self.poller
         if key != self.poller_key:
@@ -279,8 +203,6 @@ class ExecutorTransport:
             self.poller_key = key
             poller.register(conn_fd, select.POLLIN)
             poller.register(self.wake_r, select.POLLIN)
-            if dfd != -1:
-                poller.register(dfd, select.POLLIN)
             peer_calls.watch(poller, self.readers, channels,
                              server.callers if full else ())
         events = self.spinner.poll(poller, None if timeout is None else timeout * 1000.0)
@@ -293,11 +215,6 @@ class ExecutorTransport:
                 msgs = loads(self.conn.recv_bytes())
             elif fd == self.wake_r:
                 os.read(self.wake_r, 64)   # a waiter's: the poll is built again
-            elif fd == dfd:
-                driver_calls = loads(self.dconn.recv_bytes())
-                for _, spec in driver_calls:      # (EXECUTE)
-                    self.direct_tids.add(spec[m.T_ID])
-                calls = calls + driver_calls
             else:
                 read = peer_calls.serve(fd, ev, self.readers, self.channels,
                                         self.channel_lock)

@@ -1,4 +1,4 @@
-"""Rank 0's comm thread (``HeadLoop``): the head's I/O over MPI and direct channels.
+"""Rank 0's comm thread (``HeadLoop``): the head's I/O over MPI.
 
     user thread ─ DriverContext.submit/get/put/wait ─▶ Head (lock) ─ outbox ─┐
                      ▲ Head.cond.notify_all()                                 ▼
@@ -22,9 +22,8 @@ A handler that raises on one message fails what that message concerns and the
 job goes on (``HeadLoop.handler_failed``); a bug in the scheduler breaks the
 head once (``schedule``), and shutdown still reaches every rank.
 
-Actors' executors on rank 0's host connect to it over direct channels
-(``transport/direct.py``): the calls the head dispatches to such an actor go
-out and come back there, read and written in the same rounds as MPI.
+The head reaches every actor through its rank, over MPI; a caller on the
+actor's host may call it directly instead (``peer_calls``).
 
 The driver's threads hand HOLDs and submissions over through lock-free deques
 (``_held``, ``_submitted``), drained under the head's lock by ``drain_refs``.
@@ -33,7 +32,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import select
 import sys
 import threading
 import time
@@ -42,8 +40,6 @@ import traceback
 from mpi4py import MPI
 
 from ..exceptions import RayError
-from ..transport import direct
-from ..transport.channel import Channel
 from ..transport import messages as m
 from ..transport.comm import (CommThreadBell, Fetcher, Sender, control_waiting, recv_control,
                               tighten_timer_slack)
@@ -63,16 +59,6 @@ logger = logging.getLogger(__name__)
 #: calls each) spun 2-4 ms of a core away from the tasks each time: 13-14 us of
 #: the driver's CPU per call instead of 10.
 DRIVER_SPINS = 200
-#: Longest the driver thread blocks on the direct channels at a time while it
-#: waits for a direct call's result, before it polls MPI again: what that wait
-#: can add to a result arriving over MPI meanwhile.
-DIRECT_WAIT = 0.0002
-#: The same when every task the head knows of is such a call: MPI brings no
-#: result then, only requests of other processes, which this much delays.
-DIRECT_WAIT_ONLY = 0.002
-#: How often the comm rounds look at the direct channels while no result is due
-#: on them (a select per round would add a system call to every MPI-only round).
-CHANNEL_CHECK = 0.001
 #: A submission this soon after a driver thread left get()/wait() does not wake
 #: the comm thread (see DriverContext.submit).
 SUBMIT_QUIET = 0.0002
@@ -84,7 +70,7 @@ STOP_WAIT = 20.0
 class HeadLoop(threading.Thread):
     """The comm thread of rank 0."""
 
-    def __init__(self, comm: MPI.Comm, head: Head, arena, listener=None,
+    def __init__(self, comm: MPI.Comm, head: Head, arena,
                  session_id: str | None = None, one_host: bool = False,
                  flags=None) -> None:
         super().__init__(name="hpc_ray-head", daemon=True)
@@ -119,20 +105,6 @@ class HeadLoop(threading.Thread):
         self.logs: list = []
         self.watch = None   #: NodeWatch over the other nodes (node_watch.py); None on one host
         self._handlers = self._make_handlers()
-        #: Direct channels of actors' executors on this host: fd -> Channel.
-        self.listener = listener
-        self.channels: dict[int, Channel] = {}
-        self.channel_of: dict[int, Channel] = {}    # actor id -> its channel
-        #: Whether results are due on the channels (read them every round then);
-        #: otherwise they are looked at every CHANNEL_CHECK seconds (new channels,
-        #: closed ones, results that went the slow way).
-        self.expect_direct = False
-        self.channels_read = 0.0
-        #: The channels wait_direct() found readable: the next round reads them
-        #: without asking select() again.
-        self.ready_channels: list | None = None
-        #: Whether the last round received anything (not only sent).
-        self.received = False
 
     def _make_handlers(self) -> dict:
         """Kind -> handler(src, msg) for every kind in ``messages.TO_HEAD``."""
@@ -201,7 +173,6 @@ class HeadLoop(threading.Thread):
         except BaseException:
             self.fail(traceback.format_exc())
         finally:
-            self.close_channels()
             self.sender.close_bell()
             self.bell.close()
 
@@ -241,15 +212,8 @@ class HeadLoop(threading.Thread):
         sender = self.sender
         active = False
         batches = recv_control(self.comm)
-        hellos = gone = None
-        if self.listener is not None and (self.expect_direct or
-                                          time.monotonic() - self.channels_read > CHANNEL_CHECK):
-            hellos, gone = self._read_channels(batches)
-        self.received = bool(batches)
         with head.lock:
             drain_refs(head)
-            if hellos or gone:
-                self._channels_changed(hellos, gone)
             if batches:
                 active = any(m.reply_due(msgs) for _, msgs in batches)
                 handlers = self._handlers
@@ -264,12 +228,6 @@ class HeadLoop(threading.Thread):
                 if self.driver_sleepers:
                     head.cond.notify_all()
             out = head.take_outbox() if head.outbox else None
-            if head.direct_out:
-                direct_out, head.direct_out = head.direct_out, {}
-            else:
-                direct_out = None
-            self.expect_direct = bool(direct_out or head.direct_pids
-                                      and head.direct_calls_running())
             if self.logs:
                 # Printed before the lock goes: no get() sees a result that came
                 # after a task's lines before they are out (nor a peer call's answer,
@@ -286,14 +244,6 @@ class HeadLoop(threading.Thread):
             for rank, msgs in out.items():
                 sender.send(rank, msgs)
             self.last_flush = time.monotonic()
-        if direct_out:
-            active = True
-            channel_of = self.channel_of
-            for actor_id, msgs in direct_out.items():
-                ch = channel_of.get(actor_id)
-                if ch is not None:
-                    ch.send(msgs)
-                # else its process is gone: the rank's crash report requeues the calls
         if reqs:
             for oid, plan, done in reqs:
                 self.fetcher.start(oid, plan[1], plan[2], plan[3],
@@ -301,84 +251,8 @@ class HeadLoop(threading.Thread):
                                    m.FETCH)
         sender.progress()
         if self.fetcher.progress():
-            active = self.received = True
+            active = True
         return active
-
-    # --- direct channels -----------------------------------------------------------
-
-    def _read_channels(self, batches: list) -> tuple[list, list]:
-        """Accept new channels; add what arrived on the others to ``batches``
-        as (actor's rank, msgs). Returns (hellos, channels closed)."""
-        self.channels_read = time.monotonic()
-        hellos: list = []
-        gone: list = []
-        listener = self.listener.fileno()
-        writers = [fd for fd, ch in self.channels.items() if ch.outbuf]
-        ready = self.ready_channels
-        self.ready_channels = None
-        if ready and not writers:
-            writable = ()
-        else:
-            try:
-                ready, writable, _ = select.select([listener, *self.channels], writers, [], 0)
-            except (OSError, ValueError):
-                ready, writable = [listener, *self.channels], []
-        for fd in writable:
-            self.channels[fd].write_some()
-        for fd in ready:
-            if fd == listener:
-                for ch in direct.accept(self.listener):
-                    self.channels[ch.fd] = ch
-                continue
-            ch = self.channels.get(fd)
-            if ch is None:   # closed since wait_direct() saw it
-                continue
-            got = ch.read()
-            if got is None:
-                del self.channels[fd]
-                ch.close()
-                gone.append(ch)
-                continue
-            for msgs in got:
-                if msgs and msgs[0][0] == m.DIRECT_HELLO:
-                    _, ch.actor_id, ch.pid, ch.rank = msgs[0]
-                    hellos.append(ch)
-                    msgs = msgs[1:]
-                if msgs:
-                    batches.append((ch.rank, msgs))
-        return hellos, gone
-
-    def _channels_changed(self, hellos: list, gone: list) -> None:
-        """Tell the head which actor processes have a channel (head lock held)."""
-        pids = self.head.direct_pids
-        for ch in gone:
-            if self.channel_of.get(ch.actor_id) is ch:
-                del self.channel_of[ch.actor_id]
-                if pids.get(ch.actor_id) == ch.pid:
-                    del pids[ch.actor_id]
-        for ch in hellos:
-            old = self.channel_of.get(ch.actor_id)
-            if old is not None and old.fd in self.channels:
-                del self.channels[old.fd]
-                old.close()
-            self.channel_of[ch.actor_id] = ch
-            pids[ch.actor_id] = ch.pid
-
-    def wait_direct(self, timeout: float) -> None:
-        """Block until a direct channel has something to read, or ``timeout``."""
-        try:
-            self.ready_channels = select.select(list(self.channels), [], [], timeout)[0]
-        except (OSError, ValueError):
-            pass
-
-    def close_channels(self) -> None:
-        for ch in self.channels.values():
-            ch.close()
-        self.channels.clear()
-        self.channel_of.clear()
-        if self.listener is not None:
-            self.listener.close()
-            self.listener = None
 
     def _loop(self) -> None:
         tighten_timer_slack()  # per thread on Linux: this comm thread only
@@ -442,7 +316,7 @@ class HeadLoop(threading.Thread):
         its flag): a driver thread that submits without waking it (``submit``)
         did so before this look, or sees it sleeping and wakes it."""
         head = self.head
-        if _submitted or head.outbox or head.direct_out or self.fetch_requests:
+        if _submitted or head.outbox or self.fetch_requests:
             return True
         if not self.progress.acquire(False):
             return True

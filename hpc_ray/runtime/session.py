@@ -7,7 +7,6 @@ import socket
 import sys
 
 from .. import _config
-from ..transport import direct
 from . import launch
 from ..exceptions import RayError
 from . import context, node_watch
@@ -63,9 +62,6 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
         "OBJECT_STORE_MEMORY", None, _config.parse_bytes) or launch.default_store_size()
     rpn = ranks_per_node or _config.os_environ_get("RANKS_PER_NODE", None, int)
     job_id = os.environ.get("SLURM_JOB_ID") or f"local-{os.getpid()}"
-    # The head's own channel to the actors' processes on its host (A/B: issue 34).
-    head_channel = _config.os_environ_get("HEAD_CHANNEL", 1, int)
-    listener, direct_addr = direct.listen(job_id) if head_channel else (None, None)
     cfg = {
         "ranks_per_node": rpn,
         "store_size": int(store_size),
@@ -73,7 +69,6 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
         "cwd": os.getcwd(),
         "driver_pid": os.getpid(),
         "driver_host": socket.gethostname(),
-        "direct_addr": direct_addr,
         "cpus_per_rank": cpus_per_rank,
         "num_gpus": num_gpus,
         "resources": dict(resources or {}),
@@ -101,8 +96,7 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
     # round trip; with the default 5 ms switch interval a woken driver thread can
     # wait that long for it (measured: 4 ms sync round trips instead of 0.3 ms).
     sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
-    loop = HeadLoop(comm, head, arena, listener, cfg.get("session_id"), cfg["one_host"],
-                    flags)
+    loop = HeadLoop(comm, head, arena, cfg.get("session_id"), cfg["one_host"], flags)
     loop.watch = node_watch.for_job(cfg, node_of, hosts)
     loop.start()
     ctx = DriverContext(head, loop, arena, node, 0, {"size": comm.Get_size()},

@@ -3,12 +3,11 @@
 Every link a loop reads and writes without blocking is a ``Channel``:
 
     rank (WorkerLoop) ◀── socketpair ──▶ its executor         executor_procs.ExecutorProc
-    driver (HeadLoop) ◀── Unix socket ─▶ an actor's executor  direct.accept
     caller            ◀── Unix socket ─▶ an actor's executor  peer_calls.Link, peer_server
 
-The executor's own ends of its rank's socket and of the driver's channel block
-(the executor has nothing else to do while it waits to write); they are
-``multiprocessing.connection.Connection`` objects, which speak the same framing.
+The executor's own end of its rank's socket blocks (the executor has nothing
+else to do while it waits to write); it is a ``multiprocessing.connection.Connection``,
+which speaks the same framing.
 
 Framing is multiprocessing.connection's: a 4-byte big-endian length and that
 many bytes, or, for 2 GiB and more, -1 then an 8-byte length. A frame holds one

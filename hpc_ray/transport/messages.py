@@ -136,9 +136,8 @@ ALIVE = Msg.ALIVE.value
 
 class Execute(NamedTuple):
     """Run a task or actor call. Head (``Placement._dispatch``, ``ActorLifecycle.dispatch_actor``) ->
-    ``WorkerLoop.on_control`` -> executor ``Executor.handle``; the driver's own
-    actor calls may go straight to the executor over its direct channel
-    (``Head.direct_out``, ``transport/direct.py``)."""
+    ``WorkerLoop.on_control`` -> executor ``Executor.handle``. (A caller on the
+    actor's host may send its calls straight to the actor instead: ``peer_calls``.)"""
     kind: int
     spec: list | tuple
 
@@ -207,8 +206,7 @@ class Throttle(NamedTuple):
 # --- worker rank (or an executor, through its rank) -> head --------------------------
 
 class TaskDone(NamedTuple):
-    """A task's results. Executor (``Executor.execute``) -> rank -> ``Head.task_done``
-    (or straight to rank 0 over a direct channel, for the driver's actor calls)."""
+    """A task's results. Executor (``Executor.execute``) -> rank -> ``Head.task_done``."""
     kind: int
     task_id: int
     results: list
@@ -428,8 +426,8 @@ class ExecReady(NamedTuple):
 
 
 class DirectHello(NamedTuple):
-    """The first frame on an actor's direct channel (``transport/direct.py``): which
-    actor process this is. Executor (``create_actor_here``) -> ``HeadLoop`` on rank 0."""
+    """The first frame on a direct-call socket (``transport/direct.py``): which actor
+    process answers. Actor's ``PeerServer`` -> the caller's ``PeerCaller``."""
     kind: int
     actor_id: int
     pid: int

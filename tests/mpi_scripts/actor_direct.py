@@ -1,6 +1,5 @@
-"""Issue 12: calls to an actor on the driver's host take the direct channel (the
-driver's and those of tasks),
-and what the user sees is what it was through the actor's rank: calls run once
+"""Issue 12: calls to an actor on the caller's host go straight to its socket
+(the driver's and those of tasks), and what the user sees is what it was through the actor's rank: calls run once
 each in the order made, also when some of them must go through the rank (an
 argument to be copied from another node, with HPC_RAY_RANKS_PER_NODE=1) or
 return what only the rank can account for (store blocks, nested refs); printed
@@ -76,8 +75,8 @@ check(ray.get(inner[0], timeout=30) == "in a ref", inner)
 check(ray.get(log.shout.remote(5), timeout=30) == 5, "a call that prints")
 del got, inner
 
-# Nothing left in the head's tables once the refs are gone (the calls that took
-# the direct channel were counted like the others).
+# Nothing left in the head's tables once the refs are gone (the calls that went
+# straight to the actor were counted like the others).
 del refs
 check(poll_for(lambda: len(ray.objects()) <= baseline, 30),
       f"objects left: {len(ray.objects())}, {baseline} before the calls")
@@ -85,7 +84,7 @@ tasks = ray.tasks()
 check(all(t["State"] in ("FINISHED", "FAILED") for t in tasks.values()),
       [t for t in tasks.values() if t["State"] not in ("FINISHED", "FAILED")])
 
-# Calls made by tasks take the channel too: each caller's calls run once, in the
+# Calls made by tasks go straight to the actor too: each caller's calls run once, in the
 # order it made them, while the driver calls the same actor, and when some of
 # them must go through the rank (an argument from another node's store).
 @ray.remote(num_cpus=0)     # the Log actor holds one of the two CPUs already

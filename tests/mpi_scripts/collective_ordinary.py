@@ -225,9 +225,8 @@ with section("dtypes"):
 report("dtypes", len(DTYPES))
 
 with section("calls that run a collective, back to back"):
-    # Each call's result comes back in order and right, whether it takes the
-    # driver's direct channel or the rank (a collective is no reason to leave
-    # the direct channel; a printed line is).
+    # Each call's result comes back in order and right, whether it goes straight
+    # to the actor or through the head (a printed line goes through the rank).
     for k in range(40):
         if k % 10 == 9:
             got = ray.get([a.allreduce_and_print.remote("g", float(k)) for a in actors])

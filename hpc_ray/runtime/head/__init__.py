@@ -46,10 +46,6 @@ from .tasks import (PENDING, READY, IllegalTransition, TaskEntry, TaskLifecycle,
 
 logger = logging.getLogger(__name__)
 
-#: Messages to a rank that later calls to its actors must not
-#: overtake over a direct channel (a group the call uses, a function run first):
-#: the next such call goes through the rank (``ActorEntry.fenced``).
-_BEFORE_LATER_CALLS = frozenset((m.GROUP_CREATE, m.RUN_FUNCTION))
 #: Unread DIRECT_DONE reports the head keeps before it reads them at once (each
 #: holds up to ``peer_calls.REPORT_EVERY`` summaries): a head that is never
 #: quiet reads them this many at a time.
@@ -102,11 +98,6 @@ class Head:
         self.joins: dict[str, dict] = {}              # group name -> rank -> member
         self.ready = ReadyQueue()
         self.outbox: dict[int, list] = {}
-        #: Actor calls for direct channels: actor id -> [EXECUTE, ...],
-        #: and which process of each actor has a channel open (actor id -> pid),
-        #: kept by the HeadLoop (``transport/direct.py``).
-        self.direct_out: dict[int, list] = {}
-        self.direct_pids: dict[int, int] = {}
         #: Set once SHUTDOWN is queued: from then on nothing more is sent (a message
         #: no rank receives before MPI_Finalize can hang the job; see HeadLoop).
         self.closing = False
@@ -260,20 +251,6 @@ class Head:
                 self.outbox[rank] = [msg]
             else:
                 box.append(msg)
-            if msg[0] in _BEFORE_LATER_CALLS and self.direct_pids:
-                for actor in self.actors.values():
-                    if actor.rank == rank:
-                        actor.fenced = True
-
-    def direct_calls_running(self) -> int:
-        """How many calls sent over direct channels are unfinished."""
-        actors = self.actors
-        n = 0
-        for actor_id in self.direct_pids:
-            actor = actors.get(actor_id)
-            if actor is not None:
-                n += len(actor.direct)
-        return n
 
     def take_outbox(self) -> dict[int, list]:
         out, self.outbox = self.outbox, {}

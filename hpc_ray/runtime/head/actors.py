@@ -164,7 +164,7 @@ class ActorEntry:
     __slots__ = ("actor_id", "class_id", "spec", "resources", "rank", "state", "queue",
                  "inflight", "max_restarts", "restarts", "name", "gpu_ids", "error",
                  "class_name", "pid", "max_task_retries", "meta", "unreferenced",
-                 "lenders", "direct", "via_rank", "fenced", "last_death")
+                 "lenders", "last_death")
 
     def __init__(self, actor_id: int, spec: list, resources: dict, max_restarts: int,
                  name: str | None, class_name: str, max_task_retries: int,
@@ -177,14 +177,6 @@ class ActorEntry:
         self.state = A_PENDING
         self.queue = CallQueue()                              #: calls not sent yet
         self.inflight: dict = {}                              #: calls sent, by task id
-        #: Of ``inflight``: the calls sent over the actor's direct channel to rank
-        #: 0, and those sent through its rank. Both paths are never in use at
-        #: once, so every caller's calls run in the order it made them.
-        self.direct: set = set()
-        self.via_rank: set = set()
-        #: The head sent the actor's rank something the next call must not
-        #: overtake: that call goes through the rank.
-        self.fenced = False
         self.max_restarts = max_restarts
         self.restarts = 0
         self.name = name
@@ -199,20 +191,6 @@ class ActorEntry:
         self.meta = meta                      #: method table, for get_actor()
         #: No handle is left: the actor ends when its queued and running calls are done.
         self.unreferenced = False
-
-
-    def call_left(self, tid: int) -> None:
-        """A sent call finished or was taken back."""
-        self.inflight.pop(tid, None)
-        if self.direct:
-            self.direct.discard(tid)
-        if self.via_rank:
-            self.via_rank.discard(tid)
-
-    def clear_inflight(self) -> None:
-        self.inflight.clear()
-        self.direct.clear()
-        self.via_rank.clear()
 
 
 def check_transition(actor: ActorEntry, new: ActorState) -> None:
@@ -360,35 +338,16 @@ class ActorLifecycle:
                 if e.record is None and ("actor", actor) not in e.waiters:
                     e.waiters.append(("actor", actor))
 
-        channel = actor.pid and head.direct_pids.get(actor.actor_id) == actor.pid
         while len(actor.inflight) < MAX_ACTOR_INFLIGHT:
             task = actor.queue.next_call(wait_for_arguments)
             if task is None:
                 break
             wire = head.placement.wire(task.spec, w, actor.gpu_ids, actor.resources)
-            tid = task.spec[m.T_ID]
-            direct = channel and not actor.via_rank and not actor.fenced \
-                and not any(d[2][0] == m.FETCH_PLAN for d in wire[m.T_DEPS] or ())
-            if not direct and actor.direct:
-                # Through the rank it could overtake earlier calls on the direct
-                # channel: it waits until they are done (_finish dispatches again).
-                actor.queue.put_back([task])
-                break
             head.task_events.set_task_state(task, RUNNING)
             task.rank = w.rank
             task.attempts += 1
             task.placed = True
-            actor.inflight[tid] = task
-            if direct:
-                actor.direct.add(tid)
-                box = head.direct_out.get(actor.actor_id)
-                if box is None:
-                    head.direct_out[actor.actor_id] = [(m.EXECUTE, wire)]
-                else:
-                    box.append((m.EXECUTE, wire))
-                continue
-            actor.via_rank.add(tid)
-            actor.fenced = False
+            actor.inflight[task.spec[m.T_ID]] = task
             head.send(w.rank, (m.EXECUTE, wire))
         self._unthrottle(actor.queue)
 
@@ -424,7 +383,7 @@ class ActorLifecycle:
         msg = f"actor {actor.class_name} died: {reason}"
         actor.last_death = reason
         lost = list(actor.inflight.values())
-        actor.clear_inflight()
+        actor.inflight.clear()
         requeue = []
         failed = []
         for task in lost:

@@ -341,7 +341,7 @@ class Placement:
         if task.spec[m.T_ACTOR] is not None:
             actor = head.actors.get(task.spec[m.T_ACTOR])
             if actor is not None:
-                actor.call_left(task.spec[m.T_ID])
+                actor.inflight.pop(task.spec[m.T_ID], None)
             return
         w = head.workers.get(task.rank)
         if w is not None:
