@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import select
 import threading
+import time
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -243,10 +244,10 @@ def test_a_taken_doorbell_name_leaves_the_rank_polling():
         second.close()
 
 
-def _sleep_in_thread(bell: CommThreadBell, event: threading.Event) -> tuple:
-    """``bell.sleep(60, event)`` in a thread; returns (thread, result list)."""
+def _sleep_in_thread(bell: CommThreadBell) -> tuple:
+    """``bell.sleep(60)`` in a thread; returns (thread, result list)."""
     got: list = []
-    sleeper = threading.Thread(target=lambda: got.append(bell.sleep(60.0, event)))
+    sleeper = threading.Thread(target=lambda: got.append(bell.sleep(60.0)))
     sleeper.start()
     while not bell.sleeping and sleeper.is_alive():
         threading.Event().wait(0.001)
@@ -259,7 +260,7 @@ def test_rank_0s_sleeping_comm_thread_wakes_on_a_worker_ranks_ring():
     sender = Sender(MPI.COMM_SELF, session)
     try:
         assert bell.usable
-        sleeper, got = _sleep_in_thread(bell, threading.Event())
+        sleeper, got = _sleep_in_thread(bell)
         sender.ring(0)                      # a worker rank sends to rank 0 after a pause
         sleeper.join(10)
         assert not sleeper.is_alive() and got == [True]
@@ -272,17 +273,40 @@ def test_rank_0s_sleeping_comm_thread_wakes_on_a_worker_ranks_ring():
 def test_rank_0s_sleeping_comm_thread_wakes_when_a_driver_thread_wakes_it():
     session = f"test-{os.getpid()}-{os.urandom(3).hex()}"
     bell = CommThreadBell(session)
-    event = threading.Event()
     try:
-        bell.ring_if_sleeping()             # nobody sleeps: no ring is left behind
-        assert bell.sleep(0.05, event) is False
-        sleeper, got = _sleep_in_thread(bell, event)
-        event.set()                         # HeadLoop.wake(): the event, then the ring
-        bell.ring_if_sleeping()
+        bell.wake()                         # nobody sleeps: no ring is left behind,
+        assert bell.sleep(60.0) is False    # and the sleep after it does not wait
+        assert bell.sleep(0.05) is False
+        sleeper, got = _sleep_in_thread(bell)
+        bell.wake()                         # HeadLoop.wake()
         sleeper.join(10)
         assert not sleeper.is_alive() and got == [True]
-        # A wake-up that came before the sleep: no wait at all.
-        assert bell.sleep(60.0, event) is False
+        # A short sleep (a back-off's) wakes too, and one woken before it does not wait.
+        napper = threading.Thread(target=bell.nap, args=(60.0,))
+        napper.start()
+        while not bell.napping and napper.is_alive():
+            threading.Event().wait(0.001)
+        bell.wake()
+        napper.join(10)
+        assert not napper.is_alive()
+        bell.wake()
+        started = time.monotonic()
+        bell.nap(60.0)
+        assert time.monotonic() - started < 30
+    finally:
+        bell.close()
+
+
+def test_the_comm_threads_bell_without_a_name_still_wakes_for_the_driver():
+    # Off Linux (no abstract sockets) the bell is a socket pair: the ranks cannot
+    # ring it, the driver's threads can.
+    bell = CommThreadBell(None)
+    try:
+        assert not bell.usable and bell.bell.fileno() >= 0
+        sleeper, got = _sleep_in_thread(bell)
+        bell.wake()
+        sleeper.join(10)
+        assert not sleeper.is_alive() and got == [True]
     finally:
         bell.close()
 
@@ -378,11 +402,11 @@ def test_rank_0s_comm_thread_raises_its_flag_only_while_it_sleeps():
     sender = Sender(MPI.COMM_SELF, session, flags)
     try:
         # A message already waits when it raises its flag: it does not sleep.
-        assert bell.sleep(60.0, threading.Event(), lambda: True) is False
+        assert bell.sleep(60.0, lambda: True) is False
         assert not flags.asleep(0)
         got: list = []
         sleeper = threading.Thread(
-            target=lambda: got.append(bell.sleep(60.0, threading.Event(), lambda: False)))
+            target=lambda: got.append(bell.sleep(60.0, lambda: False)))
         sleeper.start()
         while not flags.asleep(0) and sleeper.is_alive():
             threading.Event().wait(0.001)

@@ -46,7 +46,6 @@ from ..transport.comm import (CommThreadBell, Fetcher, Sender, control_waiting, 
 from ..transport.wait import loop_backoff
 from . import context
 from .head import Head
-from .interrupts import deferred
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +78,6 @@ class HeadLoop(threading.Thread):
         #: Rings the doorbell of a worker rank it sends to after a pause (wait.Doorbell).
         self.sender = Sender(comm, session_id, flags)
         self.fetcher = Fetcher(comm, self.sender, arena)
-        self.event = threading.Event()
         #: What the quiet comm thread sleeps on: a worker rank on this host that
         #: sends after a pause rings it (``comm.Sender``), and the driver's
         #: threads ring it in ``wake()``.
@@ -258,7 +256,6 @@ class HeadLoop(threading.Thread):
         tighten_timer_slack()  # per thread on Linux: this comm thread only
         head = self.head
         backoff = self.backoff
-        event = self.event
         progress = self.progress
         last_check = time.monotonic()
         while True:
@@ -266,8 +263,7 @@ class HeadLoop(threading.Thread):
             if self.driver_polling:
                 # The driver thread is polling for its own get(): stay out of its way
                 # (two pollers only trade the GIL and the lock back and forth).
-                event.wait(0.0005)
-                event.clear()
+                self.bell.nap(0.0005)
                 continue
             if progress.acquire(timeout=0.01):
                 try:
@@ -301,12 +297,10 @@ class HeadLoop(threading.Thread):
                         head.settle_direct_reports()
                     continue
                 if t > backoff.cap and self.bell.usable:
-                    if self.bell.sleep(t, event, self._work_waiting):
+                    if self.bell.sleep(t, self._work_waiting):
                         backoff.rung()    # a message is on its way: poll MPI at once
-                    event.clear()
                 else:
-                    event.wait(t)
-                    event.clear()
+                    self.bell.nap(t)
 
     def _work_waiting(self) -> bool:
         """Whether a round has work now: something submitted or due to be sent,
@@ -358,15 +352,8 @@ class HeadLoop(threading.Thread):
         return done
 
     def wake(self) -> None:
-        """Wake the comm thread from its wait (called from the driver's threads).
-
-        Event.set() takes the Event's Condition in Python code: a Ctrl-C there
-        could leave its lock held, and the comm thread's next wait() would then
-        block for good; so it runs as a deferred() section.
-        """
-        with deferred():
-            self.event.set()
-            self.bell.ring_if_sleeping()
+        """Wake the comm thread from its wait (called from the driver's threads)."""
+        self.bell.wake()
 
 
 def drain_refs(head: Head) -> None:

@@ -4,8 +4,8 @@ wake a sleeping loop, receives, and cross-node object copies. How a loop waits
 
 Only the thread that owns a rank's MPI traffic calls into this module (the comm
 thread on rank 0, the main loop on worker ranks), so no lock is taken here. The
-one exception is ``CommThreadBell.ring_if_sleeping``, which rank 0's driver
-threads call: it reads a flag and sends a datagram.
+one exception is ``CommThreadBell.wake``, which rank 0's driver threads call:
+it sets and reads flags and sends a datagram.
 
     rank A (needs object)                           rank B (node holding it)
       FETCH(oid, offset, size)   ── Tag.CONTROL ──▶
@@ -109,38 +109,71 @@ class SleepFlags:
 
 
 class CommThreadBell:
-    """Rank 0's doorbell, which its comm thread sleeps on once quiet.
+    """Rank 0's wake-up: the one descriptor its comm thread sleeps on.
 
-    Rank 0's comm thread is woken by two kinds of senders: worker ranks, over
-    MPI (one on this host rings the doorbell first when it sends after a pause,
-    as it does for any rank: ``Sender``), and the driver's own threads, which set
-    a ``threading.Event``. A thread cannot block on both an Event and a socket,
-    so while the comm thread sleeps on the socket (``sleeping``) a driver thread
-    rings it too (``ring_if_sleeping``), after setting the Event.
+    Two kinds of senders wake the comm thread: worker ranks, over MPI (one on
+    this host rings the doorbell first when it sends after a pause, as it does
+    for any rank: ``Sender``), and the driver's own threads (``wake``), which
+    set ``woken`` and ring if the comm thread sleeps or naps. Where the
+    doorbell cannot be named (off Linux), it is a socket pair that only the
+    driver's threads ring (``usable`` is False: the ranks cannot).
     """
 
     def __init__(self, session_id: str | None, flags: SleepFlags | None = None) -> None:
         self.bell = Doorbell(session_id or "", 0)
+        #: Whether worker ranks can ring it (it has a name).
+        self.usable = self.bell.sock is not None
         #: Rank 0's flag among the job's ``SleepFlags`` (one-host jobs).
-        self.flags = flags if self.bell.sock is not None else None
+        self.flags = flags if self.usable else None
+        #: In a long sleep (``sleep``); ``napping``: in a short one (``nap``).
         self.sleeping = False
+        self.napping = False
+        #: A driver thread asked for a round since the last sleep or nap ended.
+        self.woken = False
         #: Rings may have come for messages already received (set by the loop
         #: on activity): the next sleep drops them first.
         self.stale = False
-        self.tx: socket.socket | None = None
-        self.address = ""
-        if self.bell.sock is not None:
+        if self.usable:
             self.address = "\0" + doorbell_address(session_id, 0)
             self.tx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            self.tx.setblocking(False)
+        else:
+            self.address = ""
+            self.bell.sock, self.tx = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self.bell.sock.setblocking(False)
+        self.tx.setblocking(False)
 
-    @property
-    def usable(self) -> bool:
-        return self.bell.sock is not None
+    def wake(self) -> None:
+        """A driver thread wants a round (attribute stores and a send: no lock,
+        so a Ctrl-C in the middle leaves nothing held)."""
+        self.woken = True
+        if self.sleeping or self.napping:
+            try:
+                if self.address:
+                    self.tx.sendto(b"\1", self.address)
+                else:
+                    self.tx.send(b"\1")
+            except OSError:
+                pass
 
-    def sleep(self, timeout: float, event, waiting=None) -> bool:
+    def nap(self, timeout: float) -> None:
+        """Block up to ``timeout`` (a back-off's short sleep), or until woken."""
+        self.napping = True
+        try:
+            if self.woken:
+                return
+            try:
+                ready = select.select([self.bell.fileno()], [], [], timeout)[0]
+            except (OSError, ValueError):
+                return
+        finally:
+            self.napping = False
+            self.woken = False
+        if ready:
+            self.bell.drain()
+
+    def sleep(self, timeout: float, waiting=None) -> bool:
         """Block up to ``timeout`` for a ring; True if one came (a message is on
-        its way). No wait if ``event`` is set: the caller's next round is due.
+        its way). No wait if a driver thread asked for a round (``woken``).
         ``waiting()`` (whether the caller has work: a message in MPI, something
         to send) is asked after ``sleeping`` (and, with ``flags``, rank 0's
         flag) is up: True, and it does not sleep.
@@ -158,9 +191,9 @@ class CommThreadBell:
         if flags is not None:
             flags.up(0)
         try:
-            # A driver thread sets the event, then rings if it sees ``sleeping``:
+            # A driver thread sets ``woken``, then rings if it sees ``sleeping``:
             # one that set it before this test is seen here, one after it rings.
-            if event.is_set() or (waiting is not None and waiting()):
+            if self.woken or (waiting is not None and waiting()):
                 return False
             try:
                 ready = select.select([self.bell.fileno()], [], [], timeout)[0]
@@ -168,24 +201,16 @@ class CommThreadBell:
                 return False
         finally:
             self.sleeping = False
+            self.woken = False
             if flags is not None:
                 flags.down(0)
         if ready:
             self.bell.drain()
         return bool(ready)
 
-    def ring_if_sleeping(self) -> None:
-        if self.sleeping and self.tx is not None:
-            try:
-                self.tx.sendto(b"\1", self.address)
-            except OSError:
-                pass
-
     def close(self) -> None:
         self.bell.close()
-        if self.tx is not None:
-            self.tx.close()
-            self.tx = None
+        self.tx.close()
 
 
 #: Without ``SleepFlags`` (they could not be mapped), a send to a rank that
