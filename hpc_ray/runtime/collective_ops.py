@@ -271,8 +271,20 @@ def rank_run_op(loop, group: str, op: str, args: tuple, owner=None) -> tuple[boo
         return False, exc
 
 
+#: Signatures of the shapes and dtypes seen, the same in every process (unlike
+#: ``hash``); at most SIGNATURES of them are kept.
+_signatures: dict = {}
+SIGNATURES = 256
+
+
 def _signature(arr: np.ndarray) -> int:
-    return zlib.crc32(f"{arr.shape}/{arr.dtype.str}".encode())
+    key = (arr.shape, arr.dtype)
+    sig = _signatures.get(key)
+    if sig is None:
+        if len(_signatures) >= SIGNATURES:
+            _signatures.clear()
+        sig = _signatures[key] = zlib.crc32(f"{arr.shape}/{arr.dtype.str}".encode())
+    return sig
 
 
 def _exchange_headers(loop, comm, group: str, op: str, arr: np.ndarray,
@@ -288,8 +300,8 @@ def _exchange_headers(loop, comm, group: str, op: str, arr: np.ndarray,
     # Nonblocking on every member: it must match the header a gone member's rank
     # posts with Iallgather (a blocking collective never matches a nonblocking one).
     _wait(comm.Iallgather(mine, every), _polite(loop), loop, group, op, (mine, every))
-    gone = [int(every[r, 1]) for r in np.flatnonzero(every[:, 0] == _GONE)]
-    if gone:
+    if every[:, 0].any():      # (_PRESENT is 0)
+        gone = [int(every[r, 1]) for r in np.flatnonzero(every[:, 0] == _GONE)]
         raise _broken(loop, group, f"{op} in collective group {group!r}: the actor of "
                       f"member(s) {gone} is gone (it died or was killed)", gone)
     if (every[:, 1] != every[0, 1]).any():
@@ -372,13 +384,14 @@ def _wait(req, polite: bool, loop, group: str, op: str, buffers) -> None:
 
 def _liveness(loop, group: str, op: str):
     """A check that raises a RayError when the driver, or a member of ``group``
-    whose rank is on this host, is gone; the group is then broken here."""
-    host = socket.gethostname()
-    on_host = [(i, pid) for i, (h, pid) in enumerate(_members(loop).get(group, ()))
-               if h == host and pid != os.getpid()]
-    driver = getattr(loop, "driver_pid", None)
+    whose rank is on this host, is gone; the group is then broken here. (It
+    looks the members up when it runs: most waits end before it first does.)"""
 
     def alive() -> None:
+        host = socket.gethostname()
+        on_host = [(i, pid) for i, (h, pid) in enumerate(_members(loop).get(group, ()))
+                   if h == host and pid != os.getpid()]
+        driver = getattr(loop, "driver_pid", None)
         if driver and not _alive(driver):
             raise RayError(f"{op} in collective group {group!r}: the driver (pid {driver}) "
                            f"is gone; this rank stops waiting for the other members")
