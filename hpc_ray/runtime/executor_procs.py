@@ -61,13 +61,12 @@ class ExecutorPool:
     """Starts a rank's executor processes and collects what they print."""
 
     def __init__(self, rank: int, node: int, size: int, arena, cfg: dict,
-                 driver_pid: int | None, log_to_driver: bool) -> None:
+                 log_to_driver: bool) -> None:
         self.rank = rank
         self.node = node
         self.size = size
         self.arena = arena
         self.cfg = cfg
-        self.driver_pid = driver_pid
         #: Executors' prints go to the driver (Ray's log_to_driver); otherwise they
         #: go wherever this rank's own output goes.
         self.log_to_driver = log_to_driver

@@ -2,7 +2,7 @@
 and the waits on them (``executor.py`` executes).
 
     ExecutorContext ─ emit / send / request ─▶ ExecutorTransport ─▶ rank (socketpair)
-                    ◀─ inbox (EXECUTE, ...), replies by request id ─┘  driver, actors
+                    ◀─ inbox (EXECUTE, ...), replies by request id ─┘  callers', actors' sockets
 
 Threads of the user's code may call the API at once (issue 11). Every send goes
 out under one lock; a thread waiting for its reply reads the pipe itself unless

@@ -107,7 +107,7 @@ class WorkerLoop:
         self.abandoned: list = []
         self.collective_staging = None    # ordinary actors' tensors here during a collective
         self.driver_pid = cfg.get("driver_pid") if cfg.get("driver_host") == socket.gethostname() else None
-        self.pool = ExecutorPool(rank, node, comm.Get_size(), arena, cfg, self.driver_pid,
+        self.pool = ExecutorPool(rank, node, comm.Get_size(), arena, cfg,
                                  cfg.get("log_to_driver", True))
 
     # --- messages from the head and other ranks ---------------------------------
