@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import os
 import socket
-import zlib
 from typing import Any
 
 import numpy as np
@@ -42,6 +41,7 @@ from ..transport.wait import wait_until
 from . import collective_buffers
 from .collective_nodes import LEADERS, plan
 from .collective_shm import _alive
+from .collective_shm import signature as op_signature
 
 _OPS = ("sum", "prod", "min", "max", "mean")
 #: Header status: the member is there; its actor is gone (the header its rank
@@ -271,22 +271,6 @@ def rank_run_op(loop, group: str, op: str, args: tuple, owner=None) -> tuple[boo
         return False, exc
 
 
-#: Signatures of the shapes and dtypes seen, the same in every process (unlike
-#: ``hash``); at most SIGNATURES of them are kept.
-_signatures: dict = {}
-SIGNATURES = 256
-
-
-def _signature(arr: np.ndarray) -> int:
-    key = (arr.shape, arr.dtype)
-    sig = _signatures.get(key)
-    if sig is None:
-        if len(_signatures) >= SIGNATURES:
-            _signatures.clear()
-        sig = _signatures[key] = zlib.crc32(f"{arr.shape}/{arr.dtype.str}".encode())
-    return sig
-
-
 def _exchange_headers(loop, comm, group: str, op: str, arr: np.ndarray,
                       signature: int | None = None) -> None:
     """Every member's header: raises if one is gone or if shapes or dtypes differ
@@ -294,7 +278,8 @@ def _exchange_headers(loop, comm, group: str, op: str, arr: np.ndarray,
     broken = loop.broken_groups.get(group)
     if broken is not None:
         raise RayError(broken)
-    mine = np.array([_PRESENT, _signature(arr) if signature is None else signature],
+    mine = np.array([_PRESENT, op_signature((arr.shape, arr.dtype)) if signature is None
+                     else signature],
                     np.int64)
     every = np.empty((comm.Get_size(), 2), np.int64)
     # Nonblocking on every member: it must match the header a gone member's rank

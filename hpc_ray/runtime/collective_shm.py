@@ -80,8 +80,8 @@ HEADER = 64
 #: so that the members waiting on it stop waiting too.
 BROKEN = 3
 SIG = 4
-#: Signatures and views kept per group, at most this many of each (an
-#: operation's shapes usually repeat; a program whose never do still works).
+#: Signatures kept (``signature``), and views per group, at most this many of
+#: each (an operation's shapes usually repeat; a program whose never do still works).
 CACHED = 64
 #: A wait looks without sleeping (yielding the core between looks) for this
 #: long, since the members of a step arrive within about this much of each
@@ -130,6 +130,23 @@ def _alive(pid: int) -> bool:
         return False
 
 
+_signatures: dict = {}
+
+
+def signature(key: tuple) -> int:
+    """A number naming an operation, its shape and dtype (``key``: names, numbers,
+    shapes and numpy dtypes), the same in every process (unlike ``hash``). The
+    store route's members and the ranks' header exchange (``collective_ops``)
+    compare theirs."""
+    sig = _signatures.get(key)
+    if sig is None:
+        if len(_signatures) >= CACHED:
+            _signatures.clear()
+        named = tuple(x.str if isinstance(x, np.dtype) else x for x in key)
+        sig = _signatures[key] = zlib.crc32(repr(named).encode())
+    return sig
+
+
 def check_call(broken: str | None, size: int, op: str, reduce_op: str, root: int) -> None:
     """Raise what a member's call of ``op`` on a group of ``size`` raises before
     it waits for anyone: the group is broken, or the arguments are wrong."""
@@ -163,7 +180,6 @@ class ShmGroup:
         self.halves = [[ctx.arena.array(p[1] + HEADER + h * HALF, np.uint8, (HALF,))
                         for p in peers] for h in (0, 1)]
         self.seq = 0
-        self.sigs: dict = {}
         self.views: dict = {}
         self.broken: str | None = None
         self.others = [j for j in range(self.size) if j != me]
@@ -218,7 +234,7 @@ class ShmGroup:
     def run(self, op: str, arr: np.ndarray, reduce_op: str = "sum", root: int = 0) -> None:
         """``op`` on ``arr`` (C-contiguous, writable), in place, with the other members."""
         check_call(self.broken, self.size, op, reduce_op, root)
-        sig = self._signature((op, arr.shape, arr.dtype, reduce_op, root))
+        sig = signature((op, arr.shape, arr.dtype, reduce_op, root))
         flat = arr if arr.ndim == 1 else arr.reshape(-1)
         if op == "barrier":
             self._chunk(op, flat[:0], reduce_op, root, sig)
@@ -242,7 +258,7 @@ class ShmGroup:
         out = np.empty((self.size,) + arr.shape, arr.dtype)
         flat = arr.reshape(-1).view(np.uint8)
         dest = [out[j].reshape(-1).view(np.uint8) for j in range(self.size)]
-        sig = self._signature(("allgather", arr.shape, arr.dtype))
+        sig = signature(("allgather", arr.shape, arr.dtype))
         lo, first = 0, True
         while first or lo < flat.nbytes:
             hi = min(flat.nbytes, lo + HALF)
@@ -251,17 +267,6 @@ class ShmGroup:
                 dest[j][lo:hi] = views[j]
             lo, first = hi, False
         return out
-
-    def _signature(self, key: tuple) -> int:
-        """A number naming the operation, its shape and dtype (``key``), the same in
-        every process (unlike ``hash``)."""
-        sig = self.sigs.get(key)
-        if sig is None:
-            if len(self.sigs) >= CACHED:
-                self.sigs.clear()
-            named = tuple(x.str if isinstance(x, np.dtype) else x for x in key)
-            sig = self.sigs[key] = zlib.crc32(repr(named).encode())
-        return sig
 
     def _arrive(self, op: str, chunk: np.ndarray, write: bool, sig: int | None) -> list:
         """Begin the next chunk: write ``chunk`` into this member's half (if

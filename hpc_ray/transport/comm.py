@@ -133,11 +133,11 @@ class CommThreadBell:
         #: Rings may have come for messages already received (set by the loop
         #: on activity): the next sleep drops them first.
         self.stale = False
+        #: The driver's threads' end: connected to the bell either way.
         if self.usable:
-            self.address = "\0" + doorbell_address(session_id, 0)
             self.tx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self.tx.connect("\0" + doorbell_address(session_id, 0))
         else:
-            self.address = ""
             self.bell.sock, self.tx = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
             self.bell.sock.setblocking(False)
         self.tx.setblocking(False)
@@ -148,28 +148,19 @@ class CommThreadBell:
         self.woken = True
         if self.sleeping or self.napping:
             try:
-                if self.address:
-                    self.tx.sendto(b"\1", self.address)
-                else:
-                    self.tx.send(b"\1")
+                self.tx.send(b"\1")
             except OSError:
-                pass
+                pass   # (rings already fill its queue, or the bell is closed)
 
     def nap(self, timeout: float) -> None:
         """Block up to ``timeout`` (a back-off's short sleep), or until woken."""
         self.napping = True
         try:
-            if self.woken:
-                return
-            try:
-                ready = select.select([self.bell.fileno()], [], [], timeout)[0]
-            except (OSError, ValueError):
-                return
+            if not self.woken:
+                self._block(timeout)
         finally:
             self.napping = False
             self.woken = False
-        if ready:
-            self.bell.drain()
 
     def sleep(self, timeout: float, waiting=None) -> bool:
         """Block up to ``timeout`` for a ring; True if one came (a message is on
@@ -195,15 +186,19 @@ class CommThreadBell:
             # one that set it before this test is seen here, one after it rings.
             if self.woken or (waiting is not None and waiting()):
                 return False
-            try:
-                ready = select.select([self.bell.fileno()], [], [], timeout)[0]
-            except (OSError, ValueError):
-                return False
+            return self._block(timeout)
         finally:
             self.sleeping = False
             self.woken = False
             if flags is not None:
                 flags.down(0)
+
+    def _block(self, timeout: float) -> bool:
+        """Up to ``timeout`` on the bell; True (its rings read) if one came."""
+        try:
+            ready = select.select([self.bell.fileno()], [], [], timeout)[0]
+        except (OSError, ValueError):
+            return False
         if ready:
             self.bell.drain()
         return bool(ready)

@@ -135,9 +135,10 @@ ALIVE = Msg.ALIVE.value
 # --- head (rank 0) -> worker rank (and the rank passes some on to an executor) -----
 
 class Execute(NamedTuple):
-    """Run a task or actor call. Head (``Placement._dispatch``, ``ActorLifecycle.dispatch_actor``) ->
-    ``WorkerLoop.on_control`` -> executor ``Executor.handle``. (A caller on the
-    actor's host may send its calls straight to the actor instead: ``peer_calls``.)"""
+    """Run a task or actor call. Head (``Placement._dispatch``,
+    ``ActorLifecycle.dispatch_actor``) -> ``WorkerLoop.on_control`` -> executor
+    ``Executor.handle``. (A caller on the actor's host may send its calls
+    straight to the actor instead: ``peer_calls``.)"""
     kind: int
     spec: list | tuple
 

@@ -102,10 +102,11 @@ def wait_until(done: Callable[[], bool], timeout: float | None = None,
     It polls ``done()`` for ``spin`` seconds (default SPIN_BUDGET), giving
     the core to a thread ready to run on it between polls (``sched_yield``:
     often the peer the wait is for, where members outnumber cores), then
-    sleeps between polls, from SLEEP_FIRST doubling to SLEEP_CAP. ``alive()`` runs every CHECK_EVERY and raises when what the
-    wait depends on is gone (a peer process died); past ``timeout`` seconds it
-    raises WaitTimeout naming ``what``. A wait with neither must be one whose
-    answer cannot depend on another process (the caller says why)."""
+    sleeps between polls, from SLEEP_FIRST doubling to SLEEP_CAP. ``alive()``
+    runs every CHECK_EVERY and raises when what the wait depends on is gone (a
+    peer process died); past ``timeout`` seconds it raises WaitTimeout naming
+    ``what``. A wait with neither must be one whose answer cannot depend on
+    another process (the caller says why)."""
     if done():
         return
     now = monotonic()

@@ -1,6 +1,7 @@
 """Issue 12: calls to an actor on the caller's host go straight to its socket
-(the driver's and those of tasks), and what the user sees is what it was through the actor's rank: calls run once
-each in the order made, also when some of them must go through the rank (an
+(the driver's and those of tasks), and what the user sees is what it was
+through the actor's rank: calls run once each in the order made, also when
+some of them must go through the rank (an
 argument to be copied from another node, with HPC_RAY_RANKS_PER_NODE=1) or
 return what only the rank can account for (store blocks, nested refs); printed
 lines arrive; the head's tables end empty; a restarted actor gets its calls."""

@@ -285,9 +285,9 @@ class ActorLifecycle:
             w = scheduler.pick_actor_worker(workers, actor.resources)
         if w is None:
             if not scheduler.feasible_anywhere(workers, actor.resources):
-                self.head.placement.warn_unplaceable(f"actor {actor.class_name}", actor.resources,
-                                       "that much free",
-                                       ("actor",) + tuple(sorted(actor.resources.items())))
+                self.head.placement.warn_unplaceable(
+                    f"actor {actor.class_name}", actor.resources, "that much free",
+                    ("actor",) + tuple(sorted(actor.resources.items())))
             if actor.state is not A_PENDING:
                 self._set_actor_state(actor, A_PENDING)
             self.head.pending_actors[actor.actor_id] = None   # tried again when room appears
