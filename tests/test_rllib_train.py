@@ -5,9 +5,10 @@ PPO >= 150 within 100k timesteps, PG and A3C >= 100 within 100k, IMPALA and
 ES >= 150 within 500k, ARS >= 50 within 500k. DD-PPO and APPO only "learn
 something" here (CI time); their threshold runs are benchmarks/rllib.py's
 "thresholds" workload. The embedded threshold run (about 70 s on 2 cores) is a
-``training`` test, left out of the default run (``python -m pytest -m training``). Tune: ``tune.run("PPO")``, a YAML
-experiment through ``run_experiments`` with a ``register_env`` env, and
-``resume=True`` after the whole job was killed.
+``training`` test, left out of the default run (``python -m pytest -m
+training``). Tune: ``tune.run("PPO")``, a YAML experiment through
+``run_experiments`` with a ``register_env`` env, and ``resume=True`` after the
+whole job was killed.
 """
 from __future__ import annotations
 
