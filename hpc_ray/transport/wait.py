@@ -50,7 +50,7 @@ from .placement import usable_cores
 MECHANISMS = {
     "spin": "busy-poll sockets before blocking (Spinner; the driver's own rounds)",
     "repoll": "a loop polls MPI again at once a few times after activity (Backoff.repolls)",
-    "yield": "sched_yield between the polls of wait_until's spin (the collectives' waits)",
+    "yield": "sched_yield every 16 polls of wait_until's spin (the collectives' waits)",
     "look": "a task's process does not spin while /proc/loadavg shows more ready threads "
             "than cores",
 }
@@ -83,10 +83,13 @@ def enabled(mechanism: str) -> bool:
     return mechanism not in OFF
 
 
-#: Whether wait_until's spin yields between polls. Without it, three members of
-#: a collective on 2 cores took 4 ms per 1 KB allreduce instead of 0.05 ms: a
-#: member that spins through its time slice keeps the one it waits for off the
-#: core (benchmarks/results/repoll-2026-11-27.md).
+#: Whether wait_until's spin yields the core every 16 polls. Without it, three
+#: members of a collective on 2 cores took 4 ms per 1 KB allreduce instead of
+#: 0.05 ms: a member that spins through its time slice keeps the one it waits
+#: for off the core (benchmarks/results/repoll-2026-11-27.md). Once per 16 polls
+#: rather than at every poll: where each member has a core the syscall only
+#: delays the poll that sees the answer (2 members on 16 cores, 1-64 KB: 1.05-1.25x
+#: faster; benchmarks/results/sixteen-cores-2026-11-28b.md).
 YIELD = enabled("yield")
 
 
@@ -100,7 +103,7 @@ def wait_until(done: Callable[[], bool], timeout: float | None = None,
     """Return once ``done()`` is true.
 
     It polls ``done()`` for ``spin`` seconds (default SPIN_BUDGET), giving
-    the core to a thread ready to run on it between polls (``sched_yield``:
+    the core to a thread ready to run on it every 16 polls (``sched_yield``:
     often the peer the wait is for, where members outnumber cores), then
     sleeps between polls, from SLEEP_FIRST doubling to SLEEP_CAP. ``alive()``
     runs every CHECK_EVERY and raises when what the wait depends on is gone (a
@@ -118,9 +121,9 @@ def wait_until(done: Callable[[], bool], timeout: float | None = None,
     while not done():
         polls += 1
         if polls & 15 and now < spin_until:
-            if YIELD:
-                os.sched_yield()
             continue
+        if YIELD and now < spin_until:
+            os.sched_yield()
         now = monotonic()
         if now >= check:
             if alive is not None:
