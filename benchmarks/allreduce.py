@@ -367,21 +367,14 @@ def settle(limit: float = 10.0, busy: float = 0.25) -> None:
     operations after start-up; ``collective_start.py`` measures the first ones.
     """
     import psutil
+    from neighbour import cpu_seconds   # (this directory is on sys.path: a script's own)
     me = psutil.Process()
     launcher = me.parent()
     if launcher is None:
         return
 
     def used() -> float:
-        total = 0.0
-        for p in launcher.children(recursive=True):
-            if p.pid != me.pid:
-                try:
-                    t = p.cpu_times()
-                    total += t.user + t.system
-                except psutil.Error:
-                    pass
-        return total
+        return cpu_seconds([p for p in launcher.children(recursive=True) if p.pid != me.pid])
 
     start = time.monotonic()
     before = used()

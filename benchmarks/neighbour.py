@@ -82,7 +82,8 @@ def _signal_all(procs, sig) -> None:
             pass
 
 
-def _cpu(procs) -> float:
+def cpu_seconds(procs) -> float:
+    """User and system CPU seconds of ``procs`` (psutil processes) so far; those gone count 0."""
     total = 0.0
     for p in procs:
         try:
@@ -149,9 +150,9 @@ def measure(system: str, mode: str, ranks: int, rounds: int, window: float,
         kept, rates, cpus = [], [], []
         for _ in range(rounds):
             procs = job.processes()
-            n0, c0, j0, t0 = counter.value, job.calls, _cpu(procs), time.monotonic()
+            n0, c0, j0, t0 = counter.value, job.calls, cpu_seconds(procs), time.monotonic()
             time.sleep(window)
-            n1, c1, j1, t1 = counter.value, job.calls, _cpu(procs), time.monotonic()
+            n1, c1, j1, t1 = counter.value, job.calls, cpu_seconds(procs), time.monotonic()
             running = (n1 - n0) / (t1 - t0)
             rates.append((c1 - c0) / (t1 - t0))
             cpus.append((j1 - j0) / (t1 - t0))
