@@ -363,8 +363,9 @@ def settle(limit: float = 10.0, busy: float = 0.25) -> None:
     starts a standby executor (~0.4 s of CPU) once its CPUs have a core to spare.
     On 2 cores a job of 8 actors used 1.2-2.1 CPU-s/s in the first second after
     they were created, 0.34 in the next half second, then 0.05; on 8 members of a
-    16-core node the first size measured took 3.5x the time it took measured last. The table is of
-    operations after start-up; ``collective_start.py`` measures the first ones.
+    16-core node the first size measured took 3.5x the time it took measured
+    last. The table is of operations after start-up; ``collective_start.py``
+    measures the first ones.
     """
     import psutil
     from neighbour import cpu_seconds   # (this directory is on sys.path: a script's own)
