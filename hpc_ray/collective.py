@@ -122,10 +122,6 @@ def _ctx():
     return ctx
 
 
-def _in_rank(ctx) -> bool:
-    return ctx.in_rank
-
-
 def init_collective_group(world_size: int, rank: int, backend: str = "mpi",
                           group_name: str = DEFAULT_GROUP) -> None:
     """Join a group from inside an actor; returns once all ``world_size`` joined."""
@@ -134,7 +130,7 @@ def init_collective_group(world_size: int, rank: int, backend: str = "mpi",
         raise ValueError(f"rank must be in 0..{world_size - 1}, got {rank!r}")
     ctx = _ctx()
     mpi_ranks = ctx.control("collective_join", group_name, world_size, rank, ctx.rank)
-    if _in_rank(ctx):
+    if ctx.in_rank:
         rank_create_group(ctx.loop, group_name, mpi_ranks)
     else:
         ctx.collective_groups.pop(group_name, None)
@@ -166,7 +162,7 @@ def _shm_group(ctx, group: str):
 
 def is_group_initialized(group_name: str = DEFAULT_GROUP) -> bool:
     ctx = _ctx()
-    if _in_rank(ctx):
+    if ctx.in_rank:
         return group_name in ctx.loop.groups
     return _executor_op(ctx, group_name, "has")
 
@@ -174,7 +170,7 @@ def is_group_initialized(group_name: str = DEFAULT_GROUP) -> bool:
 def get_rank(group_name: str = DEFAULT_GROUP) -> int:
     """This actor's rank in the group, or -1 if it is not a member."""
     ctx = _ctx()
-    if _in_rank(ctx):
+    if ctx.in_rank:
         g = ctx.loop.groups.get(group_name)
         return -1 if g is None else g[1]
     return _executor_op(ctx, group_name, "rank")
@@ -182,7 +178,7 @@ def get_rank(group_name: str = DEFAULT_GROUP) -> int:
 
 def get_collective_group_size(group_name: str = DEFAULT_GROUP) -> int:
     ctx = _ctx()
-    if _in_rank(ctx):
+    if ctx.in_rank:
         g = ctx.loop.groups.get(group_name)
         return -1 if g is None else g[0].Get_size()
     return _executor_op(ctx, group_name, "size")
@@ -191,7 +187,7 @@ def get_collective_group_size(group_name: str = DEFAULT_GROUP) -> int:
 def get_communicator(group_name: str = DEFAULT_GROUP) -> "MPI.Comm":
     """The group's mpi4py communicator (for actors created with ``in_rank=True``)."""
     ctx = _ctx()
-    if not _in_rank(ctx):
+    if not ctx.in_rank:
         raise RayError("get_communicator() needs an actor that lives in its rank: "
                        "create it with @remote(in_rank=True); ordinary actors run in a "
                        "process without MPI")
@@ -200,7 +196,7 @@ def get_communicator(group_name: str = DEFAULT_GROUP) -> "MPI.Comm":
 
 def destroy_collective_group(group_name: str = DEFAULT_GROUP) -> None:
     ctx = _ctx()
-    if _in_rank(ctx):
+    if ctx.in_rank:
         rank_destroy_group(ctx.loop, group_name)
     else:
         ctx.collective_groups.pop(group_name, None)   # its store block goes back
@@ -260,7 +256,7 @@ def allgather(tensor_list: list, tensor, group_name: str = DEFAULT_GROUP) -> Non
     """Fill ``tensor_list[i]`` with member i's ``tensor``, on every member."""
     arr, _ = _as_array(tensor)
     ctx = _ctx()
-    if _in_rank(ctx):
+    if ctx.in_rank:
         comm, _ = _group(ctx.loop, group_name)
         out = _apply(ctx.loop, comm, group_name, "allgather", arr)
     else:
@@ -280,7 +276,7 @@ def allgather(tensor_list: list, tensor, group_name: str = DEFAULT_GROUP) -> Non
 
 def barrier(group_name: str = DEFAULT_GROUP) -> None:
     ctx = _ctx()
-    if _in_rank(ctx):
+    if ctx.in_rank:
         _apply(ctx.loop, _group(ctx.loop, group_name)[0], group_name, "barrier", np.empty(0))
         return
     shm = _shm_group(ctx, group_name)

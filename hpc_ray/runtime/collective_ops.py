@@ -278,9 +278,9 @@ def _exchange_headers(loop, comm, group: str, op: str, arr: np.ndarray,
     broken = loop.broken_groups.get(group)
     if broken is not None:
         raise RayError(broken)
-    mine = np.array([_PRESENT, op_signature((arr.shape, arr.dtype)) if signature is None
-                     else signature],
-                    np.int64)
+    if signature is None:
+        signature = op_signature((arr.shape, arr.dtype))
+    mine = np.array([_PRESENT, signature], np.int64)
     every = np.empty((comm.Get_size(), 2), np.int64)
     # Nonblocking on every member: it must match the header a gone member's rank
     # posts with Iallgather (a blocking collective never matches a nonblocking one).
