@@ -216,24 +216,28 @@ def _as_array(tensor) -> tuple[np.ndarray, Any]:
                     f"{type(tensor).__name__}")
 
 
-def _run(op: str, tensor, group_name: str, **kw) -> None:
+def _run(op: str, tensor, group_name: str, reduce_op: str = "sum", root: int = 0) -> None:
     arr = tensor if type(tensor) is np.ndarray else _as_array(tensor)[0]
     ctx = _ctx()
     if ctx.in_rank:
         comm, _rank = _group(ctx.loop, group_name)
-        _apply(ctx.loop, comm, group_name, op, arr, **kw)
+        _apply(ctx.loop, comm, group_name, op, arr, reduce_op=reduce_op, root=root)
         return
     flags = arr.flags
     if not flags.writeable:
         raise ValueError(f"{op} works in place: the array is read-only (copy it first)")
-    shm = _shm_group(ctx, group_name)
+    shm = ctx.collective_groups.get(group_name)
+    if shm is None or shm.broken is not None or not ctx.collective_shm:
+        shm = _shm_group(ctx, group_name)
     if shm is not None and op in shm.OPS:
-        work = arr if flags.c_contiguous else np.ascontiguousarray(arr)
-        shm.run(op, work, **kw)
-        if work is not arr:
+        if flags.c_contiguous:
+            shm.run(op, arr, reduce_op, root)
+        else:
+            work = np.ascontiguousarray(arr)
+            shm.run(op, work, reduce_op, root)
             np.copyto(arr, work)
         return
-    collective_buffers.run(ctx, group_name, op, arr, kw)
+    collective_buffers.run(ctx, group_name, op, arr, {"reduce_op": reduce_op, "root": root})
 
 
 def allreduce(tensor, group_name: str = DEFAULT_GROUP, op: str = ReduceOp.SUM) -> None:

@@ -158,6 +158,17 @@ def check_call(broken: str | None, size: int, op: str, reduce_op: str, root: int
         raise ValueError(f"{op} root must be in 0..{size - 1}, got {root!r}")
 
 
+class _Plan:
+    """One kind of operation as one member runs it (``ShmGroup._plan``)."""
+
+    __slots__ = ("op", "sig", "halves", "ufunc", "write", "fence", "reduces", "copies",
+                 "root", "mean")
+
+    def __init__(self, **fields) -> None:
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+
 class ShmGroup:
     """This member's view of a group run through the store (executor side)."""
 
@@ -181,6 +192,8 @@ class ShmGroup:
                         for p in peers] for h in (0, 1)]
         self.seq = 0
         self.views: dict = {}
+        #: An operation's ``_Plan`` by (op, shape, dtype, reduce_op, root).
+        self.plans: dict = {}
         self.broken: str | None = None
         self.others = [j for j in range(self.size) if j != me]
         #: Each peer's index in the whole group (``collective_nodes`` runs a
@@ -233,23 +246,77 @@ class ShmGroup:
 
     def run(self, op: str, arr: np.ndarray, reduce_op: str = "sum", root: int = 0) -> None:
         """``op`` on ``arr`` (C-contiguous, writable), in place, with the other members."""
-        check_call(self.broken, self.size, op, reduce_op, root)
-        sig = signature((op, arr.shape, arr.dtype, reduce_op, root))
-        flat = arr if arr.ndim == 1 else arr.reshape(-1)
-        if op == "barrier":
-            self._chunk(op, flat[:0], reduce_op, root, sig)
-        elif flat.nbytes <= HALF:
-            self._chunk(op, flat, reduce_op, root, sig)
+        if self.broken is not None:
+            raise RayError(self.broken)
+        key = (op, arr.shape, arr.dtype, reduce_op, root)
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self._plan(key, arr)
+        if plan.halves is not None:
+            self._one_round(plan, arr)
         else:
+            flat = arr if arr.ndim == 1 else arr.reshape(-1)
             step = HALF // flat.itemsize
             for lo in range(0, flat.size, step):
-                self._chunk(op, flat[lo:lo + step], reduce_op, root, sig if lo == 0 else None)
-        if reduce_op == "mean" and (op == "allreduce" or (op == "reduce" and
-                                                          self.me == root)):
+                self._chunk(op, flat[lo:lo + step], reduce_op, root,
+                            plan.sig if lo == 0 else None)
+        if plan.mean:
             if np.issubdtype(arr.dtype, np.integer):
                 arr //= self.size
             else:
                 arr /= self.size
+
+    def _plan(self, key: tuple, arr: np.ndarray) -> "_Plan":
+        """What ``run`` needs of an operation named by ``key``, made once per key
+        (the arguments checked, its signature, views of every member's halves
+        shaped like ``arr`` where the operation fits in one round of flags)."""
+        op, _shape, dtype, reduce_op, root = key
+        check_call(None, self.size, op, reduce_op, root)
+        if len(self.plans) >= CACHED:
+            self.plans.clear()
+        one_round = op == "barrier" or arr.nbytes <= SMALL
+        halves = None
+        if one_round:
+            k = arr.nbytes if op != "barrier" else 0
+            halves = [[d[:k].view(dtype).reshape(arr.shape if op != "barrier" else (0,))
+                       for d in self.halves[h]] for h in (0, 1)]
+        me = self.me
+        takes = op == "allreduce" or (op == "reduce" and me == root)
+        write = op != "barrier" and (op != "broadcast" or me == root)
+        plan = self.plans[key] = _Plan(
+            sig=signature(key), halves=halves, ufunc=_UFUNCS[reduce_op], write=write,
+            fence=write and arr.nbytes >= ORDINARY_STORES, reduces=takes,
+            copies=op == "broadcast" and me != root, root=root,
+            mean=reduce_op == "mean" and takes, op=op)
+        return plan
+
+    def _one_round(self, plan: "_Plan", arr: np.ndarray) -> None:
+        """An operation of at most SMALL bytes: one round of flags, then every
+        member that takes a result reduces every member's half into ``arr``."""
+        s = self.seq
+        self.seq = s + 1
+        h = s & 1
+        views = plan.halves[h]
+        hdr = self.hdrs[self.me]
+        if plan.write:
+            views[self.me][...] = arr
+        hdr[SIG + h] = plan.sig
+        if plan.fence:
+            _fence()
+        hdr[1] = 2 * s + 1
+        self._wait(2 * s + 1, plan.op)
+        sig = plan.sig
+        for other in self.hdrs:
+            if other.item(SIG + h) != sig:
+                raise ValueError(f"{plan.op} in collective group {self.name!r}: the "
+                                 f"members called different operations, shapes or dtypes")
+        if plan.reduces:
+            ufunc = plan.ufunc
+            ufunc(views[0], views[1], out=arr)
+            for v in views[2:]:
+                ufunc(arr, v, out=arr)
+        elif plan.copies:
+            arr[...] = views[plan.root]
 
     def allgather(self, arr: np.ndarray) -> np.ndarray:
         """Every member's ``arr`` (C-contiguous), stacked in member order."""

@@ -117,6 +117,21 @@ class Member:
                 wrong.append((step, op, n))
         return wrong
 
+    def shapes(self, group):
+        """Small operations on 2-D arrays (integer MEAN floors, as ``//`` does), then
+        an allreduce whose length differs on the last member, then a good one."""
+        rank, size = col.get_rank(group), col.get_collective_group_size(group)
+        ints = np.full((3, 5), rank + 1, np.int64)
+        col.allreduce(ints, group, col.ReduceOp.MEAN)
+        grid = np.arange(4, dtype=np.float32).reshape(2, 2) * (rank + 1)
+        col.allreduce(grid, group, col.ReduceOp.MAX)
+        try:
+            col.allreduce(np.ones(4 + (rank == size - 1)), group)
+            mismatch = "no error"
+        except ValueError as exc:
+            mismatch = "ValueError" if "differ" in str(exc) else str(exc)
+        return ints.tolist(), grid.tolist(), mismatch, self.allreduce(group)
+
     def dtypes(self, group):
         rank = col.get_rank(group)
         out = {}
@@ -204,6 +219,12 @@ report("route", routes[0])
 with section("dtypes, through the node's store"):
     got = ray.get([a.dtypes.remote("g") for a in actors])
     check_dtypes(got)
+
+with section("2-D arrays, integer mean, a length that differs, through the node's store"):
+    mean = sum(range(1, W + 1)) // W
+    want = ([[mean] * 5] * 3, [[0.0, W], [2.0 * W, 3.0 * W]], "ValueError", [float(W)] * 4)
+    got = ray.get([a.shapes.remote("g") for a in actors])
+    check(got == [want] * W, got)
 
 with section("members running ahead of each other, through the node's store"):
     wrong = ray.get([a.race.remote("g", 150) for a in actors])
