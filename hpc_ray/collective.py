@@ -71,6 +71,8 @@ __all__ = [
 
 #: Group name used when none is given (as in ray.util.collective).
 DEFAULT_GROUP = "default"
+#: A group this executor has not set up yet (``_shm_group``).
+_UNSET = object()
 
 
 class ReduceOp:
@@ -147,13 +149,14 @@ def _executor_op(ctx, group: str, op: str, *args) -> Any:
 def _shm_group(ctx, group: str):
     """The group's route among this node's executors, set up on its first
     operation; None: through the rank."""
-    groups = ctx.collective_groups
-    if group not in groups:
+    shm = ctx.collective_groups.get(group, _UNSET)
+    if shm is _UNSET:
         # Before the first operation on every member, whatever its route.
-        groups[group] = collective_shm.setup(
+        shm = ctx.collective_groups[group] = collective_shm.setup(
             ctx, group, lambda info: _executor_op(ctx, group, "setup", info))
-    shm = groups[group] if ctx.collective_shm else None
-    if shm is not None and shm.broken is not None:
+    if shm is None or not ctx.collective_shm:
+        return None
+    if shm.broken is not None:
         # Before an operation that goes through the ranks (allgather across
         # nodes): the ranks of a broken group do not all know it.
         raise RayError(shm.broken)
@@ -226,15 +229,11 @@ def _run(op: str, tensor, group_name: str, reduce_op: str = "sum", root: int = 0
     flags = arr.flags
     if not flags.writeable:
         raise ValueError(f"{op} works in place: the array is read-only (copy it first)")
-    shm = ctx.collective_groups.get(group_name)
-    if shm is None or shm.broken is not None or not ctx.collective_shm:
-        shm = _shm_group(ctx, group_name)
+    shm = _shm_group(ctx, group_name)
     if shm is not None and op in shm.OPS:
-        if flags.c_contiguous:
-            shm.run(op, arr, reduce_op, root)
-        else:
-            work = np.ascontiguousarray(arr)
-            shm.run(op, work, reduce_op, root)
+        work = arr if flags.c_contiguous else np.ascontiguousarray(arr)
+        shm.run(op, work, reduce_op, root)
+        if work is not arr:
             np.copyto(arr, work)
         return
     collective_buffers.run(ctx, group_name, op, arr, {"reduce_op": reduce_op, "root": root})
