@@ -37,6 +37,7 @@ def test_custom_resources_and_infeasible(run, mode, n):
     assert values["wide_task_beside"] == []
     assert values["wide_actor_answers"] is True
     assert values["wide_after_actor"] is True
+    assert values["wide_inside_task"] is True
     _assert_named(result, values, "infeasible_custom", "custom")
     _assert_named(result, values, "infeasible_tpu", "TPU")
     _assert_named(result, values, "infeasible_cpu", "CPU")
@@ -51,6 +52,7 @@ def test_slurm_cpus_per_task(run):
     # A 4-CPU task on two 2-CPU ranks: one hosts it, the other lends its two.
     assert values["wide_task_ran"] is True
     assert values["wide_task_beside"] == []
+    assert values["wide_inside_task"] is True
 
 
 def test_embedded_gpus(run):

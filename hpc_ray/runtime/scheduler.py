@@ -196,26 +196,31 @@ def is_wide(most_cpus: float, need: dict) -> bool:
     return bool(cpu) and cpu > most_cpus + _EPS
 
 
-def pick_wide(workers: Iterable, need: dict):
+def pick_wide(workers: Iterable, need: dict, blocked_lend: bool = False):
     """A rank and idle siblings on its node whose CPUs add up to ``need["CPU"]``.
 
     Ray counts CPUs per node; hpc_ray gives each rank its share (one, or
     ``SLURM_CPUS_PER_TASK``). A task or actor that needs more runs on one rank
     (its host) while whole idle siblings lend it their CPUs: they take no CPU
-    work until it ends. Returns ``(host, lenders)`` or None. Costs O(workers),
-    paid only by such wide requests.
+    work until it ends. With ``blocked_lend`` (a task, not an actor) a rank
+    whose CPUs are all held by tasks waiting in ``get`` counts as idle, as Ray
+    releases a task's CPUs while it is blocked in ``get``: a ``num_cpus=1``
+    task may wait for a ``num_cpus=2`` one on a node of two 1-CPU ranks. A
+    fully idle rank hosts first. Returns ``(host, lenders)`` or None. Costs
+    O(workers), paid only by such wide requests.
     """
     cpu = need["CPU"]
     rest = {k: v for k, v in need.items() if k != "CPU"}
     for ranks in by_node(workers).values():
-        idle = [w for w in ranks if not w.hosting and not w.lending
-                and w.avail.get("CPU", 0) + _EPS >= _cpu(w) > 0]
+        idle = [w for w in ranks if not w.hosting and not w.lending and not w.fractions
+                and w.avail.get("CPU", 0) + (w.blocked if blocked_lend else 0) + _EPS
+                >= _cpu(w) > 0]
         if sum(map(_cpu, idle)) + _EPS < cpu:
             continue
         hosts = [w for w in idle if fits(w, rest)]
         if not hosts:
             continue
-        host = max(hosts, key=_cpu)
+        host = max(hosts, key=lambda w: (_cpu(w), not w.inflight))
         lenders = []
         have = _cpu(host)
         for w in sorted(idle, key=_cpu, reverse=True):

@@ -122,6 +122,16 @@ if variant == "custom":
         again = span.options(num_cpus=node_cpus).remote(TMPDIR, "wide-again", 0.0)
         report("wide_after_actor", ray.get(again, timeout=60) > 0)
 
+    @ray.remote
+    def outer(cpus):
+        return ray.get(span.options(num_cpus=cpus).remote(TMPDIR, "inner", 0.0), timeout=30)
+
+    with section("a task blocked in get gives its CPU to a wider task"):
+        # Ray's resources docs: a task "will release its CPU resources when it
+        # gets blocked in the call to ray.get", so a one-CPU task may wait for
+        # one that needs every CPU of the node.
+        report("wide_inside_task", ray.get(outer.remote(node_cpus), timeout=60) > 0)
+
     for name, kwargs in [("custom", {"resources": {"custom": 1000}}),
                          ("tpu", {"resources": {"TPU": 1}}),
                          ("cpu", {"num_cpus": 1000}),

@@ -222,7 +222,7 @@ class Placement:
         def pick(task):
             need = task.resources
             if scheduler.is_wide(most_cpus, need):
-                got = scheduler.pick_wide(workers, need)
+                got = scheduler.pick_wide(workers, need, blocked_lend=True)
                 if got is None:
                     return None
                 task.lenders = got[1]
