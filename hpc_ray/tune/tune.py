@@ -182,10 +182,15 @@ def run_experiments(experiments, search_alg=None, scheduler=None, with_server: b
 
 
 def _seed_restore(search_alg, experiment: Experiment) -> None:
-    """``restore=path``: every trial of the experiment starts from that checkpoint."""
+    """``restore=path``: every trial of the experiment starts from that checkpoint,
+    named by its directory or by a file in it (Ray 0.7's ``save()`` returns the
+    file, and RLlib's docs pass ``checkpoint_1/checkpoint-1``)."""
     from .trial import Checkpoint
     path = os.path.abspath(os.path.expanduser(experiment.restore))
+    if os.path.isfile(path):
+        path = os.path.dirname(path)
     if not os.path.isdir(path):
-        raise TuneError(f"restore={experiment.restore!r} is not a checkpoint directory")
+        raise TuneError(f"restore={experiment.restore!r} is neither a checkpoint directory "
+                        f"nor a file in one")
     for trial in getattr(search_alg, "_pending", []):
         trial.checkpoint = Checkpoint(path, 0)

@@ -220,6 +220,27 @@ class Steps(tune.Trainable):
         self.count = state["count"]
 
 
+with section("restore"):
+    # tune.run(restore=) takes a checkpoint's directory or a file in it (what
+    # Ray 0.7's save() returns, and RLlib's docs pass); each trial starts there.
+    trainer = Steps({})
+    for _ in range(4):
+        trainer.train()
+    saved = trainer.save(os.path.join(LOCAL, "saved"))
+    trainer.stop()
+    where = saved if os.path.isdir(saved) else os.path.dirname(saved)
+    inside = os.path.join(where, sorted(os.listdir(where))[0])
+    for path in (where, inside):
+        trials = tune.run(Steps, name="restored", local_dir=LOCAL, verbose=0, restore=path,
+                          stop={"training_iteration": 6})
+        check(trials[0].last_result["count"] == 6 and
+              trials[0].last_result["iterations_since_restore"] == 2,
+              (path, trials[0].last_result))
+    err = expect_raises(tune.TuneError, tune.run, Steps, local_dir=LOCAL, verbose=0,
+                        restore=os.path.join(LOCAL, "nowhere"))
+    check("nowhere" in str(err), err)
+
+
 class PauseEach(tune.schedulers.FIFOScheduler):
     """Pauses a trial after each of its first results; records who ran when."""
 
