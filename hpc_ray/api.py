@@ -37,6 +37,9 @@ _lock = threading.RLock()
 _pending_functions: list = []
 #: Set when an mpiexec job's workers were shut down: they cannot come back.
 _mpi_workers_gone = False
+#: COMM_WORLD of a launch whose rank 0 runs in local mode while its worker ranks
+#: wait for a session (``_launched_world``); None once one starts.
+_parked_world = None
 
 
 def init(address: str | None = None, *, num_cpus: int | None = None,
@@ -96,6 +99,10 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
             raise RayError("hpc_ray.init() was already called; call shutdown() first "
                            "or pass ignore_reinit_error=True")
         if local_mode:
+            world = _launched_world()
+            if world is not None and world.Get_rank() != 0:
+                launch.worker_exit(launch.run_worker(world))
+            _park_workers(world)
             from .runtime.local import LocalContext
             ctx = LocalContext()
             context.set_id_prefix(0, 0)
@@ -114,6 +121,8 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
             # A worker rank: serve until the driver is done, never return.
             gone = launch.run_worker(world)
             launch.worker_exit(gone)
+        global _parked_world
+        _parked_world = None     # start_driver's set-up reaches the waiting ranks
         from .runtime.session import start_driver
         # Ray's log_to_driver: what tasks and actors print shows up here, prefixed.
         context.log_to_driver = bool(kwargs.get("log_to_driver", True))
@@ -128,6 +137,34 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
             pass  # not in the main thread, or no preempt support
         _run_pending_functions()
         return _session_info()
+
+
+def _launched_world():
+    """COMM_WORLD where this process is one of several ranks of a launch, else
+    None (a plain ``python`` run: local mode starts no MPI)."""
+    import sys
+    if "mpi4py.MPI" not in sys.modules and not launch.under_launcher():
+        return None
+    world = launch.mpi().COMM_WORLD
+    return world if world.Get_size() > 1 else None
+
+
+def _park_workers(world) -> None:
+    """Rank 0 of a launch runs in local mode: its worker ranks wait in
+    ``run_worker`` for a session, which a later ``init()`` may start; if none
+    has started by the time the script ends, they are let go then."""
+    global _parked_world
+    if world is None or _parked_world is not None or _mpi_workers_gone:
+        return
+    _parked_world = world
+
+    def release() -> None:
+        global _parked_world, _mpi_workers_gone
+        if _parked_world is not None:
+            launch.release_workers(_parked_world)
+            _parked_world = None
+            _mpi_workers_gone = True
+    atexit.register(release)
 
 
 def _run_pending_functions() -> None:

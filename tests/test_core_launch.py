@@ -61,6 +61,20 @@ def test_local_mode(run):
     result = run("local_mode.py", 1, mode="plain", timeout=60)
     values = result.assert_ok("local_mode")
     assert values["children_after_init"] == 0
+    assert result.stdout.count("LOCAL BODY RAN") == 1
+
+
+@pytest.mark.parametrize("mode", ["mpiexec", "module"])
+@pytest.mark.parametrize("then_init", [False, True])
+def test_local_mode_under_a_launcher(run, mode, then_init):
+    # Only rank 0 runs the script in local mode; the other ranks wait for a
+    # session that a later init() starts, or leave when the script ends.
+    args = ("then-init",) if then_init else ()
+    result = run("local_mode.py", 3, *args, mode=mode, timeout=60)
+    values = result.assert_ok("local_mode")
+    assert result.stdout.count("LOCAL BODY RAN") == 1, result.output()
+    if then_init:
+        assert values["task_pids_after_local"] >= 1
 
 
 @pytest.mark.faults

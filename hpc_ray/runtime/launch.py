@@ -95,7 +95,12 @@ def _single_node() -> bool:
             return env[local] == env[total]
     if "SLURM_STEP_NUM_NODES" in env or "SLURM_NNODES" in env:
         return env.get("SLURM_STEP_NUM_NODES", env.get("SLURM_NNODES")) == "1"
-    return not any(k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_")) for k in env)
+    return not under_launcher()
+
+
+def under_launcher() -> bool:
+    """Whether a launcher (mpiexec, srun with an MPI plugin) started this process."""
+    return any(k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_")) for k in os.environ)
 
 
 def confine_network() -> None:
@@ -259,6 +264,8 @@ def setup_world(comm, cfg: dict | None):
     rank = comm.Get_rank()
     size = comm.Get_size()
     cfg = comm.bcast(cfg, root=0)
+    if cfg is None:
+        return None   # rank 0 starts no session (``release_workers``)
     gathered = comm.allgather((node_gpus(), socket.gethostname()))
     rpn = cfg.get("ranks_per_node")
     node_of = [r // rpn for r in range(size)] if rpn else \
@@ -469,7 +476,10 @@ def run_worker(comm) -> bool:
     # Slurm's USR1 warning is for the driver; on a worker its default action kills.
     ignore_preempt_signals()
     interrupts.dump_stacks_on_sigusr2()
-    cfg, node_of, node, arena, flags = setup_world(comm, None)
+    world = setup_world(comm, None)
+    if world is None:
+        return False
+    cfg, node_of, node, arena, flags = world
     rank = comm.Get_rank()
     resources, gpu_ids = worker_resources(cfg, rank, comm.Get_size())
     cfg["resources"] = resources
@@ -520,6 +530,12 @@ def _wait_read(stream, timeout: float) -> None:
         wait_until(read, timeout=timeout, what="the launcher to read stderr")
     except (OSError, ValueError, AttributeError, WaitTimeout):   # no pipe, closed, or slow
         pass
+
+
+def release_workers(comm) -> None:
+    """Rank 0 starts no session after all (it ran in local mode): the worker
+    ranks waiting in ``run_worker`` for its set-up leave."""
+    comm.bcast(None, root=0)
 
 
 def worker_exit(driver_gone: bool = False) -> None:

@@ -1,6 +1,12 @@
-"""init(local_mode=True): every task runs serially in the driver process."""
+"""init(local_mode=True): every task runs serially in the driver process.
+
+Usage: local_mode.py [then-init]. Under a launcher only rank 0 runs the script
+past init() (the other ranks wait for a session); with ``then-init`` the script
+then calls a plain init(), whose tasks run on those ranks."""
 import faulthandler, os
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
+
+import sys
 
 import psutil
 
@@ -9,6 +15,7 @@ from _harness import check, expect_raises, ok, report
 import hpc_ray as ray
 
 ray.init(local_mode=True)
+print("LOCAL BODY RAN", flush=True)
 check(ray.is_initialized())
 report("children_after_init", len(psutil.Process().children(recursive=True)))
 
@@ -62,4 +69,15 @@ check("local boom" in str(err), str(err))
 
 ray.shutdown()
 check(not ray.is_initialized())
+
+if sys.argv[1:] == ["then-init"]:
+    ray.init()
+
+    @ray.remote
+    def where():
+        return os.getpid()
+
+    report("task_pids_after_local", len({ray.get(where.remote()) for _ in range(4)} -
+                                        {os.getpid()}))
+    ray.shutdown()
 ok("local_mode")
