@@ -501,6 +501,9 @@ class ExecutorContext(context.ContextBase):
         saved = self.checkpoints.get(self.actor_id) if self.checkpoints else None
         try:
             result = self._method(method)(*args, **kwargs)
+            if inspect.iscoroutine(result):   # an async def method
+                from .asyncio_compat import run_method
+                result = run_method(result)
         except Exception:
             if saved is not None:
                 saved.after_call()   # (Ray 0.7 checkpoints after a call that raised too)

@@ -83,6 +83,9 @@ class LocalContext(context.ContextBase):
                 if actor is None:
                     raise ActorDiedError(f"actor for {spec[m.T_NAME]} is dead")
                 result = self._method(actor, fn_id)(*args, **kwargs)
+                if inspect.iscoroutine(result):   # an async def method
+                    from .asyncio_compat import run_method
+                    result = run_method(result)
             else:
                 result = self.fns[fn_id](*args, **kwargs)
             n = len(spec[m.T_RETURNS])

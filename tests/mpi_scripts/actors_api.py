@@ -356,6 +356,34 @@ after = term.ping.remote()
 expect_raises(ActorDiedError, ray.get, after, timeout=30)
 expect_raises(ActorDiedError, ray.get, term.ping.remote(), timeout=30)
 
+# async def methods (Ray 0.8's async actors): each call's coroutine runs to its
+# end, awaiting asyncio and refs; calls keep their order and the actor's state.
+@ray.remote
+def square_later(x):
+    time.sleep(0.01)
+    return x * x
+
+
+@ray.remote
+class AsyncCounter:
+    def __init__(self):
+        self.n = 0
+
+    async def add(self, k):
+        import asyncio
+        await asyncio.sleep(0.01)
+        self.n += await square_later.remote(k)
+        return self.n
+
+    def get(self):
+        return self.n
+
+
+counter = AsyncCounter.remote()
+check(ray.get([counter.add.remote(k) for k in (1, 2, 3)], timeout=30) == [1, 5, 14])
+check(ray.get(counter.get.remote()) == 14)
+ray.kill(counter)
+
 # Nothing is held any more.
 check(poll_for(lambda: cpus_free() == CPUS, 30), ray.available_resources())
 ray.kill(rec)

@@ -67,6 +67,18 @@ check(isinstance(err, ray.exceptions.TaskError), repr(err))
 check(isinstance(err, KeyError), repr(err))
 check("local boom" in str(err), str(err))
 
+
+
+@ray.remote
+class Doubler:
+    async def twice(self, x):
+        import asyncio
+        await asyncio.sleep(0)
+        return 2 * x
+
+
+check(ray.get(Doubler.remote().twice.remote(4)) == 8)   # an async def method
+
 ray.shutdown()
 check(not ray.is_initialized())
 
