@@ -246,12 +246,14 @@ class Caller:
 
         ready_others: set = set()
         links_needed = self._links_of(mine)
+        first = True    # a timeout of 0 still reads the answers already sent
         while True:
             n_mine = answered()
             need = num_returns - n_mine - len(ready_others)
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if need <= 0 or left == 0:
+            if need <= 0 or (left == 0 and not first):
                 break
+            first = False
             if others:
                 waiting = [i for i in others if i not in ready_others]
                 pending = n_mine < len(mine)

@@ -49,13 +49,16 @@ class DriverLinks:
         self.spinners = threading.local()
 
     def wait(self, done, deadline: float | None, need) -> bool:
-        """Read the direct sockets until ``done()``; False at the deadline.
+        """Read the direct sockets until ``done()``; False at the deadline, after
+        one read at least (so that a timeout of 0 sees answers already sent).
         ``need()``: the links whose answers ``done`` waits for."""
+        read = False
         while not done():
             left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
+            if left is not None and left <= 0 and read:
                 return False
-            self.turn(POLL_SLICE if left is None else min(left, POLL_SLICE), need)
+            self.turn(POLL_SLICE if left is None else max(0.0, min(left, POLL_SLICE)), need)
+            read = True
         return True
 
     def wait_answer(self, oid: int, link) -> None:

@@ -264,6 +264,7 @@ class ExecutorTransport:
         deadline = None if timeout is None else time.monotonic() + timeout
         nested = blocking and main and self.owner.actor_id is None
         blocked = False
+        read = False     # at the timeout, one read first: a timeout of 0 sees what came
         try:
             while not done():
                 i = self._handleable(nested) if main else None
@@ -278,6 +279,10 @@ class ExecutorTransport:
                 self.owner.flush()
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
+                    if not read:
+                        read = True
+                        self.recv(0)
+                        continue
                     if on_timeout is None:
                         raise GetTimeoutError(f"timed out after {timeout} s")
                     on_timeout()

@@ -384,6 +384,37 @@ check(ray.get([counter.add.remote(k) for k in (1, 2, 3)], timeout=30) == [1, 5, 
 check(ray.get(counter.get.remote()) == 14)
 ray.kill(counter)
 
+# wait() and get() with timeout=0 see an actor's answer once it has come, from
+# the driver and from a task polling (the answer may sit unread on a socket).
+@ray.remote
+class Echo:
+    def echo(self, x):
+        return x
+
+
+def poll_answer(actor, x):
+    ref = actor.echo.remote(x)
+    t0 = time.time()
+    while not ray.wait([ref], timeout=0)[0]:
+        if time.time() - t0 > 10:
+            return "never ready"
+    return ray.get(ref, timeout=0)
+
+
+@ray.remote
+def poll_answer_task(actor, x):
+    return poll_answer(actor, x)
+
+
+echo = Echo.remote()
+check(ray.get(echo.echo.remote(0)) == 0)
+check([poll_answer(echo, k) for k in range(3)] == [0, 1, 2])
+check(ray.get(poll_answer_task.remote(echo, 7), timeout=30) == 7)
+later = echo.echo.remote(8)
+time.sleep(0.5)
+check(ray.get(later, timeout=0) == 8)
+ray.kill(echo)
+
 # Nothing is held any more.
 check(poll_for(lambda: cpus_free() == CPUS, 30), ray.available_resources())
 ray.kill(rec)
