@@ -129,6 +129,20 @@ def test_resources_per_trial_forms():
         normalize({"cpu": -1})
 
 
+def test_resources_per_trial_functions_of_the_trial_config():
+    # Ray 0.7's RLlib docs: "gpu": lambda spec: spec.config.num_gpus.
+    from hpc_ray.tune.experiment import Experiment
+
+    exp = Experiment("e", _train, config={"w": tune.grid_search([1, 2])},
+                     resources_per_trial={"cpu": 1,
+                                          "extra_cpu": lambda spec: spec.config.w})
+    trials = [exp.make_trial({"w": w}, f"w={w}") for w in (1, 2)]
+    assert [t.resources["extra_cpu"] for t in trials] == [1, 2]
+    bad = Experiment("bad", _train, resources_per_trial={"gpu": lambda spec: -1})
+    with pytest.raises(ValueError, match=r"resources_per_trial\['gpu'\] must be a number"):
+        bad.make_trial({}, "x")
+
+
 # --- search algorithms ----------------------------------------------------------------
 
 

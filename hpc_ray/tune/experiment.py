@@ -8,6 +8,7 @@ from typing import Any
 from . import resources as _res
 from .error import TuneError
 from .registry import get_trainable
+from .sample import spec_of
 from .trainable import Trainable
 from .trial import Trial
 
@@ -95,7 +96,9 @@ class Experiment:
         self.config = config or {}
         self._given_resources = resources_per_trial
         if resources_per_trial is not None:
-            _res.normalize(resources_per_trial)  # a bad value fails here, not at run
+            # A bad value fails here, not at run; a function of the trial's
+            # config (``lambda spec: spec.config.num_gpus``) is checked per trial.
+            _res.normalize(_with_placeholders(resources_per_trial))
         self.num_samples = num_samples
         self.local_dir = os.path.abspath(os.path.expanduser(local_dir or DEFAULT_RESULTS_DIR))
         self.trial_name_creator = getattr(trial_name_creator, "func", trial_name_creator)
@@ -162,14 +165,39 @@ class Experiment:
         return dict(self.config)
 
     def make_trial(self, config: dict, tag: str, trial_id: str | None = None) -> Trial:
-        return Trial(self.trainable_name, config, trial_id, tag, self.resources_per_trial,
+        resources = self.resources_per_trial
+        if _has_functions(self._given_resources):
+            resources = _res.normalize(_resolved(self._given_resources, config))
+        return Trial(self.trainable_name, config, trial_id, tag, resources,
                      self.stop, self.checkpoint_freq, self.checkpoint_at_end,
                      self.keep_checkpoints_num, self.max_failures, self.experiment_dir,
                      self.trial_name_creator, loggers=self.loggers,
                      export_formats=self.export_formats)
 
 
+def _has_functions(given: Any) -> bool:
+    """Whether ``resources_per_trial`` has values that are functions of a trial's
+    config, as Ray 0.7's RLlib docs give them (``"gpu": lambda spec:
+    spec.config.num_gpus``)."""
+    return isinstance(given, dict) and any(callable(v) for v in given.values())
+
+
+def _resolved(given: dict, config: dict) -> dict:
+    """``given`` with each function called on ``spec`` (``spec.config``: the trial's)."""
+    spec = spec_of(config)
+    return {k: v(spec) if callable(v) else v for k, v in given.items()}
+
+
+def _with_placeholders(given: Any) -> Any:
+    """``given`` with 0 for its functions (their values are known per trial)."""
+    if not _has_functions(given):
+        return given
+    return {k: 0 if callable(v) else v for k, v in given.items()}
+
+
 def _resources(run: Any, config: dict, given: Any) -> dict:
+    if _has_functions(given):
+        given = _with_placeholders(given)
     if given is None:
         request = getattr(run, "default_resource_request", None)
         given = request(config) if callable(request) and isinstance(run, type) else None

@@ -172,6 +172,11 @@ class _AttrDict(dict):
         return _AttrDict(value) if isinstance(value, dict) and not isinstance(value, _AttrDict) else value
 
 
+def spec_of(config: dict) -> _AttrDict:
+    """What a function of a variant is given: ``spec.config`` is ``config``."""
+    return _AttrDict(config=_AttrDict(config))
+
+
 def _is_grid(value: Any) -> bool:
     return isinstance(value, dict) and len(value) == 1 and "grid_search" in value
 
@@ -226,7 +231,7 @@ def generate_variants(config: dict) -> Iterator[tuple[str, dict]]:
         for _attempt in range(len(pending) + 1):
             retry = []
             for path, domain in pending:
-                spec = _AttrDict(config=_AttrDict(resolved))
+                spec = spec_of(resolved)
                 try:
                     value = domain.sample(spec)
                 except (AttributeError, KeyError, TypeError):
@@ -240,7 +245,7 @@ def generate_variants(config: dict) -> Iterator[tuple[str, dict]]:
                 break
             if len(retry) == len(pending):
                 path, domain = retry[0]
-                domain.sample(_AttrDict(config=_AttrDict(resolved)))  # raise its error
+                domain.sample(spec_of(resolved))  # raise its error
             pending = retry
         yield ",".join(tags), resolved
 
