@@ -93,6 +93,16 @@ def test_unknown_and_bad_config_keys_are_rejected():
         get_agent_class("SAC")
 
 
+def test_agent_names_of_ray_07_are_the_trainers_with_a_warning():
+    # 0.7's docs still write pg.PGAgent(env=..., config=...) (multi-agent section).
+    with pytest.warns(DeprecationWarning, match="PGAgent has been renamed to PGTrainer"):
+        agent = pg.PGAgent(env="CartPole-v0", config=LOCAL)
+    assert isinstance(agent, pg.PGTrainer) and agent._name == "PG"
+    assert agent.train()["timesteps_total"] > 0
+    agent.stop()
+    assert issubclass(ppo.PPOAgent, ppo.PPOTrainer) and issubclass(a3c.A3CAgent, a3c.A3CTrainer)
+
+
 def test_tensorflow_only_apis_name_the_torch_way():
     with pytest.raises(ValueError, match="build_torch_policy"):
         pg.PGTrainer(env="CartPole-v0", config=dict(LOCAL, use_pytorch=False))

@@ -304,3 +304,17 @@ def _default_logdir(name: str, env: str) -> str:
     os.makedirs(root, exist_ok=True)
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     return tempfile.mkdtemp(prefix=f"{name}_{env}_{stamp}", dir=root)
+
+
+def renamed_agent(cls: type) -> type:
+    """Ray 0.7's deprecated ``<Alg>Agent`` name of ``cls`` (an ``<Alg>Trainer``):
+    the same trainer, with a warning that names the new name."""
+    old = cls.__name__.replace("Trainer", "Agent")
+
+    def __init__(self, *args, **kwargs):
+        import warnings
+        warnings.warn(f"{old} has been renamed to {cls.__name__}", DeprecationWarning,
+                      stacklevel=2)
+        cls.__init__(self, *args, **kwargs)
+
+    return type(old, (cls,), {"__init__": __init__, "__module__": cls.__module__})

@@ -1,4 +1,7 @@
 """Evolution strategies."""
+from ..trainer import renamed_agent
 from .es import DEFAULT_CONFIG, ESTrainer
 
-__all__ = ["ESTrainer", "DEFAULT_CONFIG"]
+ESAgent = renamed_agent(ESTrainer)
+
+__all__ = ["ESAgent", "ESTrainer", "DEFAULT_CONFIG"]

@@ -1,4 +1,7 @@
 """IMPALA (V-trace)."""
+from ..trainer import renamed_agent
 from .impala import DEFAULT_CONFIG, ImpalaTrainer
 
-__all__ = ["ImpalaTrainer", "DEFAULT_CONFIG"]
+ImpalaAgent = renamed_agent(ImpalaTrainer)
+
+__all__ = ["ImpalaAgent", "ImpalaTrainer", "DEFAULT_CONFIG"]

@@ -1,5 +1,8 @@
 """QMIX and VDN for grouped agents."""
+from ..trainer import renamed_agent
 from .qmix import DEFAULT_CONFIG, QMixTrainer
 from .qmix_policy import QMixTorchPolicy
 
-__all__ = ["QMixTrainer", "DEFAULT_CONFIG", "QMixTorchPolicy"]
+QMixAgent = renamed_agent(QMixTrainer)
+
+__all__ = ["QMixAgent", "QMixTrainer", "DEFAULT_CONFIG", "QMixTorchPolicy"]
