@@ -210,7 +210,8 @@ def remote(*args, **kwargs):
     num_cpus=1, num_gpus=1, resources={...}, max_calls=N, max_retries=N)``;
     for classes ``max_restarts`` and resources held for the actor's lifetime).
     Unknown options raise ``ValueError`` here, at decoration; ``@remote()``
-    with no options raises ``TypeError``, as in Ray 0.7. The calls' arguments
+    with no options raises ``TypeError``, as in Ray 0.7. Ray's first API,
+    ``@remote([argument types], [return types])``, sets ``num_returns``. The calls' arguments
     are checked against the signature at ``.remote()`` (``TypeError``).
     """
     def make(obj, options):
@@ -222,6 +223,10 @@ def remote(*args, **kwargs):
 
     if len(args) == 1 and not kwargs and (callable(args[0]) or inspect.isclass(args[0])):
         return make(args[0], {})
+    if len(args) == 2 and all(isinstance(a, list) for a in args) and not kwargs:
+        # Ray's first API, which the Pong example still writes: @remote([argument
+        # types], [return types]). The types go unchecked; the returns count.
+        return lambda obj: make(obj, {"num_returns": len(args[1])})
     if args or not kwargs:
         # Ray 0.7 rejects @remote() too: options, or no parentheses at all.
         raise TypeError("@remote must be used either without parentheses (@remote) or "

@@ -61,6 +61,20 @@ def test_remote_with_empty_parentheses_is_rejected():
         ray.remote()
 
 
+def test_typed_remote_of_ray_first_api_sets_the_returns():
+    # The Pong example (seed 004): @ray.remote([dict], [dict, float]).
+    ray.init(local_mode=True)
+    try:
+        @ray.remote([dict], [dict, float])
+        def gradient(model):
+            return {"w": model["w"] + 1}, 2.5
+
+        grad_id, reward_id = gradient.remote({"w": 1})
+        assert ray.get([grad_id, reward_id]) == [{"w": 2}, 2.5]
+    finally:
+        ray.shutdown()
+
+
 def test_object_ids_from_bytes():
     raw20, raw28 = bytes(range(20)), bytes(range(28))
     assert ray.ObjectID(raw20).binary() == raw20
