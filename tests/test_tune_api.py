@@ -250,6 +250,35 @@ def test_trainable_on_its_own_logs_through_logger_creator(tmp_path):
     assert [r["training_iteration"] for r in rows] == [1, 2]
 
 
+def test_trainables_outside_tune_save_into_directories_of_their_own(tmp_path, monkeypatch):
+    # Not the temporary directory every process shares (two would overwrite
+    # each other's checkpoint_1): one of their own under TUNE_RESULT_DIR.
+    monkeypatch.setenv("TUNE_RESULT_DIR", str(tmp_path))
+
+    class Count(tune.Trainable):
+        def _setup(self, config):
+            self.n = config.get("start", 0)
+
+        def _train(self):
+            self.n += 1
+            return {"n": self.n}
+
+        def _save(self, checkpoint_dir):
+            return {"n": self.n}
+
+        def _restore(self, state):
+            self.n = state["n"]
+
+    a, b = Count({"start": 10}), Count()
+    a.train()
+    b.train()
+    saved_a, saved_b = a.save(), b.save()
+    assert saved_a != saved_b
+    assert all(p.startswith(str(tmp_path) + os.sep) for p in (saved_a, saved_b))
+    b.restore(saved_a)
+    assert b.train()["n"] == 12
+
+
 def test_track_outside_tune_writes_a_trial_of_its_own(tmp_path):
     with pytest.raises(ValueError, match=r"call tune.track.init\(\) first"):
         tune.track.log(loss=1.0)

@@ -158,7 +158,7 @@ class Trainable:
     def save(self, checkpoint_dir: str | None = None) -> str:
         """Save the state to a checkpoint directory and return its path."""
         checkpoint_dir = checkpoint_dir or os.path.join(
-            self.logdir, f"checkpoint_{self._iteration}")
+            self._files_dir(), f"checkpoint_{self._iteration}")
         os.makedirs(checkpoint_dir, exist_ok=True)
         if _overrides(self, "save_checkpoint"):
             saved = self.save_checkpoint(checkpoint_dir)
@@ -246,7 +246,15 @@ class Trainable:
         shutil.rmtree(checkpoint_dir, ignore_errors=True)
 
     def export_model(self, export_formats, export_dir=None) -> dict:
-        return self._export_model(export_formats, export_dir or self.logdir)
+        return self._export_model(export_formats, export_dir or self._files_dir())
+
+    def _files_dir(self) -> str:
+        """Where ``save`` and ``export_model`` write by default: ``logdir``, which a
+        Trainable used outside Tune gets of its own on first use, as in Ray 0.7
+        (``default_logdir``), rather than the temporary directory every process shares."""
+        if self.logdir == tempfile.gettempdir():
+            self.logdir = default_logdir(type(self).__name__)
+        return self.logdir
 
     # --- for subclasses ----------------------------------------------------------
 
@@ -295,6 +303,15 @@ class Trainable:
 
 
 # --- checkpoint directories as bytes ------------------------------------------------
+
+
+def default_logdir(prefix: str) -> str:
+    """A new directory ``<prefix>_<date and time><random>`` under Tune's results
+    directory (``TUNE_RESULT_DIR``, default ``~/ray_results``)."""
+    root = os.path.expanduser(os.environ.get("TUNE_RESULT_DIR", "~/ray_results"))
+    os.makedirs(root, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f"{prefix}_{time.strftime('%Y-%m-%d_%H-%M-%S')}",
+                            dir=root)
 
 
 def pack_dir(path: str) -> bytes:

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...tune.trainable import Trainable
+from ...tune.trainable import Trainable, default_logdir
 from ..env.gym_compat import make_env_creator
 from ..evaluation.metrics import collect_episodes, summarize_episodes
 from ..evaluation.worker_set import WorkerSet
@@ -99,7 +99,7 @@ class Trainer(Trainable):
         self._episode_history: list = []
         if merged["output"] == "logdir" and self.logdir == tempfile.gettempdir():
             # A trainer made outside Tune has no log directory of its own yet.
-            self.logdir = _default_logdir(self._name, self._env_id)
+            self.logdir = default_logdir(f"{self._name}_{self._env_id}")
         self._init(merged, self.env_creator)
         if merged["evaluation_interval"]:
             eval_cfg = merge_config(merged, dict(merged["evaluation_config"]),
@@ -263,7 +263,7 @@ class Trainer(Trainable):
     def save(self, checkpoint_dir: str | None = None) -> str:
         """Write a checkpoint; return its path (give it to ``restore``)."""
         if checkpoint_dir is None and self.logdir == tempfile.gettempdir():
-            self.logdir = _default_logdir(self._name, self._env_id)
+            self.logdir = default_logdir(f"{self._name}_{self._env_id}")
         return Trainable.save(self, checkpoint_dir)
 
     def _save(self, checkpoint_dir: str) -> str:
@@ -297,13 +297,6 @@ class Trainer(Trainable):
 
     def __repr__(self) -> str:
         return self._name
-
-
-def _default_logdir(name: str, env: str) -> str:
-    root = os.path.expanduser(os.environ.get("TUNE_RESULT_DIR", "~/ray_results"))
-    os.makedirs(root, exist_ok=True)
-    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-    return tempfile.mkdtemp(prefix=f"{name}_{env}_{stamp}", dir=root)
 
 
 def renamed_agent(cls: type) -> type:
