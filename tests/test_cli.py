@@ -61,6 +61,17 @@ def test_version_and_help_list_the_commands():
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", ["train", "rollout"])
+def test_rllib_scripts_run_as_the_docs_run_them(name):
+    # Ray 0.7's docs: "python ray/python/ray/rllib/train.py --help" is "rllib train".
+    import hpc_ray.rllib
+    script = os.path.join(os.path.dirname(hpc_ray.rllib.__file__), f"{name}.py")
+    for argv in ([sys.executable, "-m", f"hpc_ray.rllib.{name}", "--help"],
+                 [sys.executable, script, "--help"]):
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and f"Usage: rllib {name}" in out.stdout, out
+
+
 def test_run_starts_the_driver_on_n_ranks_and_returns_its_exit_code():
     proc = hpc_ray("run", "-n", "3", str(DRIVER), "a", "--exit", "5", "b")
     assert proc.returncode == 5, proc.stdout + proc.stderr

@@ -56,3 +56,10 @@ def rollout(checkpoint: str, run: str, env: str | None = None, steps: int = 1000
         with open(out, "wb") as f:
             pickle.dump(rewards, f)
     return rewards
+
+
+if __name__ == "__main__":
+    # ``python -m hpc_ray.rllib.rollout`` or ``python hpc_ray/rllib/rollout.py``, as Ray
+    # 0.7's docs run ``python ray/rllib/rollout.py``: the same as ``hpc-ray rllib rollout``.
+    from hpc_ray.cli import rllib_rollout
+    rllib_rollout(prog_name="rllib rollout")

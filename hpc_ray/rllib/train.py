@@ -55,3 +55,10 @@ def run_train(experiments: dict, resume: bool = False, num_cpus: int | None = No
     if not api.is_initialized():
         api.init(num_cpus=num_cpus)
     return tune.run_experiments(experiments, resume=resume, verbose=verbose)
+
+
+if __name__ == "__main__":
+    # ``python -m hpc_ray.rllib.train`` or ``python hpc_ray/rllib/train.py``, as Ray
+    # 0.7's docs run ``python ray/rllib/train.py``: the same as ``hpc-ray rllib train``.
+    from hpc_ray.cli import rllib_train
+    rllib_train(prog_name="rllib train")
