@@ -12,6 +12,18 @@ from conftest import REPO_ROOT, assert_digits_example_ran
 torch = pytest.importorskip("torch")
 
 
+def test_replica_resources_in_every_documented_form():
+    from hpc_ray.sgd.pytorch import Resources, _resources
+    from hpc_ray.tune.resources import Resources as TuneResources
+
+    want = Resources(2, 1, {"R": 1})
+    assert _resources({"num_cpus": 2, "num_gpus": 1, "resources": {"R": 1}}) == want
+    assert _resources(Resources(num_cpus=2, num_gpus=1, resources={"R": 1})) == want
+    assert _resources(TuneResources(cpu=2, gpu=1, custom_resources={"R": 1})) == want
+    with pytest.raises(TypeError, match="Tune's Resources"):
+        _resources(3)
+
+
 def test_optimizer_state_through_checkpoint(tmp_path):
     from hpc_ray.sgd.checkpoint import load_checkpoint, save_checkpoint
     from hpc_ray.sgd.pytorch import _to_numpy, _to_torch

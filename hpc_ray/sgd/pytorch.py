@@ -406,5 +406,8 @@ def _resources(spec: Any) -> Resources:
         return Resources(spec.num_cpus, spec.num_gpus,
                          getattr(spec, "resources", None) or getattr(spec, "custom_resources",
                                                                      None))
-    raise TypeError(f"resources_per_replica must be a Resources or a dict, got "
+    if all(hasattr(spec, f) for f in ("cpu", "gpu")):   # Tune's Resources(cpu=, gpu=)
+        return Resources(spec.cpu, spec.gpu, getattr(spec, "custom_resources", None))
+    raise TypeError(f"resources_per_replica must be a Resources(num_cpus=, num_gpus=) of "
+                    f"hpc_ray.sgd, Tune's Resources(cpu=, gpu=) or a dict, got "
                     f"{type(spec).__name__}")
