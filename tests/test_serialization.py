@@ -77,3 +77,50 @@ def test_a_class_sent_inside_a_value_keeps_its_file_in_another_process(by_value_
                          capture_output=True, timeout=60, check=True)
     frames = json.loads(out.stdout)
     assert frames[-1] == [path, 'raise ValueError("bad step")'], out
+
+
+SLOTTED = '''
+class Slotted:
+    __slots__ = ("a", "b")
+
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+
+class OneSlot:
+    __slots__ = "a"
+
+
+def make():
+    return Slotted(1, 2)
+'''
+
+MAKE_AND_SEND_BACK = """
+import pickle, sys
+from hpc_ray.transport.serialization import dumps
+make = pickle.loads(sys.stdin.buffer.read())
+sys.stdout.buffer.write(dumps(make()))
+"""
+
+
+def test_an_instance_of_a_slotted_class_sent_by_value_comes_back(tmp_path):
+    # A __main__ class with __slots__, made in a task and returned: the copy
+    # cloudpickle 3.1.3 builds in the worker had no slots, its instances a
+    # __dict__, and the driver's class could not take their state.
+    path = tmp_path / "slotted_by_value.py"
+    path.write_text(SLOTTED)
+    spec = importlib.util.spec_from_file_location("slotted_by_value", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    cloudpickle.register_pickle_by_value(mod)
+    try:
+        copy = pickle.loads(dumps(mod.OneSlot))
+        assert not hasattr(copy(), "__dict__")
+        out = subprocess.run([sys.executable, "-c", MAKE_AND_SEND_BACK], input=dumps(mod.make),
+                             capture_output=True, timeout=60, check=True)
+        back = pickle.loads(out.stdout)
+        assert type(back) is mod.Slotted and (back.a, back.b) == (1, 2)
+    finally:
+        cloudpickle.unregister_pickle_by_value(mod)
+        del sys.modules[spec.name]

@@ -108,10 +108,36 @@ def _flat(table) -> list:
     return list(table.maps) if isinstance(table, ChainMap) else [table]
 
 
+_class_reduce = getattr(cloudpickle.cloudpickle, "_class_reduce", None)
+_make_skeleton_class = getattr(cloudpickle.cloudpickle, "_make_skeleton_class", None)
+
+
+def _slotted_class_reduce(cls: type):
+    """cloudpickle's reduction of a class it sends by value, with its ``__slots__``
+    given when the class is made. cloudpickle 3.1.3 sets them afterwards, which
+    makes nothing of them: instances of the copy get a ``__dict__``, their state
+    goes back as a dict, and the sender's own class (with slots) cannot take it
+    (a ``__main__`` class with ``__slots__`` returned from a task). None: as
+    cloudpickle does it."""
+    reduced = _class_reduce(cls) if _class_reduce is not None else NotImplemented
+    if not isinstance(reduced, tuple) or reduced[0] is not _make_skeleton_class:
+        return None
+    args = list(reduced[1])
+    args[3] = dict(args[3], __slots__=cls.__dict__["__slots__"])
+    return (reduced[0], tuple(args)) + tuple(reduced[2:])
+
+
 class _Pickler(cloudpickle.Pickler):
     if _cloudpickle_code_reduce is not None:   # (a cloudpickle that pickles code its own way)
         dispatch_table = ChainMap({types.CodeType: _code_reduce},
                                   *_flat(cloudpickle.Pickler.dispatch_table))
+
+    def reducer_override(self, obj):
+        if isinstance(obj, type) and "__slots__" in obj.__dict__:
+            reduced = _slotted_class_reduce(obj)
+            if reduced is not None:
+                return reduced
+        return super().reducer_override(obj)
 
 
 def _cloudpickle_dumps(value: Any, buffer_callback=None) -> bytes:
