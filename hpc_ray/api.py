@@ -7,6 +7,7 @@ import copyreg
 import inspect
 import json
 import os
+import sys
 import threading
 import time
 from typing import Any, Iterator
@@ -142,7 +143,6 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
 def _launched_world():
     """COMM_WORLD where this process is one of several ranks of a launch, else
     None (a plain ``python`` run: local mode starts no MPI)."""
-    import sys
     if "mpi4py.MPI" not in sys.modules and not launch.under_launcher():
         return None
     world = launch.mpi().COMM_WORLD
@@ -211,8 +211,9 @@ def remote(*args, **kwargs):
     for classes ``max_restarts`` and resources held for the actor's lifetime).
     Unknown options raise ``ValueError`` here, at decoration; ``@remote()``
     with no options raises ``TypeError``, as in Ray 0.7. Ray's first API,
-    ``@remote([argument types], [return types])``, sets ``num_returns``. The calls' arguments
-    are checked against the signature at ``.remote()`` (``TypeError``).
+    ``@remote([argument types], [return types])``, sets ``num_returns``. The
+    calls' arguments are checked against the signature at ``.remote()``
+    (``TypeError``).
     """
     def make(obj, options):
         if inspect.isclass(obj):

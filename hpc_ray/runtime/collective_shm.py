@@ -291,8 +291,9 @@ class ShmGroup:
         return plan
 
     def _one_round(self, plan: "_Plan", arr: np.ndarray) -> None:
-        """An operation of at most SMALL bytes: one round of flags, then every
-        member that takes a result reduces every member's half into ``arr``."""
+        """An operation of at most SMALL bytes: one round of flags, then the
+        members that take a result reduce every member's half into ``arr``
+        (a broadcast's copy the root's)."""
         s = self.seq
         self.seq = s + 1
         h = s & 1
@@ -305,11 +306,7 @@ class ShmGroup:
             _fence()
         hdr[1] = 2 * s + 1
         self._wait(2 * s + 1, plan.op)
-        sig = plan.sig
-        for other in self.hdrs:
-            if other.item(SIG + h) != sig:
-                raise ValueError(f"{plan.op} in collective group {self.name!r}: the "
-                                 f"members called different operations, shapes or dtypes")
+        self._check_signatures(h, plan.sig, plan.op)
         if plan.reduces:
             ufunc = plan.ufunc
             ufunc(views[0], views[1], out=arr)
@@ -357,12 +354,15 @@ class ShmGroup:
         self._publish(2 * s + 1, fence=write and chunk.nbytes >= ORDINARY_STORES)
         self._wait(2 * s + 1, op)
         if sig is not None:
-            for hdr in self.hdrs:
-                if hdr.item(SIG + h) != sig:
-                    raise ValueError(f"{op} in collective group {self.name!r}: the "
-                                     f"members called different operations, shapes or "
-                                     f"dtypes")
+            self._check_signatures(h, sig, op)
         return views
+
+    def _check_signatures(self, h: int, sig: int, op: str) -> None:
+        """Every member named the operation that began in half ``h`` alike."""
+        for hdr in self.hdrs:
+            if hdr.item(SIG + h) != sig:
+                raise ValueError(f"{op} in collective group {self.name!r}: the members "
+                                 f"called different operations, shapes or dtypes")
 
     def _chunk(self, op: str, out: np.ndarray, reduce_op: str, root: int,
                sig: int | None) -> None:

@@ -302,9 +302,6 @@ class Trainable:
         self._stop()
 
 
-# --- checkpoint directories as bytes ------------------------------------------------
-
-
 def default_logdir(prefix: str) -> str:
     """A new directory ``<prefix>_<date and time><random>`` under Tune's results
     directory (``TUNE_RESULT_DIR``, default ``~/ray_results``)."""
@@ -312,6 +309,9 @@ def default_logdir(prefix: str) -> str:
     os.makedirs(root, exist_ok=True)
     return tempfile.mkdtemp(prefix=f"{prefix}_{time.strftime('%Y-%m-%d_%H-%M-%S')}",
                             dir=root)
+
+
+# --- checkpoint directories as bytes ------------------------------------------------
 
 
 def pack_dir(path: str) -> bytes:
