@@ -15,7 +15,6 @@ all: they go straight to the actor's socket (``caller.py`` decides,
 """
 from __future__ import annotations
 
-import gc
 import threading
 import logging
 import time
@@ -240,16 +239,13 @@ class DriverContext(context.ContextBase):
         head = self.head
         if size > head.store_size:
             raise values.store_full(size, head.store_size, self.node)
-        for attempt in range(3):
+
+        def try_alloc() -> tuple:
             with head.lock:
                 drain_refs(head)
-                off = head.alloc(self.node, size)
-            if off is not None:
-                return self.node, off
-            # Unreachable refs may still be waiting for a collection.
-            gc.collect()
-            time.sleep(0.01 * attempt)
-        raise values.store_full(size, head.store_size, self.node)
+                return (self.node, head.alloc(self.node, size), head.store_size,
+                        head.allocators[self.node].freed)
+        return values.allocate(try_alloc, size)
 
     def put(self, value: Any) -> context.ObjectRef:
         if isinstance(value, context.ObjectRef):

@@ -216,10 +216,7 @@ class ExecutorContext(context.ContextBase):
     def _alloc(self, size: int) -> tuple[int, int]:
         if size > self.store_size:
             raise values.store_full(size, self.store_size, self.node)
-        node, off, cap = self._request(m.ALLOC, size)
-        if off is None:
-            raise values.store_full(size, cap, node)
-        return node, off
+        return values.allocate(lambda: self._request(m.ALLOC, size), size)
 
     def put(self, value: Any) -> context.ObjectRef:
         if isinstance(value, context.ObjectRef):

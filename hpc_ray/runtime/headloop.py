@@ -145,7 +145,8 @@ class HeadLoop(threading.Thread):
         _, req_id, size = msg
         node = self.head.node_of[src]
         off = self.head.alloc(node, size)
-        self.head.send(src, (m.REPLY, req_id, (node, off, self.head.store_size)))
+        freed = self.head.allocators[node].freed
+        self.head.send(src, (m.REPLY, req_id, (node, off, self.head.store_size, freed)))
 
     def _on_stopped(self, src: int, msg: tuple) -> None:
         self.stopped.add(src)

@@ -41,6 +41,9 @@ class Allocator:
         self._free_offsets: list[int] = [0]
         self._free_sizes: dict[int, int] = {0: capacity}
         self.used = 0
+        #: Bytes freed so far: whether a full store is making room
+        #: (``values.allocate`` waits only while it is).
+        self.freed = 0
 
     def alloc(self, size: int) -> int | None:
         size = max(BLOCK, (size + BLOCK - 1) // BLOCK * BLOCK)
@@ -60,6 +63,7 @@ class Allocator:
     def free(self, offset: int, size: int) -> None:
         size = max(BLOCK, (size + BLOCK - 1) // BLOCK * BLOCK)
         self.used -= size
+        self.freed += size
         i = bisect.bisect_left(self._free_offsets, offset)
         # Merge with the following free block.
         if i < len(self._free_offsets) and self._free_offsets[i] == offset + size:

@@ -1,9 +1,12 @@
 """Values to records and back, through the node's store when they are large."""
 from __future__ import annotations
 
+import gc
+import time
 from typing import Any, Callable
 
 from ..exceptions import ObjectStoreFullError, TaskError
+from ..transport import wait
 from ..transport.serialization import (ERROR, INLINE, INLINE_MAX, RAW, SHM,
                                        deserialize_inline, dumps, is_raw, loads,
                                        serialize)
@@ -80,5 +83,61 @@ def store_full(size: int, capacity: int, node: int) -> ObjectStoreFullError:
         f"larger object_store_memory to init()")
 
 
+#: How long an allocation in a full store waits for room while the store makes
+#: none, before it raises ObjectStoreFullError. What fills it may be about to go:
+#: a driver that takes results as they come and drops each (the docs' ``wait``
+#: loop) frees room for the results still being made, room Ray 0.7 made by
+#: evicting. A store that frees nothing fails its next allocations at once.
+STORE_FULL_STALL = 2.0
+#: The longest an allocation waits in all, however much the store frees.
+STORE_FULL_WAIT = 60.0
+#: The longest sleep between two tries (each asks the head).
+STORE_FULL_POLL_CAP = 0.25
+#: Per node, the store's freed count when this process last gave up waiting there.
+_gave_up: dict = {}
+
+
+class _Stalled(Exception):
+    pass
+
+
+def allocate(try_alloc: Callable[[], tuple], size: int) -> tuple[int, int]:
+    """(node, offset) of a new store block of ``size`` bytes. ``try_alloc()``
+    returns (node, offset or None when the store is full, the store's capacity,
+    the bytes it has freed so far). While the store is full and freeing, it is
+    tried again after a garbage collection (unreachable refs may hold objects):
+    until STORE_FULL_STALL seconds pass with nothing freed, or STORE_FULL_WAIT
+    in all."""
+    got = try_alloc()
+    node = got[0]
+    if got[1] is not None:
+        return node, got[1]
+    if len(got) < 4 or _gave_up.get(node) == got[3]:
+        raise store_full(size, got[2], node)
+    progress = [got[3], time.monotonic()]
+
+    def room() -> bool:
+        nonlocal got
+        gc.collect()
+        got = try_alloc()
+        if len(got) < 4:
+            raise _Stalled      # (a failed request: no count to go by)
+        if got[3] != progress[0]:
+            progress[:] = [got[3], time.monotonic()]
+        return got[1] is not None
+
+    def freeing() -> None:
+        if time.monotonic() - progress[1] > STORE_FULL_STALL:
+            raise _Stalled
+    try:
+        wait.wait_until(room, timeout=STORE_FULL_WAIT, alive=freeing, spin=0,
+                        cap=STORE_FULL_POLL_CAP, what="room in the object store")
+    except (wait.WaitTimeout, _Stalled):
+        _gave_up[node] = got[3]
+        raise store_full(size, got[2], node) from None
+    return node, got[1]
+
+
 __all__ = ["to_record", "from_record", "error_record", "error_from_record", "store_full",
+           "allocate",
            "deserialize_inline", "INLINE_MAX", "RAW", "INLINE", "SHM", "ERROR"]

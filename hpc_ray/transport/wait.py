@@ -99,13 +99,14 @@ class WaitTimeout(TimeoutError):
 
 def wait_until(done: Callable[[], bool], timeout: float | None = None,
                alive: Callable[[], None] | None = None, spin: float | None = None,
-               what: str = "a condition") -> None:
+               what: str = "a condition", cap: float | None = None) -> None:
     """Return once ``done()`` is true.
 
     It polls ``done()`` for ``spin`` seconds (default SPIN_BUDGET), giving
     the core to a thread ready to run on it every 16 polls (``sched_yield``:
     often the peer the wait is for, where members outnumber cores), then
-    sleeps between polls, from SLEEP_FIRST doubling to SLEEP_CAP. ``alive()``
+    sleeps between polls, from SLEEP_FIRST doubling to SLEEP_CAP (or ``cap``,
+    for a poll that costs another process work). ``alive()``
     runs every CHECK_EVERY and raises when what the wait depends on is gone (a
     peer process died); past ``timeout`` seconds it raises WaitTimeout naming
     ``what``. A wait with neither must be one whose answer cannot depend on
@@ -117,6 +118,7 @@ def wait_until(done: Callable[[], bool], timeout: float | None = None,
     check = now + CHECK_EVERY
     spin_until = now + (SPIN_BUDGET if spin is None else spin) if enabled("spin") else now
     nap = SLEEP_FIRST
+    cap = SLEEP_CAP if cap is None else cap
     polls = 0
     while not done():
         polls += 1
@@ -133,7 +135,7 @@ def wait_until(done: Callable[[], bool], timeout: float | None = None,
             raise WaitTimeout(f"gave up waiting for {what} after {timeout:g} s")
         if now >= spin_until:
             time.sleep(nap)
-            nap = min(2 * nap, SLEEP_CAP)
+            nap = min(2 * nap, cap)
 
 
 # --- Backoff: a loop that polls MPI -------------------------------------------------
