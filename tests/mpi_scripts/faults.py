@@ -149,12 +149,14 @@ with section("default max_retries"):
     path = tmp_path("crash-default")
     err = expect_raises(Exception, ray.get, count_and_crash.remote(path), timeout=90)
     check(isinstance(err, WorkerCrashedError), repr(err))
+    check("retries (max_retries) are spent" in str(err), str(err))   # not "set max_retries"
     report("attempts_default_crash", attempts(path))
 
 with section("max_retries=0"):
     path = tmp_path("crash-zero")
     err = expect_raises(Exception, ray.get, count_and_crash.options(max_retries=0).remote(path), timeout=60)
     check(isinstance(err, WorkerCrashedError), repr(err))
+    check("Set max_retries" in str(err), str(err))
     report("attempts_zero_crash", attempts(path))
 
 with section("exceptions are not retried"):

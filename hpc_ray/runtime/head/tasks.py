@@ -301,12 +301,13 @@ class TaskLifecycle:
                             task.spec[m.T_NAME], rank)
                 self.set_task_state(task, READY)
             else:
+                hint = ("Set max_retries to retry crashed tasks." if task.attempts == 1
+                        else "Its retries (max_retries) are spent.")
                 err = WorkerCrashedError(
                     f"the process running {task.spec[m.T_NAME]} on worker rank {rank} "
                     f"({self.head.host_of[rank]}, pid {pid}) died with "
                     f"{describe_exit(exitcode)} "
-                    f"after {task.attempts} attempt(s); the rank goes on serving. "
-                    f"Set max_retries to retry crashed tasks.")
+                    f"after {task.attempts} attempt(s); the rank goes on serving. {hint}")
                 self.fail_task(task, (ERROR, dumps(err)))
         if actor_id is not None:
             self.head.actor_events.actor_died(
