@@ -3,6 +3,7 @@ traceback shows the user's lines (cloudpickle 3.1.3 renames every such code
 object's file "<dynamic-code>")."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import pickle
@@ -27,20 +28,27 @@ class Model:
 '''
 
 
-@pytest.fixture
-def by_value_module(tmp_path):
-    path = tmp_path / "user_code_by_value.py"
-    path.write_text(SOURCE)
-    spec = importlib.util.spec_from_file_location("user_code_by_value", path)
+@contextlib.contextmanager
+def module_by_value(tmp_path, name: str, source: str):
+    """``source`` as module ``name``, pickled by value as cloudpickle treats __main__."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
-    cloudpickle.register_pickle_by_value(mod)   # as cloudpickle treats __main__
+    cloudpickle.register_pickle_by_value(mod)
     try:
         yield mod, str(path)
     finally:
         cloudpickle.unregister_pickle_by_value(mod)
         del sys.modules[spec.name]
+
+
+@pytest.fixture
+def by_value_module(tmp_path):
+    with module_by_value(tmp_path, "user_code_by_value", SOURCE) as got:
+        yield got
 
 
 def frames_of(call, path: str) -> list[str]:
@@ -107,20 +115,10 @@ def test_an_instance_of_a_slotted_class_sent_by_value_comes_back(tmp_path):
     # A __main__ class with __slots__, made in a task and returned: the copy
     # cloudpickle 3.1.3 builds in the worker had no slots, its instances a
     # __dict__, and the driver's class could not take their state.
-    path = tmp_path / "slotted_by_value.py"
-    path.write_text(SLOTTED)
-    spec = importlib.util.spec_from_file_location("slotted_by_value", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    cloudpickle.register_pickle_by_value(mod)
-    try:
+    with module_by_value(tmp_path, "slotted_by_value", SLOTTED) as (mod, _):
         copy = pickle.loads(dumps(mod.OneSlot))
         assert not hasattr(copy(), "__dict__")
         out = subprocess.run([sys.executable, "-c", MAKE_AND_SEND_BACK], input=dumps(mod.make),
                              capture_output=True, timeout=60, check=True)
         back = pickle.loads(out.stdout)
         assert type(back) is mod.Slotted and (back.a, back.b) == (1, 2)
-    finally:
-        cloudpickle.unregister_pickle_by_value(mod)
-        del sys.modules[spec.name]
