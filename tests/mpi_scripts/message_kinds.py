@@ -77,7 +77,7 @@ deliver(m.Wait(m.WAIT, 2, [500, 9999], 2))
 deliver(m.WaitNow(m.WAIT_NOW, 2))
 deliver(m.Release(m.RELEASE, [500]))
 (reply,) = deliver(m.Alloc(m.ALLOC, 3, 100))
-node, off, capacity = reply[2]
+node, off, capacity, freed = reply[2]
 deliver(m.FreeBlocks(m.FREE_BLOCKS, [(off, 100)]))   # as a rank does for a dead executor
 shm_off = head.objects.alloc(0, 256)
 deliver(m.Put(m.PUT, 501, (SHM, 0, shm_off, 256, 0, []), None))

@@ -135,14 +135,17 @@ with section("reference counting"):
 with section("results worth three stores, taken as they come"):
     # The docs' wait loop: each result is dropped once used. The tasks that finish
     # while the store is full wait for the room the driver frees (Ray 0.7 evicted).
-    refs = [make_array.remote(4 << 20, i) for i in range(48)]    # 16 MB each
+    # On one node only: where results must also be copied into the driver's
+    # node, that node can fill with its own ranks' results (README).
+    one_node = len(ray.nodes()) == 1
+    refs = [make_array.remote(4 << 20, i) for i in range(48 if one_node else 0)]  # 16 MB
     got = []
     while refs:
         done, refs = ray.wait(refs)
         got.append(int(ray.get(done[0], timeout=T)[0]))
         del done
         time.sleep(0.02)
-    report("streamed_results", sorted(got) == list(range(48)))
+    report("streamed_results", sorted(got) == list(range(48)) if one_node else "several nodes")
 
 # --- larger than the store ------------------------------------------------------
 
