@@ -158,6 +158,13 @@ def check_call(broken: str | None, size: int, op: str, reduce_op: str, root: int
         raise ValueError(f"{op} root must be in 0..{size - 1}, got {root!r}")
 
 
+def _reduce_all(ufunc, views: list, out: np.ndarray) -> None:
+    """``out`` = every member's view reduced with ``ufunc``."""
+    ufunc(views[0], views[1], out=out)
+    for v in views[2:]:
+        ufunc(out, v, out=out)
+
+
 class _Plan:
     """One kind of operation as one member runs it (``ShmGroup._plan``)."""
 
@@ -298,20 +305,14 @@ class ShmGroup:
         self.seq = s + 1
         h = s & 1
         views = plan.halves[h]
-        hdr = self.hdrs[self.me]
         if plan.write:
             views[self.me][...] = arr
-        hdr[SIG + h] = plan.sig
-        if plan.fence:
-            _fence()
-        hdr[1] = 2 * s + 1
+        self.hdrs[self.me][SIG + h] = plan.sig
+        self._publish(2 * s + 1, fence=plan.fence)
         self._wait(2 * s + 1, plan.op)
         self._check_signatures(h, plan.sig, plan.op)
         if plan.reduces:
-            ufunc = plan.ufunc
-            ufunc(views[0], views[1], out=arr)
-            for v in views[2:]:
-                ufunc(arr, v, out=arr)
+            _reduce_all(plan.ufunc, views, arr)
         elif plan.copies:
             arr[...] = views[plan.root]
 
@@ -378,9 +379,7 @@ class ShmGroup:
         ufunc = _UFUNCS[reduce_op]
         if out.nbytes <= SMALL:
             if op == "allreduce" or me == root:
-                ufunc(views[0], views[1], out=out)
-                for v in views[2:]:
-                    ufunc(out, v, out=out)
+                _reduce_all(ufunc, views, out)
             return
         s = self.seq - 1
         count = out.size

@@ -237,15 +237,13 @@ class DriverContext(context.ContextBase):
 
     def _alloc(self, size: int) -> tuple[int, int]:
         head = self.head
-        if size > head.store_size:
-            raise values.store_full(size, head.store_size, self.node)
 
         def try_alloc() -> tuple:
             with head.lock:
                 drain_refs(head)
                 return (self.node, head.alloc(self.node, size), head.store_size,
                         head.allocators[self.node].freed)
-        return values.allocate(try_alloc, size)
+        return values.allocate(try_alloc, size, head.store_size, self.node)
 
     def put(self, value: Any) -> context.ObjectRef:
         if isinstance(value, context.ObjectRef):

@@ -214,9 +214,8 @@ class ExecutorContext(context.ContextBase):
         return self.caller.wait(ids, num_returns, timeout)
 
     def _alloc(self, size: int) -> tuple[int, int]:
-        if size > self.store_size:
-            raise values.store_full(size, self.store_size, self.node)
-        return values.allocate(lambda: self._request(m.ALLOC, size), size)
+        return values.allocate(lambda: self._request(m.ALLOC, size), size, self.store_size,
+                               self.node)
 
     def put(self, value: Any) -> context.ObjectRef:
         if isinstance(value, context.ObjectRef):

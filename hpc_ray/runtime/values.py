@@ -101,13 +101,17 @@ class _Stalled(Exception):
     pass
 
 
-def allocate(try_alloc: Callable[[], tuple], size: int) -> tuple[int, int]:
-    """(node, offset) of a new store block of ``size`` bytes. ``try_alloc()``
+def allocate(try_alloc: Callable[[], tuple], size: int, store_size: int,
+             node: int) -> tuple[int, int]:
+    """(node, offset) of a new store block of ``size`` bytes in ``node``'s store
+    of ``store_size`` bytes (larger: ObjectStoreFullError at once). ``try_alloc()``
     returns (node, offset or None when the store is full, the store's capacity,
     the bytes it has freed so far). While the store is full and freeing, it is
     tried again after a garbage collection (unreachable refs may hold objects):
     until STORE_FULL_STALL seconds pass with nothing freed, or STORE_FULL_WAIT
     in all."""
+    if size > store_size:
+        raise store_full(size, store_size, node)
     got = try_alloc()
     node = got[0]
     if got[1] is not None:
