@@ -279,6 +279,50 @@ def test_trainables_outside_tune_save_into_directories_of_their_own(tmp_path, mo
     assert b.train()["n"] == 12
 
 
+def test_save_returns_the_checkpoint_path_as_ray_07_did(tmp_path):
+    """0.7's ``save()`` returns the path ``_save`` returned (RLlib's
+    ``checkpoint_1/checkpoint-1``), or the file a dict went into; ``restore``
+    takes that path or its directory."""
+    from hpc_ray.tune import Trainable
+
+    class ToFile(Trainable):
+        def _setup(self, config):
+            self.n = 0
+
+        def _train(self):
+            self.n += 1
+            return {"n": self.n}
+
+        def _save(self, checkpoint_dir):
+            path = os.path.join(checkpoint_dir, f"model-{self.n}")
+            with open(path, "w") as f:
+                f.write(str(self.n))
+            return path
+
+        def _restore(self, path):
+            with open(path) as f:
+                self.n = int(f.read())
+
+    class ToDict(ToFile):
+        def _save(self, checkpoint_dir):
+            return {"n": self.n}
+
+        def _restore(self, state):
+            self.n = state["n"]
+
+    for cls in (ToFile, ToDict):
+        t = cls()
+        t.train()
+        path = t.save(str(tmp_path / cls.__name__))
+        assert os.path.isfile(path) and os.path.dirname(path) == str(tmp_path / cls.__name__)
+        if cls is ToFile:
+            assert os.path.basename(path) == "model-1"
+        for given in (path, os.path.dirname(path)):
+            other = cls()
+            other.restore(given)
+            assert other.train()["n"] == 2
+
+
 def test_track_outside_tune_writes_a_trial_of_its_own(tmp_path):
     with pytest.raises(ValueError, match=r"call tune.track.init\(\) first"):
         tune.track.log(loss=1.0)

@@ -156,7 +156,9 @@ class Trainable:
         return self._train()
 
     def save(self, checkpoint_dir: str | None = None) -> str:
-        """Save the state to a checkpoint directory and return its path."""
+        """Save the state to a checkpoint directory; return the checkpoint's path,
+        as Ray 0.7 does: the path ``_save`` returned, the file of a dict ``_save``
+        returned, else the directory. ``restore`` takes it, or the directory."""
         checkpoint_dir = checkpoint_dir or os.path.join(
             self._files_dir(), f"checkpoint_{self._iteration}")
         os.makedirs(checkpoint_dir, exist_ok=True)
@@ -168,8 +170,10 @@ class Trainable:
                 "timesteps_total": self._timesteps_total,
                 "episodes_total": self._episodes_total,
                 "experiment_id": self._experiment_id, "kind": "dir", "path": None}
+        returned = checkpoint_dir
         if isinstance(saved, dict):
-            with open(os.path.join(checkpoint_dir, _DICT_STATE), "wb") as f:
+            returned = os.path.join(checkpoint_dir, _DICT_STATE)
+            with open(returned, "wb") as f:
                 pickle.dump(saved, f)
             meta["kind"] = "dict"
         elif isinstance(saved, str):
@@ -180,11 +184,12 @@ class Trainable:
                                  f"got {saved!r}")
             meta["kind"] = "path"
             meta["path"] = os.path.relpath(full, root)
+            returned = saved
         elif saved is not None:
             raise TypeError(f"_save() must return a path or a dict, got {type(saved).__name__}")
         with open(os.path.join(checkpoint_dir, _META), "wb") as f:
             pickle.dump(meta, f)
-        return checkpoint_dir
+        return returned
 
     def restore(self, checkpoint_path: str) -> None:
         """Restore the state saved by :meth:`save` at ``checkpoint_path``."""
