@@ -22,8 +22,12 @@ ACTOR_OPTIONS = ("num_cpus", "num_gpus", "resources", "max_restarts", "max_recon
 METHOD_OPTIONS = ("num_returns", "num_return_vals", "max_retries", "max_task_retries")
 
 
-def _method_retries(options: dict, default: int) -> int:
+def _method_retries(options: dict, default: int | None) -> int | None:
+    """A call's retries as ``options`` give them, else ``default`` (None: as the
+    actor's ``max_task_retries`` says, which the head reads)."""
     retries = options.get("max_retries", options.get("max_task_retries", default))
+    if retries is default:
+        return retries
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < -1:
         raise ValueError(f"max_retries must be an int >= -1, got {retries!r}")
     return retries
@@ -33,14 +37,14 @@ def method(*args, **kwargs):
     """Annotate an actor method: ``@method(num_returns=2, max_retries=1)``.
 
     ``max_retries`` (or ``max_task_retries``): how often a call lost with the
-    actor's process runs again on the restarted actor (-1: always; 0, the
-    default: as the actor's ``max_task_retries`` says).
+    actor's process runs again on the restarted actor (-1: always; 0: never;
+    left out: as the actor's ``max_task_retries`` says).
     """
     if args and callable(args[0]) and len(args) == 1 and not kwargs:
         return args[0]
     check_options(kwargs, METHOD_OPTIONS, "method")
     num_returns = num_returns_from(kwargs)
-    retries = _method_retries(kwargs, 0)
+    retries = _method_retries(kwargs, None)
 
     def decorate(fn):
         fn.__hpc_ray_num_returns__ = num_returns
@@ -215,14 +219,14 @@ class ActorMethod:
     __slots__ = ("_target", "_name", "_call_name", "_num_returns", "_check", "_max_retries")
 
     def __init__(self, target: tuple, name: str, num_returns: int,
-                 check=None, max_retries: int = 0) -> None:
+                 check=None, max_retries: int | None = None) -> None:
         self._target = target
         self._name = name
         #: The calls' name in tasks() and the timeline: "Class.method".
         self._call_name = f"{target[1]}.{name}"
         self._num_returns = num_returns
         self._check = check
-        #: Retries of a call lost with the actor's process (0: the actor's
+        #: Retries of a call lost with the actor's process (None: the actor's
         #: max_task_retries); needs max_restarts to have an actor to retry on.
         self._max_retries = max_retries
 
@@ -290,7 +294,7 @@ class ActorHandle:
             raise AttributeError(name)
         if name not in self._meta and name != "__ray_terminate__":
             raise AttributeError(f"actor {self._class_name} has no method {name!r}")
-        num_returns, retries = self._meta.get(name, (1, 0))
+        num_returns, retries = self._meta.get(name, (1, None))
         method = ActorMethod(self._target, name, num_returns, self._checks.get(name), retries)
         if not name.startswith("_"):
             # Kept as an attribute: the next ``handle.name`` finds it without this call.

@@ -40,8 +40,9 @@ def reset_ids() -> None:
     _ids = itertools.count(FIRST_ID)
 
 
-def spec(deps=(), returns=1, retries=0, actor=None, contained=(), resources=None,
+def spec(deps=(), returns=1, retries=None, actor=None, contained=(), resources=None,
          fn="f") -> list:
+    """A task spec; ``retries`` None: 0 for a task, the actor's for an actor call."""
     s = [None] * 13
     s[m.T_ID] = new_id()
     s[m.T_FN] = fn
@@ -51,7 +52,7 @@ def spec(deps=(), returns=1, retries=0, actor=None, contained=(), resources=None
     s[m.T_DEPS] = [(i, oid) for i, oid in enumerate(deps)]
     s[m.T_RETURNS] = [new_id() for _ in range(returns)]
     s[m.T_RES] = resources
-    s[m.T_RETRIES] = retries
+    s[m.T_RETRIES] = 0 if retries is None and actor is None else retries
     s[m.T_MAX_CALLS] = 0
     s[m.T_ACTOR] = actor
     s[m.T_OWNER] = 0

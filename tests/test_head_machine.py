@@ -382,7 +382,7 @@ class HeadMachine(RuleBasedStateMachine):
         held = self._held()
         deps = [data.draw(st.sampled_from(held))] if held and data.draw(st.booleans()) else []
         actor_id = new_id()
-        s = spec(deps, actor=actor_id, fn="A")
+        s = spec(deps, actor=actor_id, fn="A", retries=task_retries)
         resources = {"GPU": gpu} if gpu else {}
         if data.draw(st.booleans()):
             resources["lic"] = 1
@@ -406,7 +406,8 @@ class HeadMachine(RuleBasedStateMachine):
         actor_id = data.draw(st.sampled_from(self.actor_ids))
         held = self._held()
         deps = [data.draw(st.sampled_from(held)) for _ in range(ndeps)] if held else []
-        s = spec(deps, actor=actor_id, fn="A.m", retries=data.draw(st.integers(0, 1)))
+        s = spec(deps, actor=actor_id, fn="A.m",
+                 retries=data.draw(st.sampled_from([None, 0, 1])))
         # The caller's number in the id's high bits (context.set_id_prefix): the
         # driver's is 0, a task's is its rank and executor serial.
         s[m.T_ID] |= caller << CALLER_SHIFT

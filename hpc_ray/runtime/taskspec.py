@@ -82,13 +82,13 @@ def load_args(payload: tuple, deps: list, read: Callable[[int, tuple], Any]):
     return args, kwargs
 
 
-def method_meta(cls: type) -> dict[str, tuple[int, int]]:
+def method_meta(cls: type) -> dict[str, tuple[int, int | None]]:
     """An actor class's methods and their ``(num_returns, max_retries)``, as handles
-    carry them (``@method`` sets both)."""
+    carry them (``@method`` sets both; retries None: the actor's)."""
     import inspect
     meta = {}
     for name, member in inspect.getmembers(cls):
         if callable(member) and (not name.startswith("__") or name == "__call__"):
             meta[name] = (getattr(member, "__hpc_ray_num_returns__", 1),
-                          getattr(member, "__hpc_ray_max_retries__", 0))
+                          getattr(member, "__hpc_ray_max_retries__", None))
     return meta

@@ -261,6 +261,17 @@ with section("actor retries"):
     except ActorDiedError:
         pass
     check(ray.get(c.die_once.remote(tmp_path("exit-no-retry"), "exit"), timeout=60)[1] == 1)
+
+    # A call's max_retries=0 overrides the actor's max_task_retries: the lost call
+    # fails rather than run again (and kill the restarted actor too).
+    d = Phoenix.options(max_restarts=1, max_task_retries=1).remote()
+    try:
+        ray.get(d.die_once.options(max_retries=0).remote(tmp_path("exit-zero"), "exit"),
+                timeout=60)
+        check(False, "a call with max_retries=0 was retried")
+    except ActorDiedError:
+        pass
+    check(ray.get(d.die_once.remote(tmp_path("exit-zero"), "exit"), timeout=60)[1] == 1)
     report("retries", "ok")
 
 

@@ -159,8 +159,8 @@ class TaskLifecycle:
         actor_id = spec[m.T_ACTOR]
         actor = head.actors.get(actor_id) if actor_id is not None else None
         retries = spec[m.T_RETRIES]
-        if actor is not None and not retries:
-            retries = actor.max_task_retries
+        if retries is None:     # an actor call without retries of its own
+            retries = actor.max_task_retries if actor is not None else 0
         task = TaskEntry(spec, resources, scheduler.shape_of(resources), retries)
         head.tasks[spec[m.T_ID]] = task
         objects = head.objects
