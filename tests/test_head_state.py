@@ -153,6 +153,20 @@ def test_a_task_wanting_more_cpus_than_any_node_fails_at_once():
     assert isinstance(err, InfeasibleTaskError) and "CPU" in str(err)
 
 
+def test_an_infeasible_task_names_what_each_kind_of_node_holds():
+    # Node 0: one 1-CPU rank and R; node 1: two 1-CPU ranks (2 CPUs for a wide task).
+    head = Head(4, [0, 0, 1, 1], 1 << 20, ["a", "a", "b", "b"])
+    head.add_worker(1, {"CPU": 1, "GPU": 0, "R": 2}, [], 1001)
+    for r in (2, 3):
+        head.add_worker(r, {"CPU": 1, "GPU": 0}, [], 1000 + r)
+    s = spec_for(resources={"CPU": 3})
+    head.submit(s)
+    head.schedule()
+    err = loads(head.objects[s[m.T_RETURNS][0]].record[1])
+    assert isinstance(err, InfeasibleTaskError)
+    assert "nodes have: {'CPU': 1, 'R': 2}; {'CPU': 2}" in str(err), str(err)
+
+
 def test_a_task_wanting_an_unknown_resource_waits_and_runs_once_it_is_created():
     head = make_head()
     s = spec_for(resources={"CPU": 1, "TPU": 1})

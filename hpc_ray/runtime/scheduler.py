@@ -233,12 +233,17 @@ def pick_wide(workers: Iterable, need: dict, blocked_lend: bool = False):
     return None
 
 
-def largest_worker(workers: Iterable) -> dict:
-    best: dict = {}
-    for w in workers:
-        for k, v in list(w.total.items()) + list(w.pool.total.items()):
-            best[k] = max(best.get(k, 0), v)
-    return best
+def node_totals(workers: Iterable, most: int = 4) -> str:
+    """What the nodes hold, as an error names it: each kind of node's resources
+    (its ranks' CPUs added up, as a wide task may use them, and its pool of GPUs
+    and custom resources), at most ``most`` kinds."""
+    kinds: list[dict] = []
+    for ranks in by_node(workers).values():
+        total = {"CPU": sum(map(_cpu, ranks)), **ranks[0].pool.total}
+        if total not in kinds:
+            kinds.append(total)
+    shown = "; ".join(map(str, kinds[:most]))
+    return shown + (f"; and {len(kinds) - most} other kinds" if len(kinds) > most else "")
 
 
 def prefetch_depth(avg_seconds: float, target_seconds: float, cap: int) -> int:

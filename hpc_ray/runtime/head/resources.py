@@ -293,9 +293,9 @@ class Placement:
         if key in self.head._warned:
             return
         self.head._warned.add(key)
-        have = scheduler.largest_worker(self.head.workers.values())
+        have = scheduler.node_totals(self.head.workers.values())
         warnings.warn(f"{what} needs {resources}, but no worker rank has {until} "
-                      f"(largest: {have}); it stays pending until it fits. Pass resources "
+                      f"(nodes have: {have}); it stays pending until it fits. Pass resources "
                       f"to init(), create them with experimental.set_resource(), or start "
                       f"ranks with more CPUs/GPUs.", stacklevel=2)
 

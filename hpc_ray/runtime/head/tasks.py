@@ -197,7 +197,7 @@ class TaskLifecycle:
         if not self._feasible(task.shape, resources):
             self.fail_task(task, (ERROR, dumps(InfeasibleTaskError(
                 f"{spec[m.T_NAME]} needs {resources}, but no node can ever hold "
-                f"that (largest: {scheduler.largest_worker(head._alive)}); it would wait "
+                f"that (nodes have: {scheduler.node_totals(head._alive)}); it would wait "
                 f"forever. Pass resources to init(), or start ranks with more CPUs or "
                 f"GPUs (SLURM_CPUS_PER_TASK, --gpus-per-node)."))))
             return
