@@ -28,6 +28,7 @@ import threading
 from typing import Callable, TypeVar
 
 from . import _config
+from .runtime import interrupts
 from .runtime.launch import ignore_preempt_signals  # noqa: F401  (re-exported)
 
 __all__ = ["on_preempt", "install_preempt_handler", "ignore_preempt_signals",
@@ -41,6 +42,10 @@ F = TypeVar("F", bound=Callable[[], object])
 #: script forwards it); TERM is the last chance before SIGKILL when no warning
 #: was asked for, with only KillWait seconds (30 by default) left.
 PREEMPT_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
+# Registered when hpc_ray is imported, before the user's exit handlers and
+# init()'s shutdown, so it runs after them (atexit runs the last registered first).
+atexit.register(interrupts.leave_without_finalize)
 
 _hooks: list[Callable[[], object]] = []
 _fired = False
@@ -117,6 +122,11 @@ def _handle(signum: int, frame) -> None:
     _run_hooks()
     if signum != signal.SIGTERM:
         return
+    if interrupts.terminated:
+        # A second SIGTERM (Slurm's to the whole step, after the batch shell's):
+        # the exit is under way, and raising again would cut its clean-up short.
+        return
+    interrupts.terminated = True
     previous = _previous.get(signum)
     if callable(previous):
         previous(signum, frame)

@@ -225,7 +225,7 @@ def test_status_logs_and_cancel_a_running_job(slurm_cluster, job_dir):
     env = job_env(slurm_cluster)
     job = sbatch(slurm_cluster, "--ntasks=3", "--overcommit", "--output=long-%j.out",
                  str(TEMPLATES / "one_node.sbatch"), str(DRIVER), "--sleep", "100",
-                 cwd=job_dir, env=env)
+                 "--atexit", cwd=job_dir, env=env)
     out = job_dir / f"long-{job}.out"
     poll_for(lambda: out.exists() and "tick" in out.read_text(), 60, "the job's first tick",
              lambda: out.read_text() if out.exists() else "no output")
@@ -251,6 +251,12 @@ def test_status_logs_and_cancel_a_running_job(slurm_cluster, job_dir):
     assert cancelled.stdout.strip() == f"cancelled job {job} (was RUNNING)"
     (record,) = wait_job(slurm_cluster, job)
     assert record["JobState"] == "CANCELLED"
+    # Slurm sent SIGTERM to every rank at once: the driver's shutdown did not wait
+    # for ranks that would never confirm, and the user's exit handler ran before
+    # KillWait's SIGKILL (the test cluster's KillWait is 5 s).
+    text = out.read_text()
+    assert "driver atexit ran" in text, text[-3000:]
+    assert "did not confirm the shutdown within" not in text, text[-3000:]
 
     # Following a job that ended reports its end and exits like it: killed by SIGTERM.
     follow = hpc_ray_cli("logs", job, "--follow", env=env, cwd=job_dir)

@@ -31,8 +31,9 @@ from . import context, interrupts, peer_calls, values
 from .caller import Caller
 from .driver_calls import DriverLinks
 from .head import Head
-from .headloop import (DRIVER_SPINS, STOP_WAIT, SUBMIT_BATCH, SUBMIT_QUIET, HeadLoop,
-                       _held, _peer, _submitted, drain_refs, schedule)
+from .headloop import (DRIVER_SPINS, STOP_WAIT, SUBMIT_BATCH, SUBMIT_QUIET,
+                       TERMINATED_STOP_WAIT, HeadLoop, _held, _peer, _submitted, drain_refs,
+                       schedule)
 from .interrupts import deferred
 from .launch import abort_job
 
@@ -374,10 +375,11 @@ class DriverContext(context.ContextBase):
                 head.send(w.rank, (m.SHUTDOWN,))
             head.closing = True  # SHUTDOWN is the last message each rank gets
         loop = self.loop
-        loop.stop_deadline = time.monotonic() + STOP_WAIT
+        wait = TERMINATED_STOP_WAIT if interrupts.terminated else STOP_WAIT
+        loop.stop_deadline = time.monotonic() + wait
         loop.stop_requested = True
         loop.wake()
-        loop.join(STOP_WAIT + 10)
+        loop.join(wait + 10)
         if loop.is_alive() or loop.error:
             self._shutdown_without_comm_thread()
 

@@ -44,7 +44,7 @@ from ..transport import messages as m
 from ..transport.comm import (CommThreadBell, Fetcher, Sender, control_waiting, recv_control,
                               tighten_timer_slack)
 from ..transport.wait import loop_backoff
-from . import context
+from . import context, interrupts
 from .head import Head
 
 logger = logging.getLogger(__name__)
@@ -64,6 +64,11 @@ SUBMIT_QUIET = 0.0002
 #: Seconds shutdown() waits for every worker rank to confirm it has stopped
 #: (a rank first stops its executors, which takes up to 2 s).
 STOP_WAIT = 20.0
+#: The same wait when the driver was sent SIGTERM (``interrupts.terminated``):
+#: Slurm sends it to every process of the step, so the ranks that will confirm
+#: do so within their executors' stop, and the rest of KillWait (30 s by
+#: default, 5 s on some sites) is the user's atexit clean-up's.
+TERMINATED_STOP_WAIT = 3.0
 
 
 class HeadLoop(threading.Thread):
@@ -337,6 +342,13 @@ class HeadLoop(threading.Thread):
             return True
         if time.monotonic() < self.stop_deadline:
             return False
+        if interrupts.terminated:
+            # MPI_Finalize would wait for ranks the same SIGTERM ended.
+            interrupts.skip_finalize = True
+            sys.stderr.write(f"hpc_ray: terminated (SIGTERM); worker ranks {waiting} did not "
+                             f"confirm the shutdown (they were likely terminated too): the "
+                             f"driver leaves without MPI_Finalize\n")
+            return True
         sys.stderr.write(f"hpc_ray: worker ranks {waiting} did not confirm the shutdown "
                          f"within {STOP_WAIT:.0f} s; the MPI job may not end cleanly\n")
         return True

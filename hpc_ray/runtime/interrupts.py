@@ -14,6 +14,13 @@ interrupt reaches the user within one turn of that loop (at most ~0.1 s).
 Only the main thread receives signals in Python, so only its sections count.
 The handler is installed by ``init()`` when SIGINT still has Python's default
 handler, and removed by ``shutdown()``; a handler the user set is left alone.
+
+SIGTERM (Slurm's end of a job, sent to every process of the step) is
+``hpc_ray.preempt``'s: it sets ``terminated`` here before the driver exits, so
+that shutdown waits only briefly for worker ranks the same signal ended, and
+where some did not confirm (``skip_finalize``), ``leave_without_finalize``, the
+driver's last exit handler, ends the process before mpi4py's MPI_Finalize,
+which would wait for them until Slurm's SIGKILL.
 """
 from __future__ import annotations
 
@@ -29,6 +36,10 @@ _get_ident = threading.get_ident
 _depth = 0          # the main thread's nesting of deferred() sections
 _pending = False    # a SIGINT arrived inside a section
 _installed = False
+#: The driver was sent SIGTERM and is exiting (set by ``hpc_ray.preempt``).
+terminated = False
+#: Set by rank 0's shutdown when ``terminated`` and some worker rank did not confirm.
+skip_finalize = False
 
 
 def _on_sigint(signum, frame) -> None:
@@ -81,6 +92,19 @@ def uninstall() -> None:
             signal.signal(signal.SIGINT, signal.default_int_handler)
         _installed = False
         _pending = False
+
+
+def leave_without_finalize() -> None:
+    """An exit handler run after the others (``hpc_ray`` registers it when it is
+    imported): after ``skip_finalize``, leave with SIGTERM's status now."""
+    if skip_finalize:
+        import sys
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(128 + signal.SIGTERM)
 
 
 def ignore_in_workers() -> None:

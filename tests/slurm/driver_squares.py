@@ -4,13 +4,16 @@ Prints one line ``RESULT {json}`` with what a user would check: the squares comp
 by remote tasks, the world size, the session's job id, the nodes, the resources and
 the GPUs that tasks asking for one were given.
 
-    driver_squares.py [ARGS...] [--exit CODE] [--sleep SECONDS] [--unfinished N]
+    driver_squares.py [ARGS...] [--exit CODE] [--sleep SECONDS] [--unfinished N] [--atexit]
 
 ARGS are echoed back; --exit ends the driver with CODE after printing; --sleep keeps
 it running (printing a tick a second) so that a test can look at a running job;
 --unfinished leaves N tiny tasks running when the driver exits (workers are
-still reporting results while the job shuts down).
+still reporting results while the job shuts down); --atexit registers, before
+init(), an exit handler that prints "driver atexit ran" (it runs after hpc_ray's
+shutdown, so it shows the shutdown ended within Slurm's KillWait).
 """
+import atexit
 import faulthandler
 import json
 import os
@@ -47,6 +50,9 @@ def main():
     exit_code = int(option("--exit", 0))
     sleep = float(option("--sleep", 0))
     unfinished = int(option("--unfinished", 0))
+    if "--atexit" in sys.argv:
+        sys.argv.remove("--atexit")
+        atexit.register(print, "driver atexit ran", flush=True)
     info = ray.init()
     resources = ray.cluster_resources()
     gpus = []
