@@ -1,7 +1,8 @@
 """A worker rank's state (``runtime/worker_state.py``) as a state machine, driven
 directly (no MPI, no processes) by random events: tasks (some ``num_cpus=0``,
 some under ``max_calls``) and actor calls arriving, executors starting, finishing
-tasks, blocking in ``get`` and unblocking, lending CPUs from other threads,
+tasks, blocking in ``get`` and unblocking, lending CPUs from other threads or
+from a wait at the nesting limit (DEEP),
 asking the head (get, wait, alloc) and getting its answers, dying at any step, actors created (on the standby executor or a new one), killed
 or ending, the head taking queued tasks back, idle executors retiring.
 
@@ -13,7 +14,8 @@ after every step:
 - every task is in exactly one place: queued, on one live executor, finished,
   reported lost, given back to the head, or with an actor that was killed;
 - nothing goes to an executor that is gone; CPU tasks only to CPU executors that
-  are up, nested ones only to an executor waiting in ``get``; a dispatch starts
+  are up, nested ones only to an executor waiting in ``get`` below the nesting
+  limit; a dispatch starts
   no more CPU tasks than the CPUs that neither tasks nor actors hold;
 - the CPUs lent (BLOCKED sent, less what PROCESS_ENDED gave back) equal what the
   live CPU executors lend; the refs held at the head equal the live executors';
@@ -38,7 +40,7 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant,  
                                  precondition, rule)
 
 from hpc_ray.runtime.worker_state import (EXECUTOR_BATCH, MAX_EXTRA_EXECUTORS,  # noqa: E402
-                                          WorkerState, lends_cpu, thread_lent)
+                                          WorkerState, cpus_lent, thread_lent)
 from hpc_ray.transport import messages as m  # noqa: E402
 
 _ids = itertools.count(1)
@@ -155,7 +157,7 @@ class WorkerStateMachine(RuleBasedStateMachine):
         before = {ex.serial: dict(ex.assigned) for ex in st_.all_executors()}
         retiring = {ex.serial for ex in st_.all_executors() if ex.retiring}
         cpu = [ex for ex in st_.executors if ex.assigned]
-        lent = sum(1 for ex in cpu if thread_lent(ex))
+        lent = sum(ex.deep + thread_lent(ex) for ex in cpu)
         room = max(0, math.ceil(st_.cpus - st_.actor_cpus - 1e-9) - len(cpu) + lent)
         st_.dispatch()
         newly_busy = 0
@@ -167,7 +169,7 @@ class WorkerStateMachine(RuleBasedStateMachine):
             assert ex.serial not in retiring, "a task for an executor whose max_calls are done"
             assert len(new) <= EXECUTOR_BATCH
             if old:                                       # nested in a task waiting in get
-                assert ex.blocked and len(new) == 1
+                assert ex.blocked and not ex.deep and len(new) == 1
             if ex in st_.executors:
                 assert ex.ready and all(not _zero(self.tasks[t]) for t in new)
                 if not old:
@@ -278,6 +280,17 @@ class WorkerStateMachine(RuleBasedStateMachine):
             self.state.on_executor(ex, [(m.LEND, 1)])
         elif ex.lending:
             self.state.on_executor(ex, [(m.LEND, -1)])
+        self.loop()
+
+    @rule(data=st.data(), deep=st.booleans())
+    @precondition(lambda self: self.live(lambda ex: ex.blocked))
+    def executor_waits_deep(self, data, deep):
+        # Only a main thread that already waits (nested tasks on its stack) goes deep.
+        ex = data.draw(st.sampled_from(self.live(lambda ex: ex.blocked)))
+        if deep:
+            self.state.on_executor(ex, [(m.DEEP, 1)])
+        elif ex.deep:
+            self.state.on_executor(ex, [(m.DEEP, -1)])
         self.loop()
 
     @rule(data=st.data(), release=st.booleans())
@@ -393,8 +406,7 @@ class WorkerStateMachine(RuleBasedStateMachine):
     @invariant()
     def lent_cpus_and_holds_agree_with_the_head(self):
         live = self.state.all_executors()
-        assert self.head_lent == sum(ex.blocked + thread_lent(ex) for ex in live
-                                     if lends_cpu(ex))
+        assert self.head_lent == sum(map(cpus_lent, live))
         held = collections.Counter()
         for ex in live:
             held.update({oid: n for oid, n in ex.holds.items()})
@@ -458,3 +470,31 @@ def test_an_actor_that_exits_while_a_thread_waits_gives_back_no_cpu():
     state.executor_died(ex, 0)
     [ended] = [msg for msg in state.out if msg[0] == m.PROCESS_ENDED]
     assert ended[5] == 0
+
+
+def test_a_cpu_lent_by_a_deep_wait_runs_its_task_in_a_spare():
+    # fib(n) on one CPU: the executor's tasks are nested down to the limit, and
+    # the deepest one waits (DEEP). Its CPU is lent to the head, and the task the
+    # head sends for it must start a spare executor, not queue on the deep stack.
+    state = _started()
+    [ex] = state.executors
+    state.on_executor(ex, [(m.EXEC_READY,)])
+    state.task_arrived(spec())
+    state.dispatch()
+    state.on_executor(ex, [(m.BLOCKED, 1)])
+    state.task_arrived(spec())
+    state.dispatch()
+    assert len(ex.assigned) == 2                      # nested below the limit
+    state.out = []
+    state.on_executor(ex, [(m.DEEP, 1)])
+    assert state.out == [(m.BLOCKED, 1)]              # the deep wait lends its CPU
+    task = spec()
+    state.task_arrived(task)
+    state.dispatch()
+    assert task[m.T_ID] not in ex.assigned
+    [spare] = [e for e in state.executors if e.spare]
+    assert spare in state.starts
+    spare.proc, spare.pid = "process", 1000 + spare.serial
+    state.on_executor(spare, [(m.EXEC_READY,)])
+    state.dispatch()
+    assert task[m.T_ID] in spare.assigned

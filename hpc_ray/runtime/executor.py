@@ -83,6 +83,9 @@ class ExecutorContext(context.ContextBase):
         #: What ``_set_gpus`` last recorded, and the CUDA_VISIBLE_DEVICES it makes.
         self.held: Any = _NOT_YET
         self.visible_gpus = ""
+        #: Tasks on this process's stack: the one it runs, and those nested in its
+        #: waits (``executor_transport.MAX_NESTED``).
+        self.depth = 0
         self.current_task_name: str | None = None
         self.current_task_id: int | None = None
         self.last_flush = time.monotonic()
@@ -318,6 +321,7 @@ class ExecutorContext(context.ContextBase):
         if outer[1] is None and self.peer is not None and self.actor_id is None:
             self.peer.new_task()
         self.current_task_name, self.current_task_id = name, tid
+        self.depth += 1
         # (A plain task's: an actor call's refs are the caller's to keep.)
         pinning = spec[m.T_ACTOR] is None and spec[m.T_CONTAINED]
         if pinning:
@@ -347,6 +351,7 @@ class ExecutorContext(context.ContextBase):
         else:
             msg = (m.TASK_DONE, tid, recs, contained or None, t0, time.time(), self.pid)
         finally:
+            self.depth -= 1
             self.current_task_name, self.current_task_id = outer
             if pinning:
                 with transport.lock:
@@ -391,6 +396,20 @@ class ExecutorContext(context.ContextBase):
         os._exit(0)
 
     def _failure_record(self, exc: BaseException, spec: list) -> tuple:
+        try:
+            return self._describe_failure(exc, spec)
+        except (RecursionError, pickle.PicklingError):
+            # The task failed deep in its own recursion, so formatting and pickling
+            # its error overflowed too (cloudpickle says PicklingError): describe
+            # it again with room to spare, or the caller would never hear of it.
+            limit = sys.getrecursionlimit()
+            sys.setrecursionlimit(limit + 2000)
+            try:
+                return self._describe_failure(exc, spec)
+            finally:
+                sys.setrecursionlimit(limit)
+
+    def _describe_failure(self, exc: BaseException, spec: list) -> tuple:
         if isinstance(exc, _DepFailed):
             return exc.record   # as the head fails a call whose argument failed
         name = spec[m.T_NAME]

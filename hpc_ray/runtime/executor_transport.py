@@ -10,7 +10,11 @@ another thread already does, and whoever reads files replies by request id and
 leaves the rest (EXECUTE, ...) for the main thread, the only one that runs
 tasks. A thread other than the main one never runs nested work; its long wait
 in a task lends the task's CPU with LEND instead of BLOCKED, and the rank runs
-what it gets for that CPU in a spare executor.
+what it gets for that CPU in a spare executor. So does the main thread's wait
+with ``MAX_NESTED`` tasks on its stack (DEEP): each nested task takes about a
+dozen frames, and a recursive program (a task that gets the tasks it submits,
+``fib``) would otherwise pile its tasks onto one stack until Python's recursion
+limit failed one.
 """
 from __future__ import annotations
 
@@ -29,6 +33,11 @@ from ..transport import messages as m
 from ..transport.serialization import loads
 from ..transport.wait import Spinner
 from . import peer_calls
+
+#: Tasks on an executor's stack (``ExecutorContext.depth``) beyond which its
+#: main thread's waits run no more nested tasks (DEEP): about 15 frames each,
+#: well inside Python's recursion limit of 1000 with the user's own frames.
+MAX_NESTED = 24
 
 
 class ExecutorTransport:
@@ -262,7 +271,12 @@ class ExecutorTransport:
         at the timeout, ``on_timeout()`` is called once, or GetTimeoutError raised."""
         main = threading.get_ident() == self.main_thread
         deadline = None if timeout is None else time.monotonic() + timeout
-        nested = blocking and main and self.owner.actor_id is None
+        task = main and self.owner.actor_id is None
+        # At the nesting limit: what is already in the inbox (sent for this
+        # executor before the rank heard DEEP) still runs here, nothing more comes.
+        deep = task and self.owner.depth >= MAX_NESTED
+        lends = (m.DEEP, 1) if deep else (m.BLOCKED, 1)
+        nested = blocking and task
         blocked = False
         read = False     # at the timeout, one read first: a timeout of 0 sees what came
         try:
@@ -273,7 +287,7 @@ class ExecutorTransport:
                     if msg[0] == m.EXECUTE and not blocked:
                         # Running other work here: let the scheduler count our CPU as free.
                         blocked = True
-                        self.emit((m.BLOCKED, 1))
+                        self.emit(lends)
                     self.owner.handle(msg)
                     continue
                 self.owner.flush()
@@ -298,14 +312,14 @@ class ExecutorTransport:
                     if deadline is not None and time.monotonic() >= deadline:
                         continue
                     blocked = True
-                    self.emit((m.BLOCKED, 1) if main else (m.LEND, 1))
+                    self.emit(lends if main else (m.LEND, 1))
                     self.owner.flush()
                     continue
                 self.recv(None if left is None else min(left, 0.05))
         finally:
             if blocked:
-                if not main:
-                    self.emit((m.LEND, -1))
+                if not main or deep:
+                    self.emit((m.LEND, -1) if not main else (m.DEEP, -1))
                     self.owner.flush()
                 elif self.owner.actor_id is None:
                     self.stop_lending()

@@ -55,7 +55,7 @@ class Executor:
 
     __slots__ = ("serial", "proc", "pid", "known_fns", "assigned", "blocked", "actor_id",
                  "calls", "retiring", "ready", "holds", "unsealed", "extra", "idle_since",
-                 "cpus", "lending", "spare", "gone", "outbox", "for_actor")
+                 "cpus", "lending", "spare", "gone", "outbox", "for_actor", "deep")
 
     def __init__(self, serial: int, actor_id: int | None, now: float) -> None:
         self.serial = serial
@@ -79,6 +79,9 @@ class Executor:
         self.extra = False
         #: Threads of its task other than the main one waiting in get() (LEND).
         self.lending = 0
+        #: Waits of its main thread at the nesting limit (DEEP): each lends its
+        #: CPU as BLOCKED does, but the tasks that CPU runs go to other executors.
+        self.deep = 0
         #: A CPU executor started to run tasks on CPUs such threads lend; stopped
         #: when idle (the rank keeps one CPU executor per CPU otherwise).
         self.spare = False
@@ -123,6 +126,18 @@ def thread_lent(ex: Executor) -> bool:
     one (LEND) while the main thread is not waiting itself: the lent CPU runs
     tasks in another executor (the main thread lends by running them nested)."""
     return ex.lending > 0 and not ex.blocked
+
+
+def cpus_lent(ex: Executor) -> int:
+    """The CPUs ``ex`` lends the head (BLOCKED sent for it): one per waiting
+    level of its main thread, nested or deep, or one while only other threads wait."""
+    return ex.blocked + ex.deep + thread_lent(ex) if lends_cpu(ex) else 0
+
+
+def takes_nested(ex: Executor) -> bool:
+    """Whether a task may go to ``ex`` nested: its main thread waits in ``get``
+    below the nesting limit (a deep wait runs none)."""
+    return bool(ex.assigned and ex.blocked and not ex.deep)
 
 
 def no_cpu(spec: list) -> bool:
@@ -355,7 +370,7 @@ class WorkerState:
                 for off, _size in blocks:
                     ex.unsealed.pop(off, None)
                 out.append(msg)
-            elif kind == m.BLOCKED or kind == m.LEND:
+            elif kind == m.BLOCKED or kind == m.LEND or kind == m.DEEP:
                 _, delta = msg
                 self._lend(ex, kind, delta)
             elif kind == m.UNBLOCK:
@@ -378,17 +393,16 @@ class WorkerState:
         return left
 
     def _lend(self, ex: Executor, kind: int, n: int) -> None:
-        """The head counts the CPUs lent: one per waiting main thread (each nested
-        level holds one), or one while only other threads wait."""
-        was = thread_lent(ex)
-        main = 0
+        """The head counts the CPUs lent (``cpus_lent``)."""
+        was = cpus_lent(ex)
         if kind == m.LEND:
             ex.lending += n
+        elif kind == m.DEEP:
+            ex.deep += n
         else:
-            main = n if kind == m.BLOCKED else -1
-            ex.blocked += main
-        delta = main + thread_lent(ex) - was
-        if delta and lends_cpu(ex):
+            ex.blocked += n if kind == m.BLOCKED else -1
+        delta = cpus_lent(ex) - was
+        if delta:
             self.out.append((m.BLOCKED, delta))
         if kind == m.UNBLOCK:
             # No nested task goes to ``ex`` after this (unless it blocks again);
@@ -428,18 +442,18 @@ class WorkerState:
         task waits in ``get`` (its CPU is lent meanwhile)."""
         ready = [ex for ex in self.executors if ex.ready and not ex.retiring]
         running = [ex for ex in self.executors if ex.assigned]
-        lent = sum(1 for ex in running if thread_lent(ex))
+        lent = sum(ex.deep + thread_lent(ex) for ex in running)
         room = max(0, math.ceil(self.cpus - self.actor_cpus - 1e-9) - len(running) + lent)
         idle = [ex for ex in ready if not ex.assigned][:room]
         if lent and len(idle) < room:
-            # A CPU lent by a thread runs its task in another process: start
-            # spares for the lent CPUs that no idle executor can take.
+            # A CPU lent by a thread, or by a deep wait, runs its task in another
+            # process: start spares for the lent CPUs that no idle executor can take.
             starting = sum(1 for ex in self.executors if not ex.ready)
             for _ in range(min(room - len(idle), lent) - starting):
                 spare = self._new()
                 spare.spare = True
                 self.executors.append(spare)
-        return idle + [ex for ex in ready if ex.assigned and ex.blocked]
+        return idle + [ex for ex in ready if takes_nested(ex)]
 
     def _dispatch_zero_cpu(self) -> None:
         """num_cpus=0 tasks: to idle extra executors, to new ones while fewer than
@@ -460,7 +474,7 @@ class WorkerState:
             self.extras.append(ex)
             self._dispatch(queue, [ex], per_executor=1)  # read once it has started
         if queue and len(self.extras) >= MAX_EXTRA_EXECUTORS:
-            self._dispatch(queue, [ex for ex in self.extras if ex.ready and ex.blocked
+            self._dispatch(queue, [ex for ex in self.extras if ex.ready and takes_nested(ex)
                                    and not ex.retiring])
 
     def _dispatch(self, queue: collections.deque, idle: list, per_executor: int = 0) -> None:
@@ -532,8 +546,8 @@ class WorkerState:
         blocks = list(ex.unsealed.items())
         ex.unsealed = {}
         reqs = self.requests.process_gone(ex)
-        lent = ex.blocked + thread_lent(ex) if lends_cpu(ex) else 0
-        ex.blocked = ex.lending = 0
+        lent = cpus_lent(ex)
+        ex.blocked = ex.lending = ex.deep = 0
         self.out.append((m.PROCESS_ENDED, ex.pid, holds, blocks, reqs, lent, list(lost),
                          exitcode, actor_id))
 

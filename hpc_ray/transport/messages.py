@@ -88,6 +88,7 @@ class Msg(enum.IntEnum):
     LEND = 35
     UNPIN = 36
     DIRECT_DONE = 37
+    DEEP = 38
     EXEC_READY = 40
     ALIVE = 41
 
@@ -127,6 +128,7 @@ LOG = Msg.LOG.value
 DIRECT_HELLO = Msg.DIRECT_HELLO.value
 UNBLOCK = Msg.UNBLOCK.value
 LEND = Msg.LEND.value
+DEEP = Msg.DEEP.value
 UNPIN = Msg.UNPIN.value
 DIRECT_DONE = Msg.DIRECT_DONE.value
 ALIVE = Msg.ALIVE.value
@@ -316,6 +318,15 @@ class Unblock(NamedTuple):
     req_id: int
 
 
+class Deep(NamedTuple):
+    """The executor's main thread waits in get() with ``executor.MAX_NESTED``
+    tasks on its stack (+1), or no longer does (-1): its CPU is lent as with
+    BLOCKED, but it runs no more nested tasks, so the rank runs them in another
+    executor. Executor -> ``WorkerLoop.on_executor`` (BLOCKED to the head)."""
+    kind: int
+    delta: int
+
+
 class Lend(NamedTuple):
     """A thread of the executor's task other than the main one waits in get()
     (+1), or no longer does (-1): the task's CPU may run another task meanwhile,
@@ -462,7 +473,7 @@ SCHEMA: dict[int, type] = {
     ACTOR_READY: ActorReady, ACTOR_DIED: ActorDied, CONTROL_CALL: ControlCall,
     PROFILE: Profile, RETURNED: Returned, STOPPED: Stopped, FREE_BLOCKS: FreeBlocks,
     FETCH: Fetch, COLLECTIVE_OP: CollectiveOp, EXEC_READY: ExecReady, LOG: Log,
-    DIRECT_HELLO: DirectHello, UNBLOCK: Unblock, LEND: Lend, UNPIN: Unpin,
+    DIRECT_HELLO: DirectHello, UNBLOCK: Unblock, LEND: Lend, DEEP: Deep, UNPIN: Unpin,
     DIRECT_DONE: DirectDone, ALIVE: Alive,
 }
 

@@ -205,6 +205,10 @@ with section("nested tasks"):
     check(ray.get(chain.remote(4 * NUM_WORKERS)) == 4 * NUM_WORKERS)
     check(ray.get(fib.remote(7)) == 13)
     check(ray.get(tree.remote(3, 3)) == 27)
+    # Deeper than one executor's stack holds (executor_transport.MAX_NESTED): the
+    # waits at the limit lend their CPU to spare executors instead of nesting.
+    check(ray.get(fib.remote(12), timeout=120) == 144)
+    check(ray.get(tree.remote(5, 4), timeout=120) == 1024)
     check(ray.get(ray.get(submit_only.remote(1))[0]) == 2)
     report("nested", "done")
 
