@@ -445,3 +445,12 @@ def test_threads_noting_and_clearing_head_calls_lose_none():
     assert errors == []
     assert lost == []
     assert caller.head_calls == {}
+
+
+def test_an_actors_calls_to_itself_go_through_the_head():
+    """Direct, a call an actor makes to itself would queue behind the method
+    making it, and the ref it returns would wait for that answer (promote)."""
+    from hpc_ray.runtime.peer_calls import HEAD
+    caller = PeerCaller("self", {}, {}, threading.Lock())
+    caller.own_actor = ACTOR
+    assert caller.route(call_spec(True)) == (HEAD, None)

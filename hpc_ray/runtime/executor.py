@@ -461,6 +461,8 @@ class ExecutorContext(context.ContextBase):
 
     def create_actor_here(self, spec: list) -> None:
         self.actor_id = spec[m.T_ACTOR]
+        if self.peer is not None:
+            self.peer.own_actor = self.actor_id
         # An actor's waits for its next call spin as before, crowd or not: driver
         # threads calling actors ran slower with the actors blocking meanwhile.
         self.transport.spinner.look = False

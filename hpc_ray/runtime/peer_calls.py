@@ -270,6 +270,10 @@ class PeerCaller:
         #: the head knows too (``settle``), or it could go to that process.
         self.dead: dict[int, int] = {}
         self.refused: dict[int, float] = {}
+        #: The actor this process is, if any: its calls to itself go through the
+        #: head. Direct, the ref of one that a method returned or passed on would
+        #: wait for its answer (``Caller.promote``), queued behind that method.
+        self.own_actor: int | None = None
 
     def escaping(self, spec: list) -> list[int]:
         """The objects a call's arguments refer to, where some may be this caller's
@@ -331,6 +335,7 @@ class PeerCaller:
         link = self.links.get(actor_id)
         if self.head_calls.get(actor_id) or not direct_eligible(spec) \
                 or not deps_ready or actor_id in self.head_only or actor_id in self.fenced \
+                or actor_id == self.own_actor \
                 or self.fence_all and actor_id not in self.fence_passed:
             # Through the head it could overtake the direct calls still in flight.
             return (DRAIN, link) if link is not None and link.inflight else (HEAD, None)

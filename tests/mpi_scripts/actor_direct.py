@@ -140,6 +140,31 @@ check(ray.get(died, timeout=30) == "survived", "the lost call ran again on the n
 check(second != first, f"the actor was restarted in a new process ({first} -> {second})")
 check(ray.get([p.pid.remote() for _ in range(50)], timeout=30) == [second] * 50)
 ray.kill(p)
+
+
+# An actor that calls itself through its own handle and returns the ref (alone,
+# or in a list): the call waits behind the method that made it, so its ref must
+# leave without waiting for its answer.
+@ray.remote
+class Selfish:
+    def five(self):
+        return 5
+
+    def keep(self, me):
+        self.me = me
+
+    def call_me(self):
+        return self.me.five.remote()
+
+    def call_me_in_a_list(self):
+        return [self.me.five.remote()]
+
+
+s = Selfish.remote()
+ray.get(s.keep.remote(s), timeout=30)
+check(ray.get(ray.get(s.call_me.remote(), timeout=30), timeout=30) == 5)
+check(ray.get(ray.get(s.call_me_in_a_list.remote(), timeout=30)[0], timeout=30) == 5)
+ray.kill(s)
 ray.kill(log)
 ray.shutdown()
 ok("actor_direct")
