@@ -352,6 +352,9 @@ class ExecutorContext(context.ContextBase):
             msg = (m.TASK_DONE, tid, recs, contained or None, t0, time.time(), self.pid)
         finally:
             self.depth -= 1
+            for stream in (sys.stdout, sys.stderr):
+                if isinstance(stream, Output):
+                    stream.end_line()
             self.current_task_name, self.current_task_id = outer
             if pinning:
                 with transport.lock:

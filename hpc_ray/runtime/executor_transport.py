@@ -357,13 +357,23 @@ class ExecutorTransport:
 
 
 class Output(io.TextIOWrapper):
-    """An executor's sys.stdout/sys.stderr: notes that a call printed something."""
+    """An executor's sys.stdout/sys.stderr: notes that a call printed something,
+    and whether it left a line open (``end_line``)."""
 
     printed = False
+    open_line = False
 
     def write(self, s: str) -> int:
         Output.printed = True
+        if s:
+            self.open_line = s[-1] != "\n"
         return super().write(s)
+
+    def end_line(self) -> None:
+        """A task ended with a line open: end it, so that the rank, which passes
+        on whole lines, passes it on before the task's result."""
+        if self.open_line:
+            self.write("\n")
 
 
 def noting_output(f):

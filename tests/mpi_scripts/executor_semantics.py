@@ -187,6 +187,7 @@ def chatty(tag):
     sys.stdout.flush()
     time.sleep(0.05)
     sys.stdout.write("part two\n")
+    sys.stdout.write(f"no newline after {tag}")     # the task's last line, left open
     return os.getpid()
 
 
@@ -218,6 +219,8 @@ with section("prints"):
     check(re.search(rf"^\(pid={pid}, rank=\d+\) oops from task T1$", err.text(), re.M),
           f"stderr: {err.text()!r}")
     check("oops" not in out.text() and "hello" not in err.text())
+    check(re.search(rf"^\(pid={pid}, rank=\d+\) no newline after T1$", out.text(), re.M),
+          f"a last line without its newline: {out.text()!r}")
     report("prints", {"pid": pid, "actor_pid": apid})
 
 
