@@ -390,3 +390,45 @@ def test_old_env_names_and_continuous_actions():
     trainer = pg.PGTrainer(env="MountainCar-v0", config=dict(LOCAL, train_batch_size=200))
     assert trainer.train()["timesteps_total"] == 200
     trainer.stop()
+
+
+class PhasedCartPole(gym.Env):
+    """CartPole with a curriculum phase the trainer sets (the 0.7 docs' example)."""
+
+    def __init__(self, config):
+        self.inner = gym.make("CartPole-v1")
+        self.observation_space, self.action_space = self.inner.observation_space, \
+            self.inner.action_space
+        self.phase = 0
+
+    def set_phase(self, phase):
+        self.phase = phase
+        return phase
+
+    def reset(self, *, seed=None, options=None):
+        return self.inner.reset(seed=seed)
+
+    def step(self, action):
+        return self.inner.step(action)
+
+
+def test_foreach_env_sets_a_curriculum_phase_on_every_env():
+    # Ray 0.7's curriculum learning: foreach_worker(lambda ev: ev.foreach_env(...)).
+    tune.register_env("phased_cartpole", lambda cfg: PhasedCartPole(cfg))
+    trainer = pg.PGTrainer(env="phased_cartpole", config=dict(
+        LOCAL, num_envs_per_worker=2, train_batch_size=100))
+    trainer.train()
+    out = trainer.workers.foreach_worker(
+        lambda ev: ev.foreach_env(lambda env: env.set_phase(2)))
+    assert out == [[2, 2]]
+    envs = trainer.workers.local_worker().async_env.get_unwrapped()
+    assert [e.phase for e in envs] == [2, 2]
+    trainer.stop()
+
+    class OpaqueBaseEnv:  # a BaseEnv with no sub-envs to show: func gets it whole
+        def get_unwrapped(self):
+            return []
+
+    base = OpaqueBaseEnv()
+    holder = type("W", (), {"async_env": base})()
+    assert RolloutWorker.foreach_env(holder, lambda env: env) == [base]
