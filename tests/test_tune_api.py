@@ -79,6 +79,55 @@ def test_run_result_is_a_list_of_trials_and_an_analysis(tmp_path):
         result.nonsense
 
 
+# --- checkpoints kept -----------------------------------------------------------------
+
+
+def _checkpoint_every_iteration(trial, scores):
+    from hpc_ray.tune import checkpoints
+    from hpc_ray.tune.trainable import pack_dir
+
+    src = os.path.dirname(trial.logdir)
+    data = pack_dir(src)
+    for i, score in enumerate(scores, 1):
+        trial.last_result = {"training_iteration": i, "acc": score}
+        checkpoints.remove(checkpoints.store(trial, data, i))
+    return sorted(c.iteration for c in trial.checkpoints)
+
+
+@pytest.mark.parametrize("attr, kept", [
+    (None, [4, 5]),                   # 0.7's default, training_iteration: the newest
+    ("training_iteration", [4, 5]),
+    ("acc", [2, 4, 5]),               # the best two (0.9, 0.8), and the newest (0.1)
+    ("min-acc", [1, 5]),              # the lowest two (0.05, and 0.01 the newest)
+])
+def test_keep_checkpoints_num_keeps_the_best_by_checkpoint_score_attr(tmp_path, attr, kept):
+    from hpc_ray.tune.experiment import Experiment
+
+    exp = Experiment("e", _train, keep_checkpoints_num=2, checkpoint_score_attr=attr,
+                     local_dir=str(tmp_path))
+    trial = exp.make_trial({}, "")
+    trial.logdir = str(tmp_path / "e" / "t")
+    os.makedirs(trial.logdir)
+    scores = [0.2, 0.9, 0.3, 0.8, 0.1] if attr != "min-acc" else [0.05, 0.9, 0.2, 0.8, 0.01]
+    assert _checkpoint_every_iteration(trial, scores) == kept
+    on_disk = sorted(int(d.split("_")[1]) for d in os.listdir(trial.logdir))
+    assert on_disk == kept
+    # The newest is the trial's checkpoint (restarts, resume and PBT use it).
+    assert trial.checkpoint.iteration == 5 and os.path.isdir(trial.checkpoint.path)
+    again = Trial.from_state(json.loads(json.dumps(trial.to_state())))
+    assert again.checkpoint_score_attr == attr
+    assert [(c.iteration, c.score) for c in again.checkpoints] == \
+        [(c.iteration, c.score) for c in trial.checkpoints]
+    assert Experiment.from_json("e", exp.spec).checkpoint_score_attr == attr
+
+
+def test_checkpoint_score_attr_must_be_a_result_key():
+    from hpc_ray.tune.experiment import Experiment
+
+    with pytest.raises(ValueError, match="checkpoint_score_attr must be a result key"):
+        Experiment("e", _train, checkpoint_score_attr=3)
+
+
 # --- experiment specs ---------------------------------------------------------------
 
 

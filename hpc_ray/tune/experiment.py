@@ -106,6 +106,10 @@ class Experiment:
         self.checkpoint_freq = checkpoint_freq
         self.checkpoint_at_end = checkpoint_at_end
         self.keep_checkpoints_num = keep_checkpoints_num
+        if checkpoint_score_attr is not None and not isinstance(checkpoint_score_attr, str):
+            raise ValueError(f"checkpoint_score_attr must be a result key (or 'min-<key>'), "
+                             f"got {checkpoint_score_attr!r}")
+        self.checkpoint_score_attr = checkpoint_score_attr
         self.export_formats = list(export_formats or [])
         self.max_failures = max_failures
         self.restore = restore
@@ -136,6 +140,7 @@ class Experiment:
                 "checkpoint_freq": self.checkpoint_freq,
                 "checkpoint_at_end": self.checkpoint_at_end,
                 "keep_checkpoints_num": self.keep_checkpoints_num,
+                "checkpoint_score_attr": self.checkpoint_score_attr,
                 "export_formats": self.export_formats, "max_failures": self.max_failures,
                 "restore": self.restore}
 
@@ -172,7 +177,8 @@ class Experiment:
                      self.stop, self.checkpoint_freq, self.checkpoint_at_end,
                      self.keep_checkpoints_num, self.max_failures, self.experiment_dir,
                      self.trial_name_creator, loggers=self.loggers,
-                     export_formats=self.export_formats)
+                     export_formats=self.export_formats,
+                     checkpoint_score_attr=self.checkpoint_score_attr)
 
 
 def _has_functions(given: Any) -> bool:

@@ -63,7 +63,11 @@ def run(run_or_experiment, name: str | None = None, stop: dict | None = None,
             JSON, CSV and TensorBoard loggers.
         checkpoint_freq: checkpoint every this many iterations (class trainables).
         checkpoint_at_end: checkpoint when a trial ends.
-        keep_checkpoints_num: keep only this many newest checkpoints per trial.
+        keep_checkpoints_num: keep only this many checkpoints per trial: the
+            best by ``checkpoint_score_attr``, and always the newest.
+        checkpoint_score_attr: the result attribute that ranks checkpoints
+            (``"min-<attr>"``: lower is better); default ``training_iteration``
+            (the newest are kept).
         export_formats: formats ``Trainable._export_model`` exports into the
             trial's directory when the trial ends.
         max_failures: restart a failed trial (from its last checkpoint, or from
@@ -103,6 +107,7 @@ def run(run_or_experiment, name: str | None = None, stop: dict | None = None,
                                 checkpoint_freq=checkpoint_freq,
                                 checkpoint_at_end=checkpoint_at_end,
                                 keep_checkpoints_num=keep_checkpoints_num,
+                                checkpoint_score_attr=checkpoint_score_attr,
                                 loggers=loggers, export_formats=export_formats,
                                 max_failures=max_failures, restore=restore)
     trials = run_experiments([experiment], search_alg=search_alg, scheduler=scheduler,
