@@ -122,6 +122,8 @@ def test_default_configs_and_result_keys():
                 "training_iteration", "info", "time_this_iter_s"):
         assert key in result, key
     assert result["timesteps_total"] >= 400
+    assert result["config"]["train_batch_size"] == 400  # the merged config, as 0.7
+    assert result["timesteps_since_restore"] == result["timesteps_total"]
     assert "learner" in result["info"] and result["info"]["num_steps_sampled"] >= 400
     assert trainer.get_policy().get_weights()
     assert trainer.workers.foreach_worker(lambda w: w.worker_index) == [0]

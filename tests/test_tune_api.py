@@ -281,6 +281,49 @@ def test_unified_logger_and_pretty_print(tmp_path):
     assert "loss: 0.5" in text and "steps: 3" in text and "lr" not in text
 
 
+def test_results_carry_config_neg_mean_loss_and_timesteps_since_restore(tmp_path):
+    import csv
+
+    from hpc_ray.tune.logger import CSVLogger, JsonLogger
+
+    class Model(tune.Trainable):
+        def _train(self):
+            return {"mean_loss": 2.0, "timesteps_this_iter": 10}
+
+        def _save(self, checkpoint_dir):
+            return {}
+
+        def _restore(self, state):
+            pass
+
+    model = Model({"lr": 0.1, "net": {"width": 4}})
+    model.train()
+    result = model.train()
+    assert result["config"] == {"lr": 0.1, "net": {"width": 4}}
+    assert result["neg_mean_loss"] == -2.0
+    assert result["timesteps_since_restore"] == 20 and result["timesteps_total"] == 20
+    path = model.save(str(tmp_path / "ckpt"))
+    model.restore(path)
+    assert model.train()["timesteps_since_restore"] == 10
+    model.config = dict(model.config, lr=0.2)  # as PBT's exploit sets it
+    last = model.train()
+    assert last["config"]["lr"] == 0.2
+    for cls in (CSVLogger, JsonLogger):
+        log = cls(model.config, str(tmp_path))
+        log.on_result(result)
+        log.on_result(last)
+        log.close()
+    with open(tmp_path / "progress.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    # One column holding the config as JSON text, not a column per key.
+    assert [json.loads(r["config"])["lr"] for r in rows] == [0.1, 0.2]
+    assert not any(k.startswith("config/") for k in rows[0])
+    lines = (tmp_path / "result.json").read_text().splitlines()
+    assert json.loads(lines[-1])["config"] == {"lr": 0.2, "net": {"width": 4}}
+    analysis = tune.ExperimentAnalysis(str(tmp_path))
+    assert analysis.dataframe()["config/lr"].tolist() == [0.2]
+
+
 def test_trainable_on_its_own_logs_through_logger_creator(tmp_path):
     from hpc_ray.tune.logger import UnifiedLogger
 

@@ -43,7 +43,8 @@ def trial_line(trial: Trial) -> str:
         parts.append(f"{r[R.TIME_TOTAL_S]:.3g} s")
     shown = {R.TRAINING_ITERATION, R.TIME_TOTAL_S, R.DONE, R.PID, R.HOSTNAME, R.NODE_IP,
              R.TIME_THIS_ITER_S, R.EXPERIMENT_ID, R.TRIAL_ID, "date", "timestamp",
-             "time_since_restore", "iterations_since_restore", "experiment_tag"}
+             "time_since_restore", "iterations_since_restore", "experiment_tag",
+             R.TIMESTEPS_SINCE_RESTORE, R.NEG_MEAN_LOSS}
     metrics = [f"{k}={_fmt(v)}" for k, v in r.items()
                if k not in shown and isinstance(v, (int, float)) and not isinstance(v, bool)]
     parts += metrics[:4]
