@@ -227,6 +227,28 @@ def test_status_table_lists_trials_by_state():
     assert f"{trials[0]}: RUNNING [pid=42], 3 iter, 1.5 s, mean_loss=0.25" in text
 
 
+def test_verbose_2_prints_each_trials_results(capsys):
+    from hpc_ray.tune.progress import ProgressReporter
+    from hpc_ray.tune.schedulers import FIFOScheduler
+    from hpc_ray.tune.trial import Trial
+
+    trial = Trial("train", {"x": 1}, experiment_tag="0_x=1")
+    result = {"training_iteration": 1, "mean_loss": 0.25, "config": {"x": 1}}
+    for verbose in (1, 2):
+        reporter = ProgressReporter(verbose, "/results/exp", FIFOScheduler(), {"CPU": 2})
+        reporter.trial_result(trial, result)
+        reporter.trial_result(trial, dict(result, training_iteration=2))  # within 5 s
+        reporter.trial_result(trial, dict(result, training_iteration=3), final=True)
+        out = capsys.readouterr().out
+        if verbose == 1:
+            assert out == ""
+            continue
+        assert out.count(f"Result for {trial}:") == 2
+        assert "  mean_loss: 0.25" in out or '"mean_loss": 0.25' in out
+        assert "training_iteration: 3" in out or '"training_iteration": 3' in out
+        assert "training_iteration: 2" not in out and '"training_iteration": 2' not in out
+
+
 def test_optuna_search_error_without_optuna(monkeypatch):
     import builtins
 

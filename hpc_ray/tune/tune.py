@@ -74,7 +74,9 @@ def run(run_or_experiment, name: str | None = None, stop: dict | None = None,
             scratch without one) up to this many times; -1: without limit.
         search_alg: a search algorithm (default ``BasicVariantGenerator``).
         scheduler: a trial scheduler (default ``FIFOScheduler``).
-        verbose: 0 silent, 1 or 2: the status table, throttled.
+        verbose: 0 silent, 1: the status table, throttled; 2: also each
+            trial's results ("Result for <trial>:"), at most every 5 s per
+            trial and its last one.
         resume: True: continue the experiment in ``local_dir/name`` from its
             state file (finished trials stay finished, the others continue from
             their checkpoints); without a state file it starts afresh.
