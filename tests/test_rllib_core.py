@@ -434,3 +434,40 @@ def test_foreach_env_sets_a_curriculum_phase_on_every_env():
     base = OpaqueBaseEnv()
     holder = type("W", (), {"async_env": base})()
     assert RolloutWorker.foreach_env(holder, lambda env: env) == [base]
+
+
+def test_ray_07_utility_names():
+    from hpc_ray.rllib.optimizers import AsyncSamplesOptimizer, PolicyOptimizer
+    from hpc_ray.rllib.utils import deep_update, merge_dicts
+    from hpc_ray.rllib.utils.annotations import DeveloperAPI, PublicAPI, override
+
+    assert issubclass(AsyncSamplesOptimizer, PolicyOptimizer)
+    # The docs' APEX_DEFAULT_CONFIG = merge_dicts(DQN_CONFIG, {...}): a deep copy.
+    base = {"lr": 1.0, "optimizer": {"a": 1, "b": 2}}
+    merged = merge_dicts(base, {"optimizer": {"b": 3, "c": 4}, "new": 5})
+    assert merged == {"lr": 1.0, "optimizer": {"a": 1, "b": 3, "c": 4}, "new": 5}
+    assert base == {"lr": 1.0, "optimizer": {"a": 1, "b": 2}}
+    with pytest.raises(ValueError, match="Unknown config parameter `x`"):
+        deep_update({"lr": 1}, {"x": 2}, False, [])
+    with pytest.raises(ValueError, match="Unknown config parameter `c`"):
+        deep_update({"optimizer": {"a": 1}}, {"optimizer": {"c": 2}}, False, [])
+    out = deep_update({"optimizer": {"a": 1}}, {"optimizer": {"c": 2}}, False, ["optimizer"])
+    assert out == {"optimizer": {"a": 1, "c": 2}}
+
+    @PublicAPI
+    class Base:
+        @DeveloperAPI
+        def step(self):
+            return 1
+
+    class Child(Base):
+        @override(Base)
+        def step(self):
+            return 2
+
+    assert Child().step() == 2
+    with pytest.raises(NameError, match="does not override any method of Base"):
+        class Bad(Base):
+            @override(Base)
+            def stepp(self):
+                pass

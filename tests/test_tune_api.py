@@ -164,6 +164,21 @@ def test_experiment_spec_errors_name_the_problem():
     assert late.run is _train
 
 
+def test_ray_07_tune_names_default_results_dir_and_export_format(monkeypatch):
+    from hpc_ray.tune.experiment import Experiment
+    from hpc_ray.tune.result import DEFAULT_RESULTS_DIR
+    from hpc_ray.tune.trial import ExportFormat
+
+    assert DEFAULT_RESULTS_DIR == os.path.expanduser(
+        os.environ.get("TUNE_RESULT_DIR", "~/ray_results"))
+    assert Experiment("e", _train).local_dir == os.path.abspath(DEFAULT_RESULTS_DIR)
+    formats = [" Model", "checkpoint"]
+    ExportFormat.validate(formats)
+    assert formats == [ExportFormat.MODEL, ExportFormat.CHECKPOINT] == ["model", "checkpoint"]
+    with pytest.raises(tune.TuneError, match="unsupported export format 'onnx'"):
+        ExportFormat.validate(["onnx"])
+
+
 def test_resources_per_trial_forms():
     from hpc_ray.tune.resources import Resources, actor_options, demand, normalize
 

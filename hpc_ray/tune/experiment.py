@@ -8,13 +8,13 @@ from typing import Any
 from . import resources as _res
 from .error import TuneError
 from .registry import get_trainable
+from .result import DEFAULT_RESULTS_DIR
 from .sample import spec_of
 from .trainable import Trainable
 from .trial import Trial
 
 __all__ = ["Experiment", "DEFAULT_RESULTS_DIR", "convert_to_experiment_list"]
 
-DEFAULT_RESULTS_DIR = os.path.expanduser(os.environ.get("TUNE_RESULT_DIR", "~/ray_results"))
 
 #: The keys of an experiment spec (``run_experiments({"name": spec})``): the
 #: arguments of ``Experiment`` (``env`` is 0.7's shorthand for ``config["env"]``).

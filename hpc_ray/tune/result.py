@@ -1,4 +1,8 @@
 """Names of the auto-filled result fields (Ray 0.7's ``ray.tune.result``)."""
+import os
+
+#: Where experiments go unless ``local_dir`` says otherwise (``TUNE_RESULT_DIR``).
+DEFAULT_RESULTS_DIR = os.path.expanduser(os.environ.get("TUNE_RESULT_DIR", "~/ray_results"))
 DONE = "done"
 HOSTNAME = "hostname"
 NODE_IP = "node_ip"

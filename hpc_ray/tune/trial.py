@@ -16,7 +16,30 @@ import cloudpickle
 from . import result as R
 from .resources import shape
 
-__all__ = ["Trial", "Checkpoint"]
+__all__ = ["Trial", "Checkpoint", "ExportFormat"]
+
+
+class ExportFormat:
+    """The export formats Ray 0.7 names (``export_formats=[ExportFormat.MODEL]``).
+    ``Trainable._export_model`` decides what each means; hpc_ray also passes
+    on formats of the user's own."""
+
+    CHECKPOINT = "checkpoint"
+    MODEL = "model"
+
+    @staticmethod
+    def validate(export_formats: list) -> None:
+        """Normalize ``export_formats`` in place (stripped, lower case).
+
+        Raises:
+            TuneError: a format other than "checkpoint" or "model".
+        """
+        for i, fmt in enumerate(export_formats):
+            export_formats[i] = fmt.strip().lower()
+            if export_formats[i] not in (ExportFormat.CHECKPOINT, ExportFormat.MODEL):
+                from .error import TuneError
+                raise TuneError(f"unsupported export format {fmt!r} (known: "
+                                f"{[ExportFormat.CHECKPOINT, ExportFormat.MODEL]})")
 
 
 class Checkpoint:
