@@ -471,3 +471,13 @@ def test_ray_07_utility_names():
             @override(Base)
             def stepp(self):
                 pass
+
+
+def test_sample_async_and_remote_worker_envs_warn_that_they_do_nothing():
+    with pytest.warns(UserWarning) as record:
+        trainer = pg.PGTrainer(env="CartPole-v0", config=dict(
+            LOCAL, sample_async=True, remote_worker_envs=True))
+    texts = [str(w.message) for w in record]
+    assert any("config['sample_async'] = True has no effect" in t for t in texts), texts
+    assert any("config['remote_worker_envs'] = True has no effect" in t for t in texts), texts
+    trainer.stop()

@@ -179,6 +179,20 @@ def test_ray_07_tune_names_default_results_dir_and_export_format(monkeypatch):
         ExportFormat.validate(["onnx"])
 
 
+def test_options_without_effect_warn(tmp_path):
+    from hpc_ray.exceptions import RayError
+
+    with pytest.warns(UserWarning) as record:
+        with pytest.raises(RayError, match="ray.init"):  # stops before any trial
+            tune.run(_train, upload_dir="s3://bucket", sync_function="aws s3 sync",
+                     with_server=True, local_dir=str(tmp_path), ray_auto_init=False)
+    texts = [str(w.message) for w in record]
+    for option in ("upload_dir", "sync_function", "with_server=True"):
+        assert sum(t.startswith(f"{option} has no effect") for t in texts) == 1, texts
+    with pytest.warns(UserWarning, match="upload_dir has no effect"):
+        tune.Experiment("e", _train, upload_dir="s3://bucket")
+
+
 def test_resources_per_trial_forms():
     from hpc_ray.tune.resources import Resources, actor_options, demand, normalize
 

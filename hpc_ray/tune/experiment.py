@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import warnings
 from typing import Any
 
 from . import resources as _res
@@ -87,6 +88,11 @@ class Experiment:
         if checkpoint_freq < 0:
             raise ValueError(f"checkpoint_freq must be >= 0, got {checkpoint_freq!r}")
         check_stop(stop)
+        if upload_dir:
+            warn_ignored("upload_dir", "results stay in local_dir; copy them yourself "
+                         "(rsync, or a job step after tune.run)")
+        if sync_function is not None:
+            warn_ignored("sync_function", "nothing is uploaded, so nothing is synced")
         for logger in list(loggers or ()) + list(custom_loggers or ()):
             if not isinstance(logger, type):
                 raise TypeError(f"loggers must be tune.logger.Logger subclasses, "
@@ -179,6 +185,12 @@ class Experiment:
                      self.trial_name_creator, loggers=self.loggers,
                      export_formats=self.export_formats,
                      checkpoint_score_attr=self.checkpoint_score_attr)
+
+
+def warn_ignored(option: str, why: str) -> None:
+    """A Ray 0.7 option hpc_ray accepts and does not act on: say so, once."""
+    warnings.warn(f"{option} has no effect in hpc_ray's Tune: {why}", UserWarning,
+                  stacklevel=3)
 
 
 def _has_functions(given: Any) -> bool:

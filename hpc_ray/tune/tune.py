@@ -8,7 +8,7 @@ from .. import api as _ray
 from .. import preempt as _preempt
 from .analysis import ExperimentAnalysis, TrialList
 from .error import TuneError
-from .experiment import Experiment, convert_to_experiment_list
+from .experiment import Experiment, convert_to_experiment_list, warn_ignored
 from .schedulers.trial_scheduler import FIFOScheduler
 from .suggest.basic_variant import BasicVariantGenerator
 from .suggest.search import SuggestionAlgorithm
@@ -87,6 +87,8 @@ def run(run_or_experiment, name: str | None = None, stop: dict | None = None,
             on the worker rank; reusing one costs nothing.  A ``reset_config``
             of the user's that returns False is a ``TuneError``.
         raise_on_failed_trial: raise ``TuneError`` if any trial ended in ERROR.
+        upload_dir, sync_function, with_server: accepted for Ray 0.7's
+            signature, with a warning that they have no effect here.
         return_trials: True (Ray 0.7): the list of trials, which also answers
             ``ExperimentAnalysis``'s methods; False: an ``ExperimentAnalysis``.
 
@@ -111,9 +113,11 @@ def run(run_or_experiment, name: str | None = None, stop: dict | None = None,
                                 keep_checkpoints_num=keep_checkpoints_num,
                                 checkpoint_score_attr=checkpoint_score_attr,
                                 loggers=loggers, export_formats=export_formats,
-                                max_failures=max_failures, restore=restore)
+                                max_failures=max_failures, restore=restore,
+                                upload_dir=upload_dir, sync_function=sync_function)
     trials = run_experiments([experiment], search_alg=search_alg, scheduler=scheduler,
-                             verbose=verbose, resume=resume, reuse_actors=reuse_actors,
+                             with_server=with_server, verbose=verbose, resume=resume,
+                             reuse_actors=reuse_actors,
                              raise_on_failed_trial=raise_on_failed_trial,
                              ray_auto_init=ray_auto_init)
     if return_trials:
@@ -138,6 +142,9 @@ def run_experiments(experiments, search_alg=None, scheduler=None, with_server: b
             (with ``raise_on_failed_trial``).
     """
     global _active_runner, _hook_installed
+    if with_server:
+        warn_ignored("with_server=True", "there is no Tune web server or client; "
+                     "read the status table or the trials' result.json instead")
     experiments = convert_to_experiment_list(experiments)
     if resume == "prompt":
         resume = True

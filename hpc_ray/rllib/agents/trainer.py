@@ -13,6 +13,7 @@ import os
 import pickle
 import tempfile
 import time
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -36,6 +37,14 @@ def with_common_config(extra_config: dict) -> dict:
     config = copy.deepcopy(COMMON_CONFIG)
     config.update(extra_config)
     return config
+
+
+#: Ray 0.7 config keys accepted but not acted on when True, and why.
+_IGNORED_TRUE = {
+    "sample_async": "each worker samples synchronously (A3C's workers still run "
+                    "in parallel, one per actor)",
+    "remote_worker_envs": "a worker's envs step in its own process, not as actors",
+}
 
 
 class Trainer(Trainable):
@@ -125,6 +134,10 @@ class Trainer(Trainable):
                 continue  # DD-PPO: no central train batch
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise ValueError(f"config[{key!r}] must be an int >= {minimum}, got {value!r}")
+        for key, why in _IGNORED_TRUE.items():
+            if config.get(key):
+                warnings.warn(f"config[{key!r}] = True has no effect in hpc_ray.rllib: "
+                              f"{why}", UserWarning, stacklevel=4)
         if config["batch_mode"] not in ("truncate_episodes", "complete_episodes"):
             raise ValueError(f"config['batch_mode'] must be 'truncate_episodes' or "
                              f"'complete_episodes', got {config['batch_mode']!r}")
