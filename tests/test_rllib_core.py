@@ -481,3 +481,18 @@ def test_sample_async_and_remote_worker_envs_warn_that_they_do_nothing():
     assert any("config['sample_async'] = True has no effect" in t for t in texts), texts
     assert any("config['remote_worker_envs'] = True has no effect" in t for t in texts), texts
     trainer.stop()
+
+
+def test_trainer_instance_name_is_the_ray_07_trainer_name():
+    names = []
+
+    def on_train_result(info):  # the 0.7 docs' callback reads info["trainer"].__name__
+        names.append(info["trainer"].__name__)
+
+    trainer = pg.PGTrainer(env="CartPole-v0", config=dict(
+        LOCAL, train_batch_size=100, callbacks={"on_train_result": on_train_result}))
+    trainer.train()
+    assert names == ["PG"] and trainer.__name__ == "PG"
+    assert pg.PGTrainer.__name__ == "PGTrainer" and type(trainer).__name__ == "PGTrainer"
+    assert ppo.PPOTrainer.__name__ == "PPOTrainer"
+    trainer.stop()

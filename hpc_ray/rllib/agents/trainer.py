@@ -66,6 +66,12 @@ class Trainer(Trainable):
     _default_config = COMMON_CONFIG
     _policy = None
 
+    @property
+    def __name__(self) -> str:  # noqa: A003 - Ray 0.7's trainer attribute
+        """The trainer's name, "PG", "PPO", ... (0.7's callbacks read
+        ``info["trainer"].__name__``); on the class it stays the class name."""
+        return self._name
+
     def __init__(self, config: dict | None = None, env: Any = None,
                  logger_creator: Callable | None = None) -> None:
         config = dict(config or {})
