@@ -496,3 +496,30 @@ def test_trainer_instance_name_is_the_ray_07_trainer_name():
     assert pg.PGTrainer.__name__ == "PGTrainer" and type(trainer).__name__ == "PGTrainer"
     assert ppo.PPOTrainer.__name__ == "PPOTrainer"
     trainer.stop()
+
+
+def test_rollout_out_is_ray_07s_episode_list_and_no_render_is_accepted(tmp_path):
+    from click.testing import CliRunner
+
+    from hpc_ray.cli import rllib_rollout, rllib_train
+    from hpc_ray.rllib.agents.registry import ALGORITHMS
+
+    trainer = pg.PGTrainer(env="CartPole-v0", config=dict(LOCAL, train_batch_size=100))
+    trainer.train()
+    checkpoint = trainer.save(str(tmp_path / "ckpt"))
+    trainer.stop()
+    out = tmp_path / "rollouts.pkl"
+    res = CliRunner().invoke(rllib_rollout, [checkpoint, "--run", "PG", "--env", "CartPole-v0",
+                                             "--steps", "60", "--no-render", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    with open(out, "rb") as f:
+        episodes = pickle.load(f)
+    assert sum(len(e) for e in episodes) == 60
+    for episode in episodes:
+        for obs, action, next_obs, reward, done in episode:
+            assert np.shape(obs) == (4,) == np.shape(next_obs) and reward == 1.0
+        assert [s[4] for s in episode[:-1]] == [False] * (len(episode) - 1)
+    assert all(e[-1][4] for e in episodes[:-1])  # every episode but the last one ended
+    assert np.array_equal(episodes[0][1][0], episodes[0][0][2])  # obs follows next_obs
+    help_text = CliRunner().invoke(rllib_train, ["--help"]).output
+    assert all(name in help_text for name in ALGORITHMS), help_text
