@@ -249,6 +249,34 @@ def test_verbose_2_prints_each_trials_results(capsys):
         assert "training_iteration: 2" not in out and '"training_iteration": 2' not in out
 
 
+def _function_trainable(config, reporter):
+    reporter(acc=1.0)
+
+
+@pytest.mark.parametrize("make", [
+    lambda s: s.HyperBandScheduler(metric="acc", mode="max", max_t=9),
+    lambda s: s.PopulationBasedTraining(metric="acc", mode="max",
+                                        hyperparam_mutations={"lr": [0.1, 0.2]}),
+    lambda s: s.MedianStoppingRule(metric="acc", mode="max", hard_stop=False),
+])
+def test_pausing_schedulers_with_a_function_trainable_fail_before_any_trial(make):
+    from hpc_ray import api, tune
+    from hpc_ray.exceptions import RayError
+    from hpc_ray.tune import schedulers
+
+    assert not api.is_initialized()
+    with pytest.raises(tune.TuneError, match=r"pauses trials.*'_function_trainable' is a "
+                                             r"function trainable.*tune.Trainable subclass"):
+        tune.run(_function_trainable, scheduler=make(schedulers), verbose=0)
+    assert not api.is_initialized()  # raised before a cluster started
+    # Schedulers that only stop trials take functions (the run then needs a cluster).
+    for ok in (schedulers.AsyncHyperBandScheduler(metric="acc", mode="max"),
+               schedulers.MedianStoppingRule(metric="acc", mode="max"),
+               schedulers.FIFOScheduler()):
+        with pytest.raises(RayError, match="ray.init"):
+            tune.run(_function_trainable, scheduler=ok, verbose=0, ray_auto_init=False)
+
+
 def test_optuna_search_error_without_optuna(monkeypatch):
     import builtins
 

@@ -146,6 +146,7 @@ def run_experiments(experiments, search_alg=None, scheduler=None, with_server: b
         warn_ignored("with_server=True", "there is no Tune web server or client; "
                      "read the status table or the trials' result.json instead")
     experiments = convert_to_experiment_list(experiments)
+    _check_scheduler(scheduler, experiments)  # before a cluster starts for nothing
     if resume == "prompt":
         resume = True
     if ray_auto_init and not _ray.is_initialized():
@@ -193,6 +194,22 @@ def run_experiments(experiments, search_alg=None, scheduler=None, with_server: b
     if errored and raise_on_failed_trial and not _preempt.preempted():
         raise TuneError(f"trials did not complete: {errored} (see each trial's error.txt)")
     return TrialList(trials, experiment_dir)
+
+
+def _check_scheduler(scheduler, experiments: list[Experiment]) -> None:
+    """A scheduler that pauses trials checkpoints them: with a function
+    trainable that fails on the first pause, so fail before any trial starts."""
+    if not getattr(scheduler, "pauses_trials", False):
+        return
+    for experiment in experiments:
+        if not isinstance(experiment.run, type):
+            raise TuneError(
+                f"{type(scheduler).__name__} pauses trials, and a paused trial is "
+                f"checkpointed, but {experiment.trainable_name!r} is a function "
+                f"trainable, which cannot be checkpointed (as in Ray 0.7): write it as "
+                f"a tune.Trainable subclass with _train/_save/_restore, or use a "
+                f"scheduler that only stops trials (AsyncHyperBandScheduler/"
+                f"ASHAScheduler, MedianStoppingRule with hard_stop=True, FIFOScheduler)")
 
 
 def _seed_restore(search_alg, experiment: Experiment) -> None:
