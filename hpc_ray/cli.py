@@ -248,7 +248,9 @@ def rllib() -> None:
 @rllib.command("train")
 @click.option("-f", "--config-file", type=click.Path(exists=True, dir_okay=False),
               help="YAML experiment file (run:, env:, stop:, config:); overrides the flags.")
-@click.option("--run", help="Algorithm: PPO, PG, A2C, A3C, APPO, IMPALA, ES, ARS, DDPPO.")
+@click.option("--run", help="Algorithm: PG, A2C, A3C, PPO, APPO, DDPPO, IMPALA, ES, ARS, "
+                           "DQN, APEX, DDPG, TD3, APEX_DDPG, QMIX, MARWIL, or a "
+                           "registered trainable's name.")
 @click.option("--env", help="Env name: registered with register_env, or a gymnasium id.")
 @click.option("--config", "config_json", help="Algorithm config as JSON.")
 @click.option("--stop", help="Stopping criteria as JSON, e.g. '{\"episode_reward_mean\": 150}'.")
@@ -282,8 +284,12 @@ def rllib_train(config_file, run, env, config_json, stop, checkpoint_freq, check
 @click.option("--steps", type=click.IntRange(min=1), default=10000, show_default=True,
               help="Env steps to run.")
 @click.option("--config", "config_json", help="Config overrides as JSON.")
-@click.option("--out", type=click.Path(dir_okay=False), help="Pickle the episode rewards here.")
-def rllib_rollout(checkpoint, run, env, steps, config_json, out) -> None:
+@click.option("--out", type=click.Path(dir_okay=False),
+              help="Pickle the episodes here (Ray 0.7's format: a list of episodes, each "
+                   "a list of [obs, action, next_obs, reward, done]).")
+@click.option("--no-render", is_flag=True,
+              help="Do not render the env (accepted for Ray 0.7; nothing is rendered).")
+def rllib_rollout(checkpoint, run, env, steps, config_json, out, no_render) -> None:
     """Replay a checkpointed policy and print each episode's reward."""
     from .rllib.rollout import rollout
     try:

@@ -122,6 +122,8 @@ def test_default_configs_and_result_keys():
                 "training_iteration", "info", "time_this_iter_s"):
         assert key in result, key
     assert result["timesteps_total"] >= 400
+    assert result["config"]["train_batch_size"] == 400  # the merged config, as 0.7
+    assert result["timesteps_since_restore"] == result["timesteps_total"]
     assert "learner" in result["info"] and result["info"]["num_steps_sampled"] >= 400
     assert trainer.get_policy().get_weights()
     assert trainer.workers.foreach_worker(lambda w: w.worker_index) == [0]
@@ -390,3 +392,134 @@ def test_old_env_names_and_continuous_actions():
     trainer = pg.PGTrainer(env="MountainCar-v0", config=dict(LOCAL, train_batch_size=200))
     assert trainer.train()["timesteps_total"] == 200
     trainer.stop()
+
+
+class PhasedCartPole(gym.Env):
+    """CartPole with a curriculum phase the trainer sets (the 0.7 docs' example)."""
+
+    def __init__(self, config):
+        self.inner = gym.make("CartPole-v1")
+        self.observation_space, self.action_space = self.inner.observation_space, \
+            self.inner.action_space
+        self.phase = 0
+
+    def set_phase(self, phase):
+        self.phase = phase
+        return phase
+
+    def reset(self, *, seed=None, options=None):
+        return self.inner.reset(seed=seed)
+
+    def step(self, action):
+        return self.inner.step(action)
+
+
+def test_foreach_env_sets_a_curriculum_phase_on_every_env():
+    # Ray 0.7's curriculum learning: foreach_worker(lambda ev: ev.foreach_env(...)).
+    tune.register_env("phased_cartpole", lambda cfg: PhasedCartPole(cfg))
+    trainer = pg.PGTrainer(env="phased_cartpole", config=dict(
+        LOCAL, num_envs_per_worker=2, train_batch_size=100))
+    trainer.train()
+    out = trainer.workers.foreach_worker(
+        lambda ev: ev.foreach_env(lambda env: env.set_phase(2)))
+    assert out == [[2, 2]]
+    envs = trainer.workers.local_worker().async_env.get_unwrapped()
+    assert [e.phase for e in envs] == [2, 2]
+    trainer.stop()
+
+    class OpaqueBaseEnv:  # a BaseEnv with no sub-envs to show: func gets it whole
+        def get_unwrapped(self):
+            return []
+
+    base = OpaqueBaseEnv()
+    holder = type("W", (), {"async_env": base})()
+    assert RolloutWorker.foreach_env(holder, lambda env: env) == [base]
+
+
+def test_ray_07_utility_names():
+    from hpc_ray.rllib.optimizers import AsyncSamplesOptimizer, PolicyOptimizer
+    from hpc_ray.rllib.utils import deep_update, merge_dicts
+    from hpc_ray.rllib.utils.annotations import DeveloperAPI, PublicAPI, override
+
+    assert issubclass(AsyncSamplesOptimizer, PolicyOptimizer)
+    # The docs' APEX_DEFAULT_CONFIG = merge_dicts(DQN_CONFIG, {...}): a deep copy.
+    base = {"lr": 1.0, "optimizer": {"a": 1, "b": 2}}
+    merged = merge_dicts(base, {"optimizer": {"b": 3, "c": 4}, "new": 5})
+    assert merged == {"lr": 1.0, "optimizer": {"a": 1, "b": 3, "c": 4}, "new": 5}
+    assert base == {"lr": 1.0, "optimizer": {"a": 1, "b": 2}}
+    with pytest.raises(ValueError, match="Unknown config parameter `x`"):
+        deep_update({"lr": 1}, {"x": 2}, False, [])
+    with pytest.raises(ValueError, match="Unknown config parameter `c`"):
+        deep_update({"optimizer": {"a": 1}}, {"optimizer": {"c": 2}}, False, [])
+    out = deep_update({"optimizer": {"a": 1}}, {"optimizer": {"c": 2}}, False, ["optimizer"])
+    assert out == {"optimizer": {"a": 1, "c": 2}}
+
+    @PublicAPI
+    class Base:
+        @DeveloperAPI
+        def step(self):
+            return 1
+
+    class Child(Base):
+        @override(Base)
+        def step(self):
+            return 2
+
+    assert Child().step() == 2
+    with pytest.raises(NameError, match="does not override any method of Base"):
+        class Bad(Base):
+            @override(Base)
+            def stepp(self):
+                pass
+
+
+def test_sample_async_and_remote_worker_envs_warn_that_they_do_nothing():
+    with pytest.warns(UserWarning) as record:
+        trainer = pg.PGTrainer(env="CartPole-v0", config=dict(
+            LOCAL, sample_async=True, remote_worker_envs=True))
+    texts = [str(w.message) for w in record]
+    assert any("config['sample_async'] = True has no effect" in t for t in texts), texts
+    assert any("config['remote_worker_envs'] = True has no effect" in t for t in texts), texts
+    trainer.stop()
+
+
+def test_trainer_instance_name_is_the_ray_07_trainer_name():
+    names = []
+
+    def on_train_result(info):  # the 0.7 docs' callback reads info["trainer"].__name__
+        names.append(info["trainer"].__name__)
+
+    trainer = pg.PGTrainer(env="CartPole-v0", config=dict(
+        LOCAL, train_batch_size=100, callbacks={"on_train_result": on_train_result}))
+    trainer.train()
+    assert names == ["PG"] and trainer.__name__ == "PG"
+    assert pg.PGTrainer.__name__ == "PGTrainer" and type(trainer).__name__ == "PGTrainer"
+    assert ppo.PPOTrainer.__name__ == "PPOTrainer"
+    trainer.stop()
+
+
+def test_rollout_out_is_ray_07s_episode_list_and_no_render_is_accepted(tmp_path):
+    from click.testing import CliRunner
+
+    from hpc_ray.cli import rllib_rollout, rllib_train
+    from hpc_ray.rllib.agents.registry import ALGORITHMS
+
+    trainer = pg.PGTrainer(env="CartPole-v0", config=dict(LOCAL, train_batch_size=100))
+    trainer.train()
+    checkpoint = trainer.save(str(tmp_path / "ckpt"))
+    trainer.stop()
+    out = tmp_path / "rollouts.pkl"
+    res = CliRunner().invoke(rllib_rollout, [checkpoint, "--run", "PG", "--env", "CartPole-v0",
+                                             "--steps", "60", "--no-render", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    with open(out, "rb") as f:
+        episodes = pickle.load(f)
+    assert sum(len(e) for e in episodes) == 60
+    for episode in episodes:
+        for obs, action, next_obs, reward, done in episode:
+            assert np.shape(obs) == (4,) == np.shape(next_obs) and reward == 1.0
+        assert [s[4] for s in episode[:-1]] == [False] * (len(episode) - 1)
+    assert all(e[-1][4] for e in episodes[:-1])  # every episode but the last one ended
+    assert np.array_equal(episodes[0][1][0], episodes[0][0][2])  # obs follows next_obs
+    help_text = CliRunner().invoke(rllib_train, ["--help"]).output
+    assert all(name in help_text for name in ALGORITHMS), help_text

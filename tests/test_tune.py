@@ -227,6 +227,56 @@ def test_status_table_lists_trials_by_state():
     assert f"{trials[0]}: RUNNING [pid=42], 3 iter, 1.5 s, mean_loss=0.25" in text
 
 
+def test_verbose_2_prints_each_trials_results(capsys):
+    from hpc_ray.tune.progress import ProgressReporter
+    from hpc_ray.tune.schedulers import FIFOScheduler
+    from hpc_ray.tune.trial import Trial
+
+    trial = Trial("train", {"x": 1}, experiment_tag="0_x=1")
+    result = {"training_iteration": 1, "mean_loss": 0.25, "config": {"x": 1}}
+    for verbose in (1, 2):
+        reporter = ProgressReporter(verbose, "/results/exp", FIFOScheduler(), {"CPU": 2})
+        reporter.trial_result(trial, result)
+        reporter.trial_result(trial, dict(result, training_iteration=2))  # within 5 s
+        reporter.trial_result(trial, dict(result, training_iteration=3), final=True)
+        out = capsys.readouterr().out
+        if verbose == 1:
+            assert out == ""
+            continue
+        assert out.count(f"Result for {trial}:") == 2
+        assert "  mean_loss: 0.25" in out or '"mean_loss": 0.25' in out
+        assert "training_iteration: 3" in out or '"training_iteration": 3' in out
+        assert "training_iteration: 2" not in out and '"training_iteration": 2' not in out
+
+
+def _function_trainable(config, reporter):
+    reporter(acc=1.0)
+
+
+@pytest.mark.parametrize("make", [
+    lambda s: s.HyperBandScheduler(metric="acc", mode="max", max_t=9),
+    lambda s: s.PopulationBasedTraining(metric="acc", mode="max",
+                                        hyperparam_mutations={"lr": [0.1, 0.2]}),
+    lambda s: s.MedianStoppingRule(metric="acc", mode="max", hard_stop=False),
+])
+def test_pausing_schedulers_with_a_function_trainable_fail_before_any_trial(make):
+    from hpc_ray import api, tune
+    from hpc_ray.exceptions import RayError
+    from hpc_ray.tune import schedulers
+
+    assert not api.is_initialized()
+    with pytest.raises(tune.TuneError, match=r"pauses trials.*'_function_trainable' is a "
+                                             r"function trainable.*tune.Trainable subclass"):
+        tune.run(_function_trainable, scheduler=make(schedulers), verbose=0)
+    assert not api.is_initialized()  # raised before a cluster started
+    # Schedulers that only stop trials take functions (the run then needs a cluster).
+    for ok in (schedulers.AsyncHyperBandScheduler(metric="acc", mode="max"),
+               schedulers.MedianStoppingRule(metric="acc", mode="max"),
+               schedulers.FIFOScheduler()):
+        with pytest.raises(RayError, match="ray.init"):
+            tune.run(_function_trainable, scheduler=ok, verbose=0, ray_auto_init=False)
+
+
 def test_optuna_search_error_without_optuna(monkeypatch):
     import builtins
 

@@ -79,6 +79,55 @@ def test_run_result_is_a_list_of_trials_and_an_analysis(tmp_path):
         result.nonsense
 
 
+# --- checkpoints kept -----------------------------------------------------------------
+
+
+def _checkpoint_every_iteration(trial, scores):
+    from hpc_ray.tune import checkpoints
+    from hpc_ray.tune.trainable import pack_dir
+
+    src = os.path.dirname(trial.logdir)
+    data = pack_dir(src)
+    for i, score in enumerate(scores, 1):
+        trial.last_result = {"training_iteration": i, "acc": score}
+        checkpoints.remove(checkpoints.store(trial, data, i))
+    return sorted(c.iteration for c in trial.checkpoints)
+
+
+@pytest.mark.parametrize("attr, kept", [
+    (None, [4, 5]),                   # 0.7's default, training_iteration: the newest
+    ("training_iteration", [4, 5]),
+    ("acc", [2, 4, 5]),               # the best two (0.9, 0.8), and the newest (0.1)
+    ("min-acc", [1, 5]),              # the lowest two (0.05, and 0.01 the newest)
+])
+def test_keep_checkpoints_num_keeps_the_best_by_checkpoint_score_attr(tmp_path, attr, kept):
+    from hpc_ray.tune.experiment import Experiment
+
+    exp = Experiment("e", _train, keep_checkpoints_num=2, checkpoint_score_attr=attr,
+                     local_dir=str(tmp_path))
+    trial = exp.make_trial({}, "")
+    trial.logdir = str(tmp_path / "e" / "t")
+    os.makedirs(trial.logdir)
+    scores = [0.2, 0.9, 0.3, 0.8, 0.1] if attr != "min-acc" else [0.05, 0.9, 0.2, 0.8, 0.01]
+    assert _checkpoint_every_iteration(trial, scores) == kept
+    on_disk = sorted(int(d.split("_")[1]) for d in os.listdir(trial.logdir))
+    assert on_disk == kept
+    # The newest is the trial's checkpoint (restarts, resume and PBT use it).
+    assert trial.checkpoint.iteration == 5 and os.path.isdir(trial.checkpoint.path)
+    again = Trial.from_state(json.loads(json.dumps(trial.to_state())))
+    assert again.checkpoint_score_attr == attr
+    assert [(c.iteration, c.score) for c in again.checkpoints] == \
+        [(c.iteration, c.score) for c in trial.checkpoints]
+    assert Experiment.from_json("e", exp.spec).checkpoint_score_attr == attr
+
+
+def test_checkpoint_score_attr_must_be_a_result_key():
+    from hpc_ray.tune.experiment import Experiment
+
+    with pytest.raises(ValueError, match="checkpoint_score_attr must be a result key"):
+        Experiment("e", _train, checkpoint_score_attr=3)
+
+
 # --- experiment specs ---------------------------------------------------------------
 
 
@@ -113,6 +162,35 @@ def test_experiment_spec_errors_name_the_problem():
         late.run
     tune.register_trainable("defined_later_36", _train)
     assert late.run is _train
+
+
+def test_ray_07_tune_names_default_results_dir_and_export_format(monkeypatch):
+    from hpc_ray.tune.experiment import Experiment
+    from hpc_ray.tune.result import DEFAULT_RESULTS_DIR
+    from hpc_ray.tune.trial import ExportFormat
+
+    assert DEFAULT_RESULTS_DIR == os.path.expanduser(
+        os.environ.get("TUNE_RESULT_DIR", "~/ray_results"))
+    assert Experiment("e", _train).local_dir == os.path.abspath(DEFAULT_RESULTS_DIR)
+    formats = [" Model", "checkpoint"]
+    ExportFormat.validate(formats)
+    assert formats == [ExportFormat.MODEL, ExportFormat.CHECKPOINT] == ["model", "checkpoint"]
+    with pytest.raises(tune.TuneError, match="unsupported export format 'onnx'"):
+        ExportFormat.validate(["onnx"])
+
+
+def test_options_without_effect_warn(tmp_path):
+    from hpc_ray.exceptions import RayError
+
+    with pytest.warns(UserWarning) as record:
+        with pytest.raises(RayError, match="ray.init"):  # stops before any trial
+            tune.run(_train, upload_dir="s3://bucket", sync_function="aws s3 sync",
+                     with_server=True, local_dir=str(tmp_path), ray_auto_init=False)
+    texts = [str(w.message) for w in record]
+    for option in ("upload_dir", "sync_function", "with_server=True"):
+        assert sum(t.startswith(f"{option} has no effect") for t in texts) == 1, texts
+    with pytest.warns(UserWarning, match="upload_dir has no effect"):
+        tune.Experiment("e", _train, upload_dir="s3://bucket")
 
 
 def test_resources_per_trial_forms():
@@ -230,6 +308,49 @@ def test_unified_logger_and_pretty_print(tmp_path):
     assert json.loads((tmp_path / "t" / "result.json").read_text())["loss"] == 0.5
     text = pretty_print({"loss": 0.5, "config": {"lr": 0.1}, "info": {"steps": 3}})
     assert "loss: 0.5" in text and "steps: 3" in text and "lr" not in text
+
+
+def test_results_carry_config_neg_mean_loss_and_timesteps_since_restore(tmp_path):
+    import csv
+
+    from hpc_ray.tune.logger import CSVLogger, JsonLogger
+
+    class Model(tune.Trainable):
+        def _train(self):
+            return {"mean_loss": 2.0, "timesteps_this_iter": 10}
+
+        def _save(self, checkpoint_dir):
+            return {}
+
+        def _restore(self, state):
+            pass
+
+    model = Model({"lr": 0.1, "net": {"width": 4}})
+    model.train()
+    result = model.train()
+    assert result["config"] == {"lr": 0.1, "net": {"width": 4}}
+    assert result["neg_mean_loss"] == -2.0
+    assert result["timesteps_since_restore"] == 20 and result["timesteps_total"] == 20
+    path = model.save(str(tmp_path / "ckpt"))
+    model.restore(path)
+    assert model.train()["timesteps_since_restore"] == 10
+    model.config = dict(model.config, lr=0.2)  # as PBT's exploit sets it
+    last = model.train()
+    assert last["config"]["lr"] == 0.2
+    for cls in (CSVLogger, JsonLogger):
+        log = cls(model.config, str(tmp_path))
+        log.on_result(result)
+        log.on_result(last)
+        log.close()
+    with open(tmp_path / "progress.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    # One column holding the config as JSON text, not a column per key.
+    assert [json.loads(r["config"])["lr"] for r in rows] == [0.1, 0.2]
+    assert not any(k.startswith("config/") for k in rows[0])
+    lines = (tmp_path / "result.json").read_text().splitlines()
+    assert json.loads(lines[-1])["config"] == {"lr": 0.2, "net": {"width": 4}}
+    analysis = tune.ExperimentAnalysis(str(tmp_path))
+    assert analysis.dataframe()["config/lr"].tolist() == [0.2]
 
 
 def test_trainable_on_its_own_logs_through_logger_creator(tmp_path):

@@ -1,7 +1,7 @@
 """``hpc-ray rllib rollout``: replay a checkpointed policy (Ray 0.7 ``rollout.py``).
 
     hpc-ray rllib rollout ~/ray_results/ppo/PPO_0/checkpoint_5/checkpoint-5 \\
-        --run PPO --env CartPole-v0 --steps 10000
+        --run PPO --env CartPole-v0 --steps 10000 --out rollouts.pkl
 """
 from __future__ import annotations
 
@@ -25,7 +25,12 @@ def _saved_config(checkpoint: str) -> dict:
 
 def rollout(checkpoint: str, run: str, env: str | None = None, steps: int = 10000,
             config: str | None = None, out: str | None = None) -> list[float]:
-    """Run the checkpoint's policy for ``steps`` env steps; return each episode's reward.
+    """Run the checkpoint's policy for ``steps`` env steps; return the reward of
+    each episode that ended.
+
+    ``out``: pickle the episodes there in Ray 0.7's format, a list of episodes,
+    each a list of ``[obs, action, next_obs, reward, done]`` steps (the last
+    episode may be cut short by ``steps``).
 
     Raises:
         ValueError: no env given and none saved with the checkpoint.
@@ -42,11 +47,16 @@ def rollout(checkpoint: str, run: str, env: str | None = None, steps: int = 1000
     trainer = get_agent_class(run)(env=env_name, config=cfg)
     trainer.restore(checkpoint)
     env_obj = GymCompat(trainer.env_creator(cfg.get("env_config", {})))
-    rewards, done, total, taken = [], True, 0.0, 0
+    rewards, episodes, done, total, taken = [], [], True, 0.0, 0
     while taken < steps:
         if done:
             obs, total = env_obj.reset(), 0.0
-        obs, r, done, _ = env_obj.step(trainer.compute_action(obs))
+            episodes.append([])
+        action = trainer.compute_action(obs)
+        next_obs, r, done, _ = env_obj.step(action)
+        if out:
+            episodes[-1].append([obs, action, next_obs, r, done])
+        obs = next_obs
         total += float(r)
         taken += 1
         if done:
@@ -54,7 +64,7 @@ def rollout(checkpoint: str, run: str, env: str | None = None, steps: int = 1000
     trainer.stop()
     if out:
         with open(out, "wb") as f:
-            pickle.dump(rewards, f)
+            pickle.dump(episodes, f)
     return rewards
 
 

@@ -93,7 +93,10 @@ class Analysis:
             else:
                 pick = results[-1]
             row = dict(pick)
-            for key, value in _flatten(self._configs.get(logdir, {})).items():
+            config = row.pop("config", None)  # the config as of that result (PBT)
+            if not isinstance(config, dict):
+                config = self._configs.get(logdir, {})
+            for key, value in _flatten(config).items():
                 row[f"config/{key}"] = value
             row["logdir"] = logdir
             rows.append(row)

@@ -3,18 +3,19 @@ from __future__ import annotations
 
 import inspect
 import os
+import warnings
 from typing import Any
 
 from . import resources as _res
 from .error import TuneError
 from .registry import get_trainable
+from .result import DEFAULT_RESULTS_DIR
 from .sample import spec_of
 from .trainable import Trainable
 from .trial import Trial
 
 __all__ = ["Experiment", "DEFAULT_RESULTS_DIR", "convert_to_experiment_list"]
 
-DEFAULT_RESULTS_DIR = os.path.expanduser(os.environ.get("TUNE_RESULT_DIR", "~/ray_results"))
 
 #: The keys of an experiment spec (``run_experiments({"name": spec})``): the
 #: arguments of ``Experiment`` (``env`` is 0.7's shorthand for ``config["env"]``).
@@ -87,6 +88,11 @@ class Experiment:
         if checkpoint_freq < 0:
             raise ValueError(f"checkpoint_freq must be >= 0, got {checkpoint_freq!r}")
         check_stop(stop)
+        if upload_dir:
+            warn_ignored("upload_dir", "results stay in local_dir; copy them yourself "
+                         "(rsync, or a job step after tune.run)")
+        if sync_function is not None:
+            warn_ignored("sync_function", "nothing is uploaded, so nothing is synced")
         for logger in list(loggers or ()) + list(custom_loggers or ()):
             if not isinstance(logger, type):
                 raise TypeError(f"loggers must be tune.logger.Logger subclasses, "
@@ -106,6 +112,10 @@ class Experiment:
         self.checkpoint_freq = checkpoint_freq
         self.checkpoint_at_end = checkpoint_at_end
         self.keep_checkpoints_num = keep_checkpoints_num
+        if checkpoint_score_attr is not None and not isinstance(checkpoint_score_attr, str):
+            raise ValueError(f"checkpoint_score_attr must be a result key (or 'min-<key>'), "
+                             f"got {checkpoint_score_attr!r}")
+        self.checkpoint_score_attr = checkpoint_score_attr
         self.export_formats = list(export_formats or [])
         self.max_failures = max_failures
         self.restore = restore
@@ -136,6 +146,7 @@ class Experiment:
                 "checkpoint_freq": self.checkpoint_freq,
                 "checkpoint_at_end": self.checkpoint_at_end,
                 "keep_checkpoints_num": self.keep_checkpoints_num,
+                "checkpoint_score_attr": self.checkpoint_score_attr,
                 "export_formats": self.export_formats, "max_failures": self.max_failures,
                 "restore": self.restore}
 
@@ -172,7 +183,14 @@ class Experiment:
                      self.stop, self.checkpoint_freq, self.checkpoint_at_end,
                      self.keep_checkpoints_num, self.max_failures, self.experiment_dir,
                      self.trial_name_creator, loggers=self.loggers,
-                     export_formats=self.export_formats)
+                     export_formats=self.export_formats,
+                     checkpoint_score_attr=self.checkpoint_score_attr)
+
+
+def warn_ignored(option: str, why: str) -> None:
+    """A Ray 0.7 option hpc_ray accepts and does not act on: say so, once."""
+    warnings.warn(f"{option} has no effect in hpc_ray's Tune: {why}", UserWarning,
+                  stacklevel=3)
 
 
 def _has_functions(given: Any) -> bool:

@@ -113,7 +113,10 @@ class JsonLogger(Logger):
 
 class CSVLogger(Logger):
     """``progress.csv``: one row per result, columns from the first result
-    (appended to on resume, under the header already there)."""
+    (appended to on resume, under the header already there).  Nested dicts
+    become ``a/b`` columns, except ``config``: one column holding the config
+    as JSON text (Ray 0.7 wrote it as one text column too), so a long RLlib
+    config costs one column and PBT's changes show row by row."""
 
     def _init(self) -> None:
         progress = os.path.join(self.logdir, PROGRESS_FILE)
@@ -126,7 +129,11 @@ class CSVLogger(Logger):
                      if fields else None)
 
     def on_result(self, result: dict) -> None:
-        flat = _flatten(_jsonable(result))
+        result = _jsonable(result)
+        config = result.pop("config", None)
+        flat = _flatten(result)
+        if config is not None:
+            flat["config"] = json.dumps(config, sort_keys=True)
         if self._csv is None:
             self._csv = csv.DictWriter(self._file, list(flat), extrasaction="ignore")
             self._csv.writeheader()
@@ -181,6 +188,7 @@ class TBXLogger(Logger):
         if self._writer is None:
             return
         step = result.get("training_iteration", 0)
+        result = {k: v for k, v in result.items() if k != "config"}  # not a metric
         for key, value in _flatten(result).items():
             if isinstance(value, numbers.Number) and not isinstance(value, bool):
                 self._writer.add_scalar(f"ray/tune/{key}", value, global_step=step)

@@ -3,7 +3,8 @@
 On a terminal the table is printed at most every ``HPC_RAY_TUNE_STATUS_INTERVAL``
 seconds (default 1 s); when stdout is a file (a batch job's log) at most every
 30 s by default, so a day-long sweep does not fill the log.  The final table is
-always printed.
+always printed.  ``verbose=2`` also prints each trial's results ("Result for
+<trial>:"), throttled per trial, as Ray 0.7 does.
 """
 from __future__ import annotations
 
@@ -12,12 +13,16 @@ import time
 
 from .. import _config
 from . import result as R
+from .logger import pretty_print
 from .trial import Trial
 
 __all__ = ["ProgressReporter"]
 
 #: Trials listed per state before "... N more not shown".
 MAX_TRIALS_SHOWN = 20
+#: verbose=2 prints a trial's results at most this often (Ray 0.7's
+#: DEBUG_PRINT_INTERVAL): every result of a 10 ms iteration would drown the log.
+RESULT_PRINT_INTERVAL_S = 5.0
 _ORDER = (Trial.RUNNING, Trial.PAUSED, Trial.PENDING, Trial.TERMINATED, Trial.ERROR)
 
 
@@ -43,7 +48,8 @@ def trial_line(trial: Trial) -> str:
         parts.append(f"{r[R.TIME_TOTAL_S]:.3g} s")
     shown = {R.TRAINING_ITERATION, R.TIME_TOTAL_S, R.DONE, R.PID, R.HOSTNAME, R.NODE_IP,
              R.TIME_THIS_ITER_S, R.EXPERIMENT_ID, R.TRIAL_ID, "date", "timestamp",
-             "time_since_restore", "iterations_since_restore", "experiment_tag"}
+             "time_since_restore", "iterations_since_restore", "experiment_tag",
+             R.TIMESTEPS_SINCE_RESTORE, R.NEG_MEAN_LOSS}
     metrics = [f"{k}={_fmt(v)}" for k, v in r.items()
                if k not in shown and isinstance(v, (int, float)) and not isinstance(v, bool)]
     parts += metrics[:4]
@@ -63,6 +69,8 @@ class ProgressReporter:
         self._interval = _interval()
         self._last = 0.0
         self._last_counts: dict | None = None
+        #: trial_id -> when its last result was printed (verbose=2).
+        self._printed: dict[str, float] = {}
 
     def report(self, trials: list[Trial], force: bool = False) -> None:
         if self._verbose < 1:
@@ -72,6 +80,20 @@ class ProgressReporter:
             return
         self._last = now
         sys.stdout.write(self.table(trials) + "\n")
+        sys.stdout.flush()
+
+    def trial_result(self, trial: Trial, result: dict, final: bool = False) -> None:
+        """verbose=2: "Result for <trial>:" and the result, pretty-printed, at most
+        every ``RESULT_PRINT_INTERVAL_S`` per trial, and always its last one."""
+        if self._verbose < 2:
+            return
+        now = time.monotonic()
+        last = self._printed.get(trial.trial_id)
+        if not final and last is not None and now - last < RESULT_PRINT_INTERVAL_S:
+            return
+        self._printed[trial.trial_id] = now
+        body = pretty_print(result).rstrip("\n").replace("\n", "\n  ")
+        sys.stdout.write(f"Result for {trial}:\n  {body}\n\n")
         sys.stdout.flush()
 
     def note(self, text: str) -> None:

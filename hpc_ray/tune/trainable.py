@@ -69,6 +69,7 @@ class Trainable:
         self._episodes_total: int | None = None
         self._time_since_restore = 0.0
         self._iterations_since_restore = 0
+        self._timesteps_since_restore = 0
         self._restored = False
         self.logdir = tempfile.gettempdir()
         #: ``logger_creator(config)``'s logger, for a Trainable used on its own
@@ -127,6 +128,7 @@ class Trainable:
             self._time_since_restore += elapsed
             if result.get(R.TIMESTEPS_THIS_ITER) is not None:
                 self._timesteps_total = (self._timesteps_total or 0) + result[R.TIMESTEPS_THIS_ITER]
+                self._timesteps_since_restore += result[R.TIMESTEPS_THIS_ITER]
             if result.get(R.EPISODES_THIS_ITER) is not None:
                 self._episodes_total = (self._episodes_total or 0) + result[R.EPISODES_THIS_ITER]
         result.setdefault(R.DONE, False)
@@ -134,6 +136,9 @@ class Trainable:
             result.setdefault(R.TIMESTEPS_TOTAL, self._timesteps_total)
         if self._episodes_total is not None:
             result.setdefault(R.EPISODES_TOTAL, self._episodes_total)
+        if result.get(R.MEAN_LOSS) is not None:
+            # 0.7: spares a "min" mode (or a double negative) to schedulers that maximize
+            result.setdefault(R.NEG_MEAN_LOSS, -result[R.MEAN_LOSS])
         now = datetime.datetime.now()
         result.update({
             R.TRAINING_ITERATION: self._iteration,
@@ -147,6 +152,9 @@ class Trainable:
             R.NODE_IP: node_ip(),
             "time_since_restore": self._time_since_restore,
             "iterations_since_restore": self._iterations_since_restore,
+            R.TIMESTEPS_SINCE_RESTORE: self._timesteps_since_restore,
+            # The trial's config as it is now: PBT's changes show in the results.
+            R.CONFIG: self.config,
         })
         return result
 
@@ -213,6 +221,7 @@ class Trainable:
         self._episodes_total = meta["episodes_total"]
         self._time_since_restore = 0.0
         self._iterations_since_restore = 0
+        self._timesteps_since_restore = 0
         self._restored = True
 
     def save_to_object(self) -> bytes:

@@ -16,17 +16,44 @@ import cloudpickle
 from . import result as R
 from .resources import shape
 
-__all__ = ["Trial", "Checkpoint"]
+__all__ = ["Trial", "Checkpoint", "ExportFormat"]
+
+
+class ExportFormat:
+    """The export formats Ray 0.7 names (``export_formats=[ExportFormat.MODEL]``).
+    ``Trainable._export_model`` decides what each means; hpc_ray also passes
+    on formats of the user's own."""
+
+    CHECKPOINT = "checkpoint"
+    MODEL = "model"
+
+    @staticmethod
+    def validate(export_formats: list) -> None:
+        """Normalize ``export_formats`` in place (stripped, lower case).
+
+        Raises:
+            TuneError: a format other than "checkpoint" or "model".
+        """
+        for i, fmt in enumerate(export_formats):
+            export_formats[i] = fmt.strip().lower()
+            if export_formats[i] not in (ExportFormat.CHECKPOINT, ExportFormat.MODEL):
+                from .error import TuneError
+                raise TuneError(f"unsupported export format {fmt!r} (known: "
+                                f"{[ExportFormat.CHECKPOINT, ExportFormat.MODEL]})")
 
 
 class Checkpoint:
     """A trial's checkpoint on the driver's disk."""
 
-    def __init__(self, path: str | None = None, iteration: int = 0) -> None:
+    def __init__(self, path: str | None = None, iteration: int = 0,
+                 score: float | None = None) -> None:
         #: Directory of the checkpoint (None: no checkpoint yet).
         self.path = path
         #: ``training_iteration`` the checkpoint was taken at.
         self.iteration = iteration
+        #: The ``checkpoint_score_attr`` value of the result it was taken at
+        #: (None: that result lacked it, or the attribute is training_iteration).
+        self.score = score
 
     @property
     def value(self) -> str | None:
@@ -51,7 +78,7 @@ class Trial:
                  checkpoint_freq: int = 0, checkpoint_at_end: bool = False,
                  keep_checkpoints_num: int | None = None, max_failures: int = 3,
                  local_dir: str = "", trial_name_creator=None, loggers=None,
-                 export_formats=None) -> None:
+                 export_formats=None, checkpoint_score_attr: str | None = None) -> None:
         self.trainable_name = trainable_name
         self.config = dict(config or {})
         self.trial_id = trial_id or Trial.new_id()
@@ -63,6 +90,9 @@ class Trial:
         self.checkpoint_freq = checkpoint_freq
         self.checkpoint_at_end = checkpoint_at_end
         self.keep_checkpoints_num = keep_checkpoints_num
+        #: The result attribute ``keep_checkpoints_num`` ranks checkpoints by
+        #: (``min-`` prefix: lower is better); None: training_iteration.
+        self.checkpoint_score_attr = checkpoint_score_attr
         self.max_failures = max_failures
         self.local_dir = local_dir
         self.trial_name_creator = trial_name_creator
@@ -181,7 +211,9 @@ class Trial:
             "max_failures": self.max_failures, "local_dir": self.local_dir,
             "logdir": self.logdir, "num_failures": self.num_failures,
             "checkpoint": [self.checkpoint.path, self.checkpoint.iteration],
-            "checkpoints": [[c.path, c.iteration] for c in self.checkpoints],
+            "checkpoints": [[c.path, c.iteration, _jsonable(c.score)]
+                            for c in self.checkpoints],
+            "checkpoint_score_attr": self.checkpoint_score_attr,
             "error_file": self.error_file, "error_msg": self.error_msg,
             "last_result": _jsonable(self.last_result),
             "loggers": _encode_or_none(self.loggers), "export_formats": self.export_formats,
@@ -195,7 +227,8 @@ class Trial:
                     state["checkpoint_at_end"], state["keep_checkpoints_num"],
                     state["max_failures"], state["local_dir"],
                     loggers=_decode(state["loggers"]) if state.get("loggers") else None,
-                    export_formats=state.get("export_formats"))
+                    export_formats=state.get("export_formats"),
+                    checkpoint_score_attr=state.get("checkpoint_score_attr"))
         trial.status = state["status"]
         trial.logdir = state["logdir"]
         trial.num_failures = state["num_failures"]

@@ -106,6 +106,7 @@ class TrialActor:
                 t._iteration, t._time_total = 0, 0.0
                 t._timesteps_total = t._episodes_total = None
                 t._time_since_restore, t._iterations_since_restore = 0.0, 0
+                t._timesteps_since_restore = 0
             else:
                 if self._trainable is not None:
                     self._stop_quietly()

@@ -403,7 +403,9 @@ class TrialRunner:
         if checkpoint is not None:
             self._store_checkpoint(trial, checkpoint, result[R.TRAINING_ITERATION])
         self._search_alg.on_trial_result(trial.trial_id, result)
-        if trial.should_stop(result):
+        stop = trial.should_stop(result)
+        self._progress.trial_result(trial, result, final=stop)
+        if stop:
             if trial.checkpoint_at_end and checkpoint is None and not self._is_function(trial):
                 self.save_trial(trial)
             self._export(trial)

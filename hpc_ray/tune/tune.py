@@ -8,7 +8,7 @@ from .. import api as _ray
 from .. import preempt as _preempt
 from .analysis import ExperimentAnalysis, TrialList
 from .error import TuneError
-from .experiment import Experiment, convert_to_experiment_list
+from .experiment import Experiment, convert_to_experiment_list, warn_ignored
 from .schedulers.trial_scheduler import FIFOScheduler
 from .suggest.basic_variant import BasicVariantGenerator
 from .suggest.search import SuggestionAlgorithm
@@ -63,14 +63,20 @@ def run(run_or_experiment, name: str | None = None, stop: dict | None = None,
             JSON, CSV and TensorBoard loggers.
         checkpoint_freq: checkpoint every this many iterations (class trainables).
         checkpoint_at_end: checkpoint when a trial ends.
-        keep_checkpoints_num: keep only this many newest checkpoints per trial.
+        keep_checkpoints_num: keep only this many checkpoints per trial: the
+            best by ``checkpoint_score_attr``, and always the newest.
+        checkpoint_score_attr: the result attribute that ranks checkpoints
+            (``"min-<attr>"``: lower is better); default ``training_iteration``
+            (the newest are kept).
         export_formats: formats ``Trainable._export_model`` exports into the
             trial's directory when the trial ends.
         max_failures: restart a failed trial (from its last checkpoint, or from
             scratch without one) up to this many times; -1: without limit.
         search_alg: a search algorithm (default ``BasicVariantGenerator``).
         scheduler: a trial scheduler (default ``FIFOScheduler``).
-        verbose: 0 silent, 1 or 2: the status table, throttled.
+        verbose: 0 silent, 1: the status table, throttled; 2: also each
+            trial's results ("Result for <trial>:"), at most every 5 s per
+            trial and its last one.
         resume: True: continue the experiment in ``local_dir/name`` from its
             state file (finished trials stay finished, the others continue from
             their checkpoints); without a state file it starts afresh.
@@ -81,6 +87,8 @@ def run(run_or_experiment, name: str | None = None, stop: dict | None = None,
             on the worker rank; reusing one costs nothing.  A ``reset_config``
             of the user's that returns False is a ``TuneError``.
         raise_on_failed_trial: raise ``TuneError`` if any trial ended in ERROR.
+        upload_dir, sync_function, with_server: accepted for Ray 0.7's
+            signature, with a warning that they have no effect here.
         return_trials: True (Ray 0.7): the list of trials, which also answers
             ``ExperimentAnalysis``'s methods; False: an ``ExperimentAnalysis``.
 
@@ -103,10 +111,13 @@ def run(run_or_experiment, name: str | None = None, stop: dict | None = None,
                                 checkpoint_freq=checkpoint_freq,
                                 checkpoint_at_end=checkpoint_at_end,
                                 keep_checkpoints_num=keep_checkpoints_num,
+                                checkpoint_score_attr=checkpoint_score_attr,
                                 loggers=loggers, export_formats=export_formats,
-                                max_failures=max_failures, restore=restore)
+                                max_failures=max_failures, restore=restore,
+                                upload_dir=upload_dir, sync_function=sync_function)
     trials = run_experiments([experiment], search_alg=search_alg, scheduler=scheduler,
-                             verbose=verbose, resume=resume, reuse_actors=reuse_actors,
+                             with_server=with_server, verbose=verbose, resume=resume,
+                             reuse_actors=reuse_actors,
                              raise_on_failed_trial=raise_on_failed_trial,
                              ray_auto_init=ray_auto_init)
     if return_trials:
@@ -131,7 +142,11 @@ def run_experiments(experiments, search_alg=None, scheduler=None, with_server: b
             (with ``raise_on_failed_trial``).
     """
     global _active_runner, _hook_installed
+    if with_server:
+        warn_ignored("with_server=True", "there is no Tune web server or client; "
+                     "read the status table or the trials' result.json instead")
     experiments = convert_to_experiment_list(experiments)
+    _check_scheduler(scheduler, experiments)  # before a cluster starts for nothing
     if resume == "prompt":
         resume = True
     if ray_auto_init and not _ray.is_initialized():
@@ -179,6 +194,22 @@ def run_experiments(experiments, search_alg=None, scheduler=None, with_server: b
     if errored and raise_on_failed_trial and not _preempt.preempted():
         raise TuneError(f"trials did not complete: {errored} (see each trial's error.txt)")
     return TrialList(trials, experiment_dir)
+
+
+def _check_scheduler(scheduler, experiments: list[Experiment]) -> None:
+    """A scheduler that pauses trials checkpoints them: with a function
+    trainable that fails on the first pause, so fail before any trial starts."""
+    if not getattr(scheduler, "pauses_trials", False):
+        return
+    for experiment in experiments:
+        if not isinstance(experiment.run, type):
+            raise TuneError(
+                f"{type(scheduler).__name__} pauses trials, and a paused trial is "
+                f"checkpointed, but {experiment.trainable_name!r} is a function "
+                f"trainable, which cannot be checkpointed (as in Ray 0.7): write it as "
+                f"a tune.Trainable subclass with _train/_save/_restore, or use a "
+                f"scheduler that only stops trials (AsyncHyperBandScheduler/"
+                f"ASHAScheduler, MedianStoppingRule with hard_stop=True, FIFOScheduler)")
 
 
 def _seed_restore(search_alg, experiment: Experiment) -> None:

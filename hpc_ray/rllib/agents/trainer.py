@@ -13,6 +13,7 @@ import os
 import pickle
 import tempfile
 import time
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -38,6 +39,14 @@ def with_common_config(extra_config: dict) -> dict:
     return config
 
 
+#: Ray 0.7 config keys accepted but not acted on when True, and why.
+_IGNORED_TRUE = {
+    "sample_async": "each worker samples synchronously (A3C's workers still run "
+                    "in parallel, one per actor)",
+    "remote_worker_envs": "a worker's envs step in its own process, not as actors",
+}
+
+
 class Trainer(Trainable):
     """Base class of RLlib algorithms; also a ``tune.Trainable``.
 
@@ -56,6 +65,12 @@ class Trainer(Trainable):
     _name = "Trainer"
     _default_config = COMMON_CONFIG
     _policy = None
+
+    @property
+    def __name__(self) -> str:  # noqa: A003 - Ray 0.7's trainer attribute
+        """The trainer's name, "PG", "PPO", ... (0.7's callbacks read
+        ``info["trainer"].__name__``); on the class it stays the class name."""
+        return self._name
 
     def __init__(self, config: dict | None = None, env: Any = None,
                  logger_creator: Callable | None = None) -> None:
@@ -125,6 +140,10 @@ class Trainer(Trainable):
                 continue  # DD-PPO: no central train batch
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise ValueError(f"config[{key!r}] must be an int >= {minimum}, got {value!r}")
+        for key, why in _IGNORED_TRUE.items():
+            if config.get(key):
+                warnings.warn(f"config[{key!r}] = True has no effect in hpc_ray.rllib: "
+                              f"{why}", UserWarning, stacklevel=4)
         if config["batch_mode"] not in ("truncate_episodes", "complete_episodes"):
             raise ValueError(f"config['batch_mode'] must be 'truncate_episodes' or "
                              f"'complete_episodes', got {config['batch_mode']!r}")

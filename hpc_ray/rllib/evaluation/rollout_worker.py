@@ -261,6 +261,19 @@ class RolloutWorker:
     def foreach_trainable_policy(self, func: Callable) -> list:
         return [func(self.policy_map[pid], pid) for pid in self.policies_to_train]
 
+    def foreach_env(self, func: Callable) -> list:
+        """``func`` applied to each of this worker's envs, as Ray 0.7 does it: the
+        user's envs (``async_env.get_unwrapped()``), or the ``BaseEnv`` itself
+        when it has none to show (a user's own ``BaseEnv``).
+
+        Returns:
+            The list of ``func``'s return values.
+        """
+        envs = self.async_env.get_unwrapped()
+        if not envs:
+            return [func(self.async_env)]
+        return [func(e) for e in envs]
+
     def get_filters(self, flush_after: bool = False) -> dict:
         out = {pid: f.as_serializable() for pid, f in self.filters.items()}
         if flush_after:

@@ -1,6 +1,7 @@
 """Policy optimizers: how samples and gradients move between workers."""
 from .async_gradients import AsyncGradientsOptimizer
 from .async_replay import AsyncReplayOptimizer
+from .async_samples import AsyncSamplesOptimizer
 from .policy_optimizer import PolicyOptimizer
 from .replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
 from .sync_batch_replay import SyncBatchReplayOptimizer
@@ -9,4 +10,5 @@ from .sync_samples import SyncSamplesOptimizer
 
 __all__ = ["PolicyOptimizer", "SyncSamplesOptimizer", "AsyncGradientsOptimizer",
            "SyncReplayOptimizer", "SyncBatchReplayOptimizer", "AsyncReplayOptimizer",
+           "AsyncSamplesOptimizer",
            "ReplayBuffer", "PrioritizedReplayBuffer"]

@@ -79,7 +79,7 @@ class _Bracket:
 
 
 class HyperBandScheduler(FIFOScheduler):
-    """HyperBand early stopping.
+    """HyperBand early stopping (it pauses trials: class trainables only).
 
     Args:
         time_attr: the result field that measures progress (increasing).
@@ -89,6 +89,8 @@ class HyperBandScheduler(FIFOScheduler):
         max_t: trials stop at this ``time_attr``.
         reduction_factor: ``eta``: the top ``1/eta`` of a bracket go on at each halving.
     """
+
+    pauses_trials = True
 
     _supports_buffered_results = False
 

@@ -44,6 +44,7 @@ class MedianStoppingRule(FIFOScheduler):
         self._grace_period = grace_period
         self._min_samples = min_samples_required
         self._hard_stop = hard_stop
+        self.pauses_trials = not hard_stop
         #: trial_id -> [(time, signed metric)] of every result.
         self._results: dict[str, list[tuple[float, float]]] = {}
         self._completed: set[str] = set()

@@ -79,6 +79,8 @@ class PopulationBasedTraining(FIFOScheduler):
         log_config: write each exploit to ``pbt_policy_<trial>.txt``.
     """
 
+    pauses_trials = True
+
     _supports_buffered_results = False
 
     def __init__(self, time_attr: str = "time_total_s", reward_attr: str | None = None,

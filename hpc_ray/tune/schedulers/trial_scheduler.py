@@ -14,6 +14,9 @@ class TrialScheduler:
     """Interface for implementing a trial scheduler."""
 
     _supports_buffered_results = False
+    #: Whether it pauses trials: a paused trial is checkpointed, so its
+    #: trainable must be a class (function trainables cannot be checkpointed).
+    pauses_trials = False
 
     CONTINUE = "CONTINUE"
     PAUSE = "PAUSE"
