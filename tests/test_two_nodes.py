@@ -49,6 +49,7 @@ def assert_two_nodes(res: dict, names: list[str]) -> None:
     assert res["after_far_read_here"] == [[a, 1, BIG], [b, 1, BIG]]
     assert res["sums"] == [6553600.0] * 2 + [13107200.0] * 3
     assert res["readonly"] == [True]
+    assert len(res["both_far_read"]) == 2 and len(set(res["both_far_read"])) == 1
 
 
 def test_two_fake_hosts_tasks_objects_actors():

@@ -90,6 +90,13 @@ def main():
     report("after_far_read_here", received())
     report("sums", sums)
     report("readonly", [not a.flags.writeable])
+    # Both far actors read one object at once, 60% of a store: their node holds
+    # one copy (two would not fit: ObjectStoreFullError).
+    store = nodes[0]["ObjectStoreMemory"]
+    del a, b, mine, theirs
+    shared = ray.put(np.ones(int(store * 0.6) // 8))
+    far_both = [p for p, w in zip(probes, places) if w["store"] != here]
+    report("both_far_read", ray.get([p.total.remote(shared) for p in far_both]))
     ray.shutdown()
     print("OK two_nodes", flush=True)
 

@@ -7,6 +7,13 @@ that takes it as an argument or returns it (counted by the task transitions in
 An entry is freed — its store blocks given back and the refs it contains
 released — as soon as its value is known and nothing holds it. Freeing walks a
 worklist, never recursion, so a chain of any length is released in one call.
+
+A reader on a node without a copy gets a fetch plan: copy the bytes into a
+block reserved on its node. Readers of that node who ask while the copy is on
+its way get the same plan, into the same block (``copying``), so a node holds
+one copy however many of its ranks read the object at once; each reader's rank
+copies the same bytes, and the block is given back only after the last of
+those copies has landed (``arrivals``).
 """
 from __future__ import annotations
 
@@ -17,13 +24,14 @@ from ..values import store_full
 
 
 class ObjectEntry:
-    __slots__ = ("record", "refs", "contained", "locations", "waiters")
+    __slots__ = ("record", "refs", "contained", "locations", "copying", "waiters")
 
     def __init__(self) -> None:
         self.record: tuple | None = None       #: the value, once known
         self.refs = 0                          #: holders (see the module docstring)
         self.contained: list[int] = ()         #: refs pickled inside this value
         self.locations: dict[int, tuple] = {}  #: node -> SHM record of a copy there
+        self.copying: dict[int, tuple] = {}    #: node -> the copy on its way there
         self.waiters: list = []                #: tasks and requests waiting for the value
 
 
@@ -39,6 +47,9 @@ class ObjectTable:
         #: transfer over MPI, duplicates included) and their bytes: ``ray.nodes()``.
         self.received = {n: 0 for n in nodes}
         self.received_bytes = {n: 0 for n in nodes}
+        #: (node, offset) of a block copies were planned into -> the copies still
+        #: to land there; the block is given back after the last one.
+        self.arrivals: dict[tuple[int, int], int] = {}
         #: Ids whose freeing ``on_free(oid)`` is told of (actors' lifetime tokens).
         self.watched: set[int] = set()
         self.on_free = None
@@ -94,8 +105,9 @@ class ObjectTable:
         rec = e.record
         if rec is not None and rec[0] == SHM:
             self.allocators[rec[1]].free(rec[2], rec[3])
-        for copy in e.locations.values():
-            self.allocators[copy[1]].free(copy[2], copy[3])
+        for copy in list(e.locations.values()) + list(e.copying.values()):
+            if (copy[1], copy[2]) not in self.arrivals:   # (else the last arrival frees it)
+                self.allocators[copy[1]].free(copy[2], copy[3])
         if oid in self.watched:
             self.watched.discard(oid)
             self.on_free(oid)
@@ -145,10 +157,21 @@ class ObjectTable:
         node = rec[1]
         self.received[node] = self.received.get(node, 0) + 1
         self.received_bytes[node] = self.received_bytes.get(node, 0) + rec[3]
-        if e is None or node in e.locations or (e.record and e.record[1] == node):
-            self.allocators[node].free(rec[2], rec[3])  # freed meanwhile, or a duplicate
+        key = (node, rec[2])
+        due = self.arrivals.get(key, 1) - 1
+        if due:
+            self.arrivals[key] = due
+        else:
+            self.arrivals.pop(key, None)
+        planned = e.copying.get(node) if e is not None else None
+        if planned is not None and planned[2] == rec[2]:
+            del e.copying[node]
+            e.locations[node] = planned        # the first of its copies landed
             return
-        e.locations[node] = rec
+        known = e.locations.get(node) if e is not None else None
+        if (known is None or known[2] != rec[2]) and not due:
+            # Freed meanwhile (its last copy landed), or a copy no plan made.
+            self.allocators[node].free(rec[2], rec[3])
 
     def record_for(self, oid: int, node: int) -> tuple:
         """The record a reader on ``node`` should use (a fetch plan if it is elsewhere)."""
@@ -159,8 +182,12 @@ class ObjectTable:
         local = e.locations.get(node)
         if local is not None:
             return local
-        off = self.allocators[node].alloc(rec[3])
-        if off is None:
-            return (ERROR, dumps(store_full(rec[3], self.store_size, node)))
-        local = (SHM, node, off, rec[3], rec[4], rec[5])
+        local = e.copying.get(node)
+        if local is None:
+            off = self.allocators[node].alloc(rec[3])
+            if off is None:
+                return (ERROR, dumps(store_full(rec[3], self.store_size, node)))
+            local = e.copying[node] = (SHM, node, off, rec[3], rec[4], rec[5])
+        key = (node, local[2])
+        self.arrivals[key] = self.arrivals.get(key, 0) + 1
         return (FETCH_PLAN, self.node_leader[rec[1]], rec, local)
