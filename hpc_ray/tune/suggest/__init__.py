@@ -4,7 +4,7 @@ from .basic_variant import BasicVariantGenerator
 from .search import SearchAlgorithm, SuggestionAlgorithm
 
 __all__ = ["BasicVariantGenerator", "SearchAlgorithm", "SuggestionAlgorithm", "OptunaSearch",
-           "function", "grid_search", "sample_from"]
+           "HyperOptSearch", "function", "grid_search", "sample_from"]
 
 
 def __getattr__(name):
@@ -12,4 +12,7 @@ def __getattr__(name):
     if name == "OptunaSearch":
         from .optuna import OptunaSearch
         return OptunaSearch
+    if name == "HyperOptSearch":
+        from .hyperopt import HyperOptSearch
+        return HyperOptSearch
     raise AttributeError(name)
