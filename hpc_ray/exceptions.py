@@ -54,6 +54,9 @@ class TaskError(RayError):
         rank: the MPI rank that ran the task.
         host: the host name of that rank.
         cause: the original exception, when it could be pickled.
+
+    Other attributes are looked up on ``cause`` (as Ray's ``RayTaskError`` does), so
+    ``except MyError as e: e.code`` reads the task's ``MyError.code``.
     """
 
     def __init__(self, function_name: str = "", traceback_str: str = "",
@@ -70,6 +73,18 @@ class TaskError(RayError):
     def __str__(self) -> str:
         return (f"{self.function_name} failed on worker rank {self.rank} "
                 f"({self.host}):\n{self.traceback_str}")
+
+    def __getattr__(self, name: str):
+        # Only for names not found on the error itself. Dunders are not forwarded
+        # (pickle, copy and friends probe them and must see this class's own), and
+        # ``cause`` is read from __dict__: while the error is being unpickled or
+        # built by _instantiate it is not set yet, and self.cause would recurse.
+        cause = self.__dict__.get("cause")
+        if cause is None or (name.startswith("__") and name.endswith("__")):
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute {name!r}",
+                name=name, obj=self)
+        return getattr(cause, name)
 
     def as_instanceof_cause(self) -> "TaskError":
         """Return a copy that is also an instance of the original exception class."""

@@ -67,3 +67,34 @@ def test_task_error_for_many_exception_classes(cause):
     assert err.rank == 1 and "g" in str(err)
     copy = roundtrip(err)
     assert isinstance(copy, exc.TaskError) and isinstance(copy, type(cause))
+
+
+class _WithCode(Exception):
+    def __init__(self, code, msg):
+        super().__init__(code, msg)
+        self.code = code
+
+
+def test_task_error_reads_the_causes_attributes():
+    """``except MyErr as e: e.code`` works on the error get() raises (Ray's
+    RayTaskError forwards unknown attributes to the cause)."""
+    err = exc.TaskError(function_name="f", traceback_str="tb", rank=1, host="h",
+                        cause=_WithCode(7, "seven")).as_instanceof_cause()
+    for copy in (err, roundtrip(err), roundtrip(roundtrip(err))):
+        assert isinstance(copy, _WithCode)
+        assert copy.code == 7
+        assert copy.rank == 1 and copy.function_name == "f"   # its own fields win
+        with pytest.raises(AttributeError, match="no_such"):
+            copy.no_such
+        assert not hasattr(copy, "__no_such_dunder__")
+    plain = exc.TaskError("f", "tb", 1, "h", None)
+    with pytest.raises(AttributeError, match="code"):
+        plain.code
+
+
+def test_task_error_attribute_lookup_before_its_fields_are_set():
+    # What unpickling and _instantiate see: an instance whose __init__ has not run.
+    derived = type(exc.TaskError("f", "tb", 1, "h", _WithCode(1, "x")).as_instanceof_cause())
+    bare = BaseException.__new__(derived)
+    assert getattr(bare, "code", None) is None
+    assert getattr(bare, "cause", None) is None

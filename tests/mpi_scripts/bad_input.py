@@ -190,6 +190,14 @@ with section("task raises"):
     check(isinstance(err, TaskError) and isinstance(err, CustomError),
           f"a task raised CustomError(code, detail); get() raised {type(err).__mro__}: {err}")
     check("custom detail" in str(err), str(err))
+    # The original exception's attributes, read through the error get() raised.
+    try:
+        ray.get(downstream.remote(raises_custom.remote()))
+    except CustomError as caught:
+        check(getattr(caught, "code", None) == 42, f"except CustomError as e: e.code -> "
+              f"{getattr(caught, 'code', AttributeError)!r}")
+        copy = pickle.loads(pickle.dumps(caught))
+        check(getattr(copy, "code", None) == 42 and isinstance(copy, CustomError), repr(copy))
 
     # Errors are values: wait() reports a failed task as ready.
     failed = fails.remote(1)
