@@ -35,8 +35,8 @@ from ..transport.wait import Spinner
 from . import peer_calls
 
 #: Tasks on an executor's stack (``ExecutorContext.depth``) beyond which its
-#: main thread's waits run no more nested tasks (DEEP): about 15 frames each,
-#: well inside Python's recursion limit of 1000 with the user's own frames.
+#: main thread's waits run no more nested tasks (DEEP): about a dozen frames
+#: each, well inside Python's recursion limit of 1000 with the user's own frames.
 MAX_NESTED = 24
 
 
