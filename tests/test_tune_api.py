@@ -260,6 +260,22 @@ def test_suggestion_algorithm_asks_one_at_a_time():
     assert search.next_trials() == [] and not search.is_finished()   # _suggest said None
 
 
+def test_trial_names_and_tags_are_ray_07s():
+    """``PPO_CartPole-v0_0_lr=0.01`` (the docs' form), the directory that name and
+    the trial's id, and a grid inside a list tagged by name and index."""
+    from hpc_ray.tune import checkpoints
+    from hpc_ray.tune.sample import generate_variants
+
+    rl = Trial("PPO", {"env": "CartPole-v0", "lr": 0.01}, experiment_tag="0_lr=0.01")
+    assert str(rl) == "PPO_CartPole-v0_0_lr=0.01"
+    assert checkpoints.dirname(rl) == f"PPO_CartPole-v0_0_lr=0.01_{rl.trial_id}"
+    plain = Trial("train_func", {"lr": 0.2}, experiment_tag="0_lr=0.2,momentum=1")
+    assert str(plain) == "train_func_0_lr=0.2,momentum=1"
+    tags = [tag for tag, _ in generate_variants(
+        {"nn_layers": [tune.grid_search([64, 32]), 16], "opt": {"lr": tune.grid_search([0.1])}})]
+    assert tags == ["nn_layers_0=64,lr=0.1", "nn_layers_0=32,lr=0.1"]
+
+
 def test_hyperopt_search_suggests_from_its_space_and_learns():
     """Ray 0.7's HyperOptSearch: points to evaluate first (a choice by its index),
     then TPE over the space; it minimizes (x - 3)^2 given as a reward to maximize."""

@@ -99,7 +99,6 @@ def iteration_of(path: str) -> int:
 
 
 def dirname(trial: Trial) -> str:
-    """The name of a trial's directory: trainable, id and tag."""
-    tag = trial.experiment_tag.replace("/", "_")[:80]
-    return f"{trial.trainable_name}_{trial.trial_id}_{tag}" if tag else \
-        f"{trial.trainable_name}_{trial.trial_id}"
+    """The name of a trial's directory: Ray 0.7's (``Trial.identifier``, cut to
+    100 characters), then the trial's id, which keeps it unique."""
+    return f"{trial.identifier()[:100]}_{trial.trial_id}"

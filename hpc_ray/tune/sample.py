@@ -207,7 +207,16 @@ def _format_value(value: Any) -> str:
 
 
 def _tag(path: tuple, value: Any) -> str:
-    return f"{path[-1] if path else 'value'}={_format_value(value)}"
+    """Ray 0.7's ``key=value`` of a trial's tag: the innermost name of ``path``
+    with the list indices after it (``nn_layers_0=64``)."""
+    pieces: list[str] = []
+    for key in reversed(path):
+        if isinstance(key, int):
+            pieces.append(str(key))
+        else:
+            pieces.append(str(key))
+            break
+    return f"{'_'.join(reversed(pieces)) or 'value'}={_format_value(value)}"
 
 
 def generate_variants(config: dict) -> Iterator[tuple[str, dict]]:

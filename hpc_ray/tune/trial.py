@@ -133,8 +133,18 @@ class Trial:
     def __str__(self) -> str:
         if self.trial_name_creator is not None:
             return str(self.trial_name_creator(self))
-        tag = f"_{self.experiment_tag}" if self.experiment_tag else ""
-        return f"{self.trainable_name}_{self.trial_id}{tag}"
+        return self.identifier()
+
+    def identifier(self) -> str:
+        """Ray 0.7's trial name: the trainable, the config's env (RLlib), the tag
+        (``PPO_CartPole-v0_0_lr=0.01``)."""
+        name = self.trainable_name
+        env = self.config.get("env") if isinstance(self.config, dict) else None
+        if env is not None:
+            name += f"_{getattr(env, '__name__', env)}"
+        if self.experiment_tag:
+            name += f"_{self.experiment_tag}"
+        return name.replace("/", "_")
 
     __repr__ = __str__
 
