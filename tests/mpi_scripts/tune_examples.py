@@ -12,6 +12,7 @@ import faulthandler, os, sys
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
 
 import json
+import re
 import signal
 
 from _harness import check, expect_raises, init_kwargs, ok, report, section, tmp_path
@@ -83,7 +84,10 @@ with section("function"):
     best = ea.get_best_config("mean_loss", "min")
     check(best == {"x": 3}, best)
     report("func_best", best)
-    check(os.path.basename(ea.get_best_logdir("mean_loss", "min")).endswith("x=3"))
+    # Ray 0.7's trial name, then the trial's id: train_func_2_x=3_<id>.
+    check(re.fullmatch(r"train_func_2_x=3_[0-9a-f]{8}",
+                       os.path.basename(ea.get_best_logdir("mean_loss", "min"))),
+          ea.get_best_logdir("mean_loss", "min"))
     try:
         import pandas  # noqa: F401
         df = ea.dataframe()
