@@ -38,7 +38,7 @@ import types
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..exceptions import ActorDiedError, RayError, TaskError, WorkerCrashedError
+from ..exceptions import RayError, TaskError
 from ..transport import messages as m
 from ..transport.serialization import ERROR, RAW, SHM, is_raw, loads
 from . import context, hooks, interrupts, peer_calls, taskspec, values
@@ -47,6 +47,7 @@ from .executor_calls import ExecutorCallerHost
 from .executor_transport import ExecutorTransport, Output, noting_output
 from .peer_server import PeerServer
 from .store import Arena
+from .task_failures import DepFailed, Where, failure_record
 
 #: Flush buffered messages to the rank after this many (or at any blocking point).
 FLUSH_EVERY = 64
@@ -75,6 +76,8 @@ class ExecutorContext(context.ContextBase):
         self.store_size = store_size
         self.host = socket.gethostname()
         self.pid = os.getpid()
+        #: Where this process is, as the errors of its tasks name it.
+        self.where = Where(rank, size, self.host, self.pid)
         self.fns: dict[Any, Any] = {}
         self.actor = None
         self.actor_id = None
@@ -343,7 +346,7 @@ class ExecutorContext(context.ContextBase):
                 result = fn(*args, **kwargs)
             recs, contained = self._results(spec, result, peer_call)
         except BaseException as exc:  # user code: everything is reported, nothing escapes
-            msg = (m.TASK_FAILED, tid, self._failure_record(exc, spec), t0, time.time(),
+            msg = (m.TASK_FAILED, tid, failure_record(exc, spec, self.where), t0, time.time(),
                    self.pid)
             if isinstance(exc, SystemExit) and spec[m.T_ACTOR] is not None:
                 self.exiting = True
@@ -352,9 +355,8 @@ class ExecutorContext(context.ContextBase):
             msg = (m.TASK_DONE, tid, recs, contained or None, t0, time.time(), self.pid)
         finally:
             self.depth -= 1
-            for stream in (sys.stdout, sys.stderr):
-                if isinstance(stream, Output):
-                    stream.end_line()
+            if Output.lines_open:
+                Output.end_lines()
             self.current_task_name, self.current_task_id = outer
             if pinning:
                 with transport.lock:
@@ -390,51 +392,13 @@ class ExecutorContext(context.ContextBase):
         recs = self.caller.host.get_records(todo, None)
         for rec in recs:
             if rec[0] == ERROR:
-                raise _DepFailed(rec)
+                raise DepFailed(rec)
         fetched = iter(recs)
         spec[m.T_DEPS] = [dep if len(dep) == 3 else (dep[0], dep[1], next(fetched))
                           for dep in deps]
 
     def actor_terminated(self) -> None:
         os._exit(0)
-
-    def _failure_record(self, exc: BaseException, spec: list) -> tuple:
-        try:
-            return self._describe_failure(exc, spec)
-        except (RecursionError, pickle.PicklingError):
-            # The task failed deep in its own recursion, so formatting and pickling
-            # its error overflowed too (cloudpickle says PicklingError): describe
-            # it again with room to spare, or the caller would never hear of it.
-            limit = sys.getrecursionlimit()
-            sys.setrecursionlimit(limit + 2000)
-            try:
-                return self._describe_failure(exc, spec)
-            finally:
-                sys.setrecursionlimit(limit)
-
-    def _describe_failure(self, exc: BaseException, spec: list) -> tuple:
-        if isinstance(exc, _DepFailed):
-            return exc.record   # as the head fails a call whose argument failed
-        name = spec[m.T_NAME]
-        if isinstance(exc, SystemExit):
-            # exit() ends a worker in Ray 0.7: a task's caller sees RayWorkerError,
-            # an actor's RayActorError, and the actor is gone (not restarted).
-            where = f"rank {self.rank} ({self.host}), pid {self.pid}"
-            if spec[m.T_ACTOR] is not None:
-                return values.error_record(ActorDiedError(
-                    f"actor method {name} called exit() on {where}: the actor has exited"))
-            return values.error_record(WorkerCrashedError(
-                f"task {name} called exit() on {where}: its worker exited"))
-        if isinstance(exc, KeyboardInterrupt) and spec[m.T_ACTOR] is None:
-            exc = RuntimeError(f"KeyboardInterrupt raised inside task {name}")
-        return self._error_record(exc, name)
-
-    def _error_record(self, exc: BaseException, name: str) -> tuple:
-        if isinstance(exc, (TaskError, ActorDiedError)) and getattr(exc, "_from_get", False):
-            return values.error_record(exc)
-        tb = (f"### Worker {self.rank} of {self.world_size} on {self.host}, pid {self.pid}\n"
-              + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
-        return values.error_record(TaskError(name, tb, self.rank, self.host, exc))
 
     def _results(self, spec: list, result: Any, inline: bool = False) -> tuple[list, list]:
         returns = spec[m.T_RETURNS]
@@ -565,14 +529,6 @@ class ExecutorContext(context.ContextBase):
                 self.transport.recv(None)
             while inbox:
                 self.handle(inbox.pop(0))
-
-
-class _DepFailed(Exception):
-    """An argument of a direct call is an error: the call fails with it."""
-
-    def __init__(self, record: tuple) -> None:
-        super().__init__()
-        self.record = record
 
 
 def _die_with_parent() -> None:

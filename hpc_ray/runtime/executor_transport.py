@@ -23,6 +23,7 @@ import itertools
 import os
 import pickle
 import select
+import sys
 import threading
 import time
 from multiprocessing.connection import Connection
@@ -358,22 +359,29 @@ class ExecutorTransport:
 
 class Output(io.TextIOWrapper):
     """An executor's sys.stdout/sys.stderr: notes that a call printed something,
-    and whether it left a line open (``end_line``)."""
+    and whether it left a line open (``end_lines``)."""
 
     printed = False
+    #: Some Output's last write left its line open (one test per task, not two).
+    lines_open = False
     open_line = False
 
     def write(self, s: str) -> int:
         Output.printed = True
         if s:
             self.open_line = s[-1] != "\n"
+            if self.open_line:
+                Output.lines_open = True
         return super().write(s)
 
-    def end_line(self) -> None:
+    @staticmethod
+    def end_lines() -> None:
         """A task ended with a line open: end it, so that the rank, which passes
         on whole lines, passes it on before the task's result."""
-        if self.open_line:
-            self.write("\n")
+        Output.lines_open = False
+        for stream in (sys.stdout, sys.stderr):
+            if isinstance(stream, Output) and stream.open_line:
+                stream.write("\n")
 
 
 def noting_output(f):
