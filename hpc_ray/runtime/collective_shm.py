@@ -12,7 +12,8 @@ member) uses half ``s % 2`` of every block:
                small chunk (<= SMALL): reduce every block into its own tensor
                large chunk: reduce its own part (1/size) of the chunk, in its
                block ── counter = 2s+2 ──▶ wait for all; copy every member's
-               reduced part out
+               reduced part out (of two members, each copies only the other's
+               half in, and reduces its own from its tensor into its block)
 
 No round says "done reading": a member writes half ``s % 2`` again only in chunk
 ``s + 2``, after it has seen every counter reach 2(s+1)+1, and a member that has
@@ -333,11 +334,13 @@ class ShmGroup:
             lo, first = hi, False
         return out
 
-    def _arrive(self, op: str, chunk: np.ndarray, write: bool, sig: int | None) -> list:
+    def _arrive(self, op: str, chunk: np.ndarray, write: bool, sig: int | None,
+                keep: slice | None = None) -> list:
         """Begin the next chunk: write ``chunk`` into this member's half (if
-        ``write``), say so, wait for every member to say so. Returns every member's
-        half as arrays like ``chunk``. ``sig``: this chunk begins an operation,
-        which every member must name alike."""
+        ``write``; all but its ``keep`` part, which this member reduces from
+        ``chunk`` itself), say so, wait for every member to say so. Returns every
+        member's half as arrays like ``chunk``. ``sig``: this chunk begins an
+        operation, which every member must name alike."""
         s = self.seq
         self.seq += 1
         me, h = self.me, s & 1
@@ -348,8 +351,11 @@ class ShmGroup:
                 self.views.clear()
             k = chunk.nbytes
             views = self.views[key] = [d[:k].view(chunk.dtype) for d in self.halves[h]]
-        if write:
+        if write and keep is None:
             views[me][...] = chunk
+        elif write:
+            views[me][:keep.start] = chunk[:keep.start]
+            views[me][keep.stop:] = chunk[keep.stop:]
         if sig is not None:
             self.hdrs[me][SIG + h] = sig
         self._publish(2 * s + 1, fence=write and chunk.nbytes >= ORDINARY_STORES)
@@ -369,25 +375,33 @@ class ShmGroup:
                sig: int | None) -> None:
         """One chunk of ``op``: ``out`` (a flat piece of the tensor) in, the result into it."""
         me = self.me
-        views = self._arrive(op, out, op != "broadcast" or me == root, sig)
-        if not out.size:
+        if op == "broadcast" or out.nbytes <= SMALL:
+            views = self._arrive(op, out, op != "broadcast" or me == root, sig)
+            if not out.size:
+                return
+            if op == "broadcast":
+                if me != root:
+                    out[...] = views[root]
+            elif op == "allreduce" or me == root:
+                _reduce_all(_UFUNCS[reduce_op], views, out)
             return
-        if op == "broadcast":
-            if me != root:
-                out[...] = views[root]
-            return
-        ufunc = _UFUNCS[reduce_op]
-        if out.nbytes <= SMALL:
-            if op == "allreduce" or me == root:
-                _reduce_all(ufunc, views, out)
-            return
-        s = self.seq - 1
+        # Reduce-scatter, then every member copies the reduced parts out. Of two
+        # members, each keeps its own half out of its block and reduces it from
+        # ``out`` into the block: a quarter less copying, 1.14-1.22x at 1-16 MB
+        # on 16 cores; with 3 members the same took 0.91-0.95x, with 4 and 8
+        # 0.88-1.08x (benchmarks/results/sixteen-cores-2026-11-28c.md).
         count = out.size
         bounds = [count * j // self.size for j in range(self.size + 1)]
         part = slice(bounds[me], bounds[me + 1])
+        keep = part if self.size == 2 else None
+        views = self._arrive(op, out, True, sig, keep=keep)
+        s = self.seq - 1
+        ufunc = _UFUNCS[reduce_op]
         acc = views[me][part]
+        src = acc if keep is None else out[part]
         for j in self.others:
-            ufunc(acc, views[j][part], out=acc)
+            ufunc(src, views[j][part], out=acc)
+            src = acc
         self._publish(2 * s + 2, fence=True)
         self._wait(2 * s + 2, op)
         if op == "allreduce" or me == root:
