@@ -20,3 +20,22 @@ def test_faults(run, mode, n):
     # max_calls=1: every call in a fresh process; otherwise processes are reused.
     assert values["max_calls_pids"] == n - 1 + 2
     assert values["reused_pids"] <= n - 1
+
+
+@pytest.mark.parametrize("how,rc", [("shutdown", 0), ("exit", 7), ("mpi4py-first", 1)])
+def test_a_killed_spawned_worker_rank_breaks_the_embedded_session(run, how, rc):
+    """Embedded mode has no launcher to end the job when a worker rank is killed,
+    and the driver is the user's process: the pending get raises instead of
+    waiting forever, later calls raise too, naming the rank and its pid, and the
+    driver leaves with the script's status (not a crash in MPI_Finalize) after
+    its exit handlers, leaving nothing behind (the fixtures check)."""
+    result = run("spawned_rank_killed.py", 3, how, mode="embedded", timeout=60, expect_rc=rc)
+    values = result.assert_ok("spawned_rank_killed")
+    lines = result.stdout.splitlines()
+    assert "session broken" in lines and lines[-1] == "ATEXIT ran", result.output()
+    assert "of this embedded session died" in values["error"], values
+    assert "hpc_ray: worker rank" in result.stderr, result.output()
+    if how == "shutdown":
+        assert "cannot start worker ranks" in values["reinit"], values
+    if how == "mpi4py-first":
+        assert "leaving without MPI_Finalize" in result.stderr, result.output()

@@ -344,6 +344,33 @@ def test_only_jobs_over_several_hosts_are_watched(cfg, node_of, watched):
     assert (watch is not None) == watched
 
 
+def test_spawned_watch_finds_a_killed_rank_once_and_names_its_pid():
+    """Embedded mode's watch, over two plain processes: a killed one (a zombie
+    until its parent reaps it, as a rank under its launcher) is found at the next
+    check and named with its pid; ranks found later are counted, not announced."""
+    import sys
+    from hpc_ray.runtime import node_watch
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+             for _ in range(2)]
+    try:
+        watch = node_watch.SpawnedWatch({1: procs[0].pid, 2: procs[1].pid})
+        assert not watch.check() and watch.why is None and watch.lost == []
+        procs[1].kill()
+        assert poll_for(lambda: psutil.Process(procs[1].pid).status() == psutil.STATUS_ZOMBIE,
+                        10)
+        assert watch.check() and watch.lost == [2]
+        assert f"worker rank 2 (pid {procs[1].pid}) of this embedded session died" in watch.why
+        procs[0].kill()
+        procs[0].wait()
+        assert not watch.check() and watch.lost == [2, 1]
+        assert f"pid {procs[0].pid}" not in watch.why
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert node_watch.spawned_watch({"embedded": False}, {1: 1}) is None
+
+
 # --- two Slurm nodes -----------------------------------------------------------------
 
 

@@ -127,6 +127,13 @@ class DriverContext(context.ContextBase):
         if self.loop.error:
             raise RayError("the hpc_ray head failed; see the traceback on stderr:\n"
                            + self.loop.error)
+        self._check_lost()
+
+    def _check_lost(self) -> None:
+        """Embedded mode: a worker rank died, and the session with it (``SpawnedWatch``)."""
+        spawned = self.loop.spawned
+        if spawned is not None and spawned.why is not None:
+            raise RayError(spawned.why)
 
     def _wait_for(self, check, deadline: float | None):
         """Wait until ``check()`` (run under the head lock) returns non-None.
@@ -184,6 +191,7 @@ class DriverContext(context.ContextBase):
                             loop.driver_sleepers -= 1
 
     def get(self, refs: list, timeout: float | None) -> list:
+        self._check_lost()
         return self.caller.get(refs, timeout)
 
     def get_from_head(self, refs: list, timeout: float | None) -> list:
@@ -249,6 +257,7 @@ class DriverContext(context.ContextBase):
     def put(self, value: Any) -> context.ObjectRef:
         if isinstance(value, context.ObjectRef):
             raise TypeError("put() of an ObjectRef is not allowed; pass the ref itself")
+        self._check_lost()
         # From the store block's allocation to its seal: a Ctrl-C in between would
         # leave the block taken with no object to free it.
         with deferred():
@@ -280,6 +289,7 @@ class DriverContext(context.ContextBase):
 
     def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
         """The ids ready (at most ``num_returns``, earliest in input order first)."""
+        self._check_lost()
         return self.caller.wait(ids, num_returns, timeout)
 
     def wait_on_head(self, ids: list[int], num_returns: int,
@@ -369,12 +379,14 @@ class DriverContext(context.ContextBase):
                 peer.close(link)
             _peer[0] = None
         head = self.head
+        loop = self.loop
+        lost = loop.spawned.lost if loop.spawned is not None else ()
         with head.lock:
             drain_refs(head)
             for w in head.workers.values():
-                head.send(w.rank, (m.SHUTDOWN,))
+                if w.rank not in lost:
+                    head.send(w.rank, (m.SHUTDOWN,))
             head.closing = True  # SHUTDOWN is the last message each rank gets
-        loop = self.loop
         wait = TERMINATED_STOP_WAIT if interrupts.terminated else STOP_WAIT
         loop.stop_deadline = time.monotonic() + wait
         loop.stop_requested = True

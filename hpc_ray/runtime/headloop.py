@@ -44,7 +44,7 @@ from ..transport import messages as m
 from ..transport.comm import (CommThreadBell, Fetcher, Sender, control_waiting, recv_control,
                               tighten_timer_slack)
 from ..transport.wait import loop_backoff
-from . import context, interrupts
+from . import context, interrupts, launch
 from .head import Head
 
 logger = logging.getLogger(__name__)
@@ -107,6 +107,8 @@ class HeadLoop(threading.Thread):
         #: Executors' lines (LOG), printed at the end of the round, under the head's lock.
         self.logs: list = []
         self.watch = None   #: NodeWatch over the other nodes (node_watch.py); None on one host
+        #: Embedded mode: SpawnedWatch over the worker ranks' processes (node_watch.py).
+        self.spawned = None
         self._handlers = self._make_handlers()
 
     def _make_handlers(self) -> dict:
@@ -187,6 +189,17 @@ class HeadLoop(threading.Thread):
             sys.stderr.write(f"### hpc_ray head (rank 0) failed:\n{tb}")
         with self.head.lock:
             self.head.mark_broken("the head failed:\n" + tb)
+
+    def ranks_lost(self) -> None:
+        """Embedded mode: a worker rank's process died (``SpawnedWatch``). Nothing
+        ends the job, and the driver is the user's process: break the session,
+        failing everything pending, say so on stderr, and keep this process from
+        calling MPI_Finalize or spawning again (``launch.spawned_lost``)."""
+        why = self.spawned.why
+        launch.spawned_lost = why
+        with self.head.lock:
+            self.head.mark_broken(why)
+        sys.stderr.write(f"hpc_ray: {why}\n")
 
     def handler_failed(self, src: int, msg: tuple) -> None:
         """One message's handler raised (a bug in the head): log it, fail what the
@@ -286,6 +299,9 @@ class HeadLoop(threading.Thread):
                     busy = head.in_rank_busy() if self.watch is not None else ()
                 if self.watch is not None and not self.stop_requested:
                     self.watch.check(now, self.comm, busy)
+                # Also while stopping: a dead rank will not confirm the shutdown.
+                if self.spawned is not None and self.spawned.check():
+                    self.ranks_lost()
             if active:
                 backoff.reset()
                 self.bell.stale = True
@@ -335,9 +351,12 @@ class HeadLoop(threading.Thread):
         the rank's earlier ones.
         """
         head = self.head
+        lost = self.spawned.lost if self.spawned is not None else ()
+        waiting = [r for r in head.workers if r not in self.stopped and r not in lost]
+        if lost and not waiting:
+            return True     # each rank stopped or died: sends still pending go to dead ones
         if head.outbox or self.sender.pending:
             return False
-        waiting = [r for r in head.workers if r not in self.stopped]
         if not waiting:
             return True
         if time.monotonic() < self.stop_deadline:

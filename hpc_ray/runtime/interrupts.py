@@ -96,15 +96,27 @@ def uninstall() -> None:
 
 def leave_without_finalize() -> None:
     """An exit handler run after the others (``hpc_ray`` registers it when it is
-    imported): after ``skip_finalize``, leave with SIGTERM's status now."""
-    if skip_finalize:
-        import sys
+    imported): after ``skip_finalize``, leave with SIGTERM's status now.
+
+    Also leave now after a spawned worker rank died (``launch.spawned_lost``)
+    where mpi4py, not ``launch.finalize_at_exit``, would call MPI_Finalize (the
+    script imported ``mpi4py.MPI`` before ``init()``): it would crash. The
+    script's exit status is not known here: the status is 1."""
+    import sys
+    from . import launch
+    lost = launch.spawned_lost is not None and sys.modules["mpi4py"].rc.finalize is not False
+    if skip_finalize or lost:
+        if not skip_finalize:
+            sys.stderr.write("hpc_ray: leaving without MPI_Finalize, which would crash now "
+                             "that a worker rank died, with exit status 1 (mpi4py.MPI was "
+                             "imported before hpc_ray.init(): the script's own status is "
+                             "not known)\n")
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except (OSError, ValueError):
                 pass
-        os._exit(128 + signal.SIGTERM)
+        os._exit(128 + signal.SIGTERM if skip_finalize else 1)
 
 
 def ignore_in_workers() -> None:

@@ -128,12 +128,39 @@ def confine_network() -> None:
 
 
 def mpi():
-    """Import mpi4py.MPI (initialises MPI): only ranks, never executors, call this."""
+    """Import mpi4py.MPI (initialises MPI): only ranks, never executors, call this.
+
+    A process that starts MPI without a launcher (an embedded driver) calls
+    MPI_Finalize itself, at exit (``finalize_at_exit``), instead of mpi4py.
+    """
+    singleton = "mpi4py.MPI" not in sys.modules and not under_launcher()
     confine_network()
     import mpi4py
     mpi4py.rc.recv_mprobe = True
+    if singleton:
+        import atexit
+        mpi4py.rc.finalize = False
+        # Registered before init() registers shutdown(): runs after it.
+        atexit.register(finalize_at_exit)
     from mpi4py import MPI
     return MPI
+
+
+#: Embedded mode: why this process may neither spawn worker ranks nor call
+#: MPI_Finalize any more (set by ``HeadLoop.ranks_lost``): a worker rank it
+#: spawned died, and MPICH's launcher, which both talk to, ended with it (they
+#: crash this process then: a segmentation fault).
+spawned_lost: str | None = None
+
+
+def finalize_at_exit() -> None:
+    """MPI_Finalize, left out after a spawned worker rank died (``spawned_lost``:
+    the interpreter then exits with the script's own status) and after SIGTERM
+    (``interrupts.skip_finalize``: ``leave_without_finalize`` follows)."""
+    from . import interrupts
+    from mpi4py import MPI
+    if spawned_lost is None and not interrupts.skip_finalize and not MPI.Is_finalized():
+        MPI.Finalize()
 
 
 def _launcher_dirs() -> list[str]:
@@ -240,6 +267,9 @@ def _launcher_in_own_session():
 def spawn_workers(n: int):
     """Embedded mode: start ``n`` worker ranks and merge them with this process."""
     MPI = mpi()
+    if spawned_lost is not None:
+        from ..exceptions import RayError
+        raise RayError(f"cannot start worker ranks in this process again: {spawned_lost}")
     _ensure_launcher_on_path(MPI, n)
     try:
         with _launcher_in_own_session():

@@ -15,6 +15,18 @@ The job is aborted at once, as a launcher would have done, rather than failing
 the driver's pending ``get`` calls first: a library that takes such errors for
 its own failures records them (Tune would mark the trials of the lost node
 ERROR once their retries failed too, and a requeued job would not resume them).
+
+Embedded mode (``SpawnedWatch``): the driver is the user's own process (a
+notebook, perhaps), which no launcher ends and which must not be aborted, and
+the worker ranks it spawned are on its host. Rank 0 reads their /proc entries
+once a second; a rank found dead breaks the session (``HeadLoop.ranks_lost``):
+every pending task fails, and later ``get``/``wait``/``put`` raise a
+``RayError`` naming the rank and its pid. MPICH's launcher ends the other ranks
+of the spawn and itself when one dies; MPI_Finalize and MPI_Comm_spawn then
+crash this process (they talk to that launcher), so the driver leaves out the
+one at exit (``launch.finalize_at_exit``) and ``init()`` refuses the other.
+
+    HeadLoop._loop, once a second ─▶ SpawnedWatch.check ─▶ HeadLoop.ranks_lost
 """
 from __future__ import annotations
 
@@ -103,3 +115,50 @@ def for_job(cfg: dict, node_of: list[int], host_of: list[str]) -> NodeWatch | No
     if cfg.get("one_host") or len(set(node_of)) < 2:
         return None
     return NodeWatch(node_of, host_of, time.monotonic())
+
+
+class SpawnedWatch:
+    """Embedded mode: whether each worker rank's process still runs."""
+
+    def __init__(self, pids: dict[int, int]) -> None:
+        #: Rank -> its process's pid.
+        self.pids = dict(pids)
+        #: Rank -> its process's start time (/proc), so that a reused pid is not taken for it.
+        self.started = {rank: _start_time(pid) for rank, pid in self.pids.items()}
+        #: Ranks found dead, in the order found.
+        self.lost: list[int] = []
+        #: The error of the broken session, set when the first dead rank is found.
+        self.why: str | None = None
+
+    def check(self) -> bool:
+        """Look for dead ranks; True when the first ones are found (``why`` is then set)."""
+        new = [rank for rank, pid in self.pids.items()
+               if rank not in self.lost and _start_time(pid) != self.started[rank]]
+        self.lost.extend(new)
+        if not new or self.why is not None:
+            return False
+        # Named: the ranks found first (the launcher ends the others, found later).
+        died = ", ".join(f"{rank} (pid {self.pids[rank]})" for rank in new)
+        self.why = (f"worker rank{'s' if len(new) > 1 else ''} {died} of this embedded "
+                    f"session died (killed from outside, e.g. by the OOM killer or a "
+                    f"signal; MPI's launcher then ends the other ranks). The session cannot "
+                    f"go on, and MPI cannot start worker ranks again in this process: call "
+                    f"hpc_ray.shutdown(), and run hpc_ray in a new Python process (in a "
+                    f"notebook: restart the kernel)")
+        return True
+
+
+def _start_time(pid: int) -> bytes | None:
+    """The process's start time (/proc/<pid>/stat), None if it is gone or a zombie
+    (a killed rank stays its launcher's zombie until reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in (b"Z", b"X") else fields[19]
+
+
+def spawned_watch(cfg: dict, pids: dict[int, int]) -> SpawnedWatch | None:
+    """A watch over the worker ranks an embedded driver spawned; None under a launcher."""
+    return SpawnedWatch(pids) if cfg.get("embedded") else None

@@ -98,6 +98,7 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
     sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
     loop = HeadLoop(comm, head, arena, cfg.get("session_id"), cfg["one_host"], flags)
     loop.watch = node_watch.for_job(cfg, node_of, hosts)
+    loop.spawned = node_watch.spawned_watch(cfg, {r: w.pid for r, w in head.workers.items()})
     loop.start()
     ctx = DriverContext(head, loop, arena, node, 0, {"size": comm.Get_size()},
                         cfg.get("session_id"))
@@ -107,8 +108,9 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
 
 def stop_driver(session: Session) -> None:
     session.ctx.shutdown()
-    if session.inter is not None:
-        # Workers disconnect after SHUTDOWN; both sides must call it.
+    if session.inter is not None and launch.spawned_lost is None:
+        # Workers disconnect after SHUTDOWN; both sides must call it. After a
+        # worker rank died the launcher has ended them all: no one to disconnect from.
         try:
             session.comm.Free()
             session.inter.Disconnect()
