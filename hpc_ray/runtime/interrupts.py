@@ -103,8 +103,9 @@ def leave_without_finalize() -> None:
     script imported ``mpi4py.MPI`` before ``init()``): it would crash. The
     script's exit status is not known here: the status is 1."""
     import sys
-    from . import launch
-    lost = launch.spawned_lost is not None and sys.modules["mpi4py"].rc.finalize is not False
+    launch = sys.modules.get(__package__ + ".launch")   # not imported: no session ran
+    lost = (launch is not None and launch.spawned_lost is not None
+            and sys.modules["mpi4py"].rc.finalize is not False)
     if skip_finalize or lost:
         if not skip_finalize:
             sys.stderr.write("hpc_ray: leaving without MPI_Finalize, which would crash now "
