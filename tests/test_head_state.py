@@ -241,6 +241,22 @@ def test_an_actor_waiting_for_a_resource_is_placed_when_it_is_created():
     assert sent == [m.CREATE_ACTOR]
 
 
+def test_an_actor_wanting_more_gpus_than_any_node_dies_at_once_and_its_calls_fail():
+    # Ray 0.7's docs: "an exception will be thrown when instantiating the actor"
+    # (it waited forever, warning that it stayed pending).
+    head = make_head()
+    create = build_spec(9, b"cls", "C", (), {}, 1, {}, 0, 0, 556, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        head.create_actor(create, {"CPU": 1, "GPU": 2}, 0, None, "C")
+    assert [msg for msgs in head.take_outbox().values() for msg in msgs] == []
+    call = build_spec("m", None, "C.ping", (), {}, 1, None, 0, 0, 556, 0)
+    head.submit(call)
+    err = loads(head.objects[call[m.T_RETURNS][0]].record[1])
+    assert isinstance(err, ActorDiedError), err
+    assert "no node can ever hold it: it needs {'CPU': 1, 'GPU': 2}" in str(err), str(err)
+
+
 def test_custom_resources_are_the_jobs_total_shared_by_a_nodes_ranks():
     head = Head(3, [0, 0, 0], 1 << 20, ["h"] * 3)
     head.add_worker(1, {"CPU": 1, "lic": 2}, [], 1)

@@ -5,7 +5,9 @@ A source is a task (named by any ref it returns) or an actor (its handle).
 returns, per source, the signals the calling entity (this task, this actor, or
 the driver) has not seen yet: tasks that run one after another in the same
 executor each read a source from its first signal. A task that fails and an
-actor method that raises add an ``ErrorSignal`` to their source.
+actor method that raises add an ``ErrorSignal`` to their source; a call that
+fails because its actor's process is gone adds an ``ActorDiedSignal`` (an
+``ErrorSignal``) to the actor's.
 """
 from __future__ import annotations
 
@@ -15,10 +17,10 @@ import time
 from ..actors import ActorHandle
 from ..runtime import context
 from ..runtime.context import ObjectRef
-from ..runtime.signals import ErrorSignal, Signal
+from ..runtime.signals import ActorDiedSignal, ErrorSignal, Signal
 from ..transport.serialization import dumps, loads
 
-__all__ = ["Signal", "ErrorSignal", "send", "receive", "forget", "reset"]
+__all__ = ["Signal", "ErrorSignal", "ActorDiedSignal", "send", "receive", "forget", "reset"]
 
 #: How often receive() asks the head again while waiting (seconds).
 POLL_INTERVAL = 0.01

@@ -11,8 +11,9 @@ from typing import Any
 
 from ..exceptions import ActorDiedError, TaskError, WorkerCrashedError
 from ..transport import messages as m
-from ..transport.serialization import INLINE, loads
+from ..transport.serialization import INLINE, dumps, loads
 from . import context, taskspec
+from .signals import ActorDiedSignal, ErrorSignal
 
 
 class LocalContext(context.ContextBase):
@@ -28,6 +29,10 @@ class LocalContext(context.ContextBase):
         self.gpu_ids: list[int] = []
         self.world = {"size": 1}
         self.job_id = "local"
+        #: Signals by source (("task", id) or ("actor", id)), and each return id's
+        #: task, as the head keeps them (``experimental.signal``).
+        self.signals: dict = {}
+        self.task_of: dict[int, int] = {}
 
     def hold_refs(self, ids) -> None:
         pass
@@ -75,7 +80,20 @@ class LocalContext(context.ContextBase):
         if spec[m.T_BLOB] is not None and fn_id not in self.fns:
             self.fns[fn_id] = loads(spec[m.T_BLOB])
         t0 = time.time()
-        actor_id = spec[m.T_ACTOR]
+        actor_id, task_id = spec[m.T_ACTOR], spec[m.T_ID]
+        for oid in spec[m.T_RETURNS]:
+            self.task_of[oid] = task_id
+        # The call runs here, on the caller's stack: it is the current task (or
+        # actor) while it runs, for signals and exit_actor().
+        outer = self.actor_id, self.current_task_id
+        self.actor_id, self.current_task_id = actor_id, task_id
+        try:
+            self._run(spec, fn_id, actor_id)
+        finally:
+            self.actor_id, self.current_task_id = outer
+        self.events.append((spec[m.T_NAME], 0, t0, time.time(), os.getpid(), spec[m.T_ID]))
+
+    def _run(self, spec: list, fn_id, actor_id: int | None) -> None:
         try:
             args, kwargs = self._args(spec)
             if actor_id is not None:
@@ -110,7 +128,16 @@ class LocalContext(context.ContextBase):
                                 exc).as_instanceof_cause()
             for oid in spec[m.T_RETURNS]:
                 self.values[oid] = (False, err)
-        self.events.append((spec[m.T_NAME], 0, t0, time.time(), os.getpid(), spec[m.T_ID]))
+            signal = ActorDiedSignal if isinstance(err, ActorDiedError) else ErrorSignal
+            self._signal(actor_id, spec[m.T_ID], dumps(signal(err)))
+
+    def _signal(self, actor_id: int | None, task_id: int | None, blob: bytes) -> None:
+        key = ("actor", actor_id) if actor_id is not None else ("task", task_id)
+        self.signals.setdefault(key, []).append(blob)
+
+    def _signal_source(self, key) -> tuple:
+        kind, ident = key
+        return ("task", self.task_of.get(ident)) if kind == "object" else ("actor", ident)
 
     def get(self, refs: list, timeout) -> list:
         return [self._read(r.id, None) for r in refs]
@@ -164,7 +191,13 @@ class LocalContext(context.ContextBase):
         if name in ("tasks", "objects"):
             return {}
         if name == "signal_poll":
-            return [(key, []) for key, _ in args[0]]
+            return [(key, self.signals.get(self._signal_source(key), [])[cursor:])
+                    for key, cursor in args[0]]
         if name == "signal_send":
+            self._signal(*args)
+            return None
+        if name == "signal_forget":
+            for key in args[0]:
+                self.signals.pop(self._signal_source(key), None)
             return None
         raise ValueError(f"unknown control call {name!r}")

@@ -14,3 +14,9 @@ class ErrorSignal(Signal):
 
     def get_error(self) -> BaseException:
         return self.error
+
+
+class ActorDiedSignal(ErrorSignal):
+    """From an actor whose process is gone, when a call to it fails for that (as
+    Ray 0.7, a dead actor signals only when someone calls it): ``get_error()``
+    is the call's ``ActorDiedError``."""

@@ -270,6 +270,12 @@ with section("signal_user"):
     again = signal.receive([object_id], timeout=10)
     check([s.get_value() for _, s in again] == ['simple signal'], again)
 
+@ray.remote
+class Crashing:
+    def crash(self):
+        os._exit(1)
+
+
 with section("signal_error"):
     object_id = task.remote()
     try:
@@ -288,6 +294,16 @@ with section("signal_error"):
     check(len(got) == 1 and type(got[0][1]) == signal.ErrorSignal, got)
     check(got[0][0] == f)
     ray.kill(f)
+    # A crashed actor signals when it is called (the 0.7 docs' Note): each call
+    # that fails for it adds an ActorDiedSignal, an ErrorSignal.
+    crashing = Crashing.remote()
+    expect_raises(ray.exceptions.RayActorError, ray.get, crashing.crash.remote())
+    got = signal.receive([crashing], timeout=10)
+    check(len(got) == 1 and isinstance(got[0][1], signal.ErrorSignal)
+          and type(got[0][1]) is signal.ActorDiedSignal
+          and isinstance(got[0][1].get_error(), ray.exceptions.RayActorError), got)
+    expect_raises(ray.exceptions.RayActorError, ray.get, crashing.crash.remote())
+    check(len(signal.receive([crashing], timeout=10)) == 1)
 
 with section("signal_actors"):
     a1 = ActorSendSignals.remote()

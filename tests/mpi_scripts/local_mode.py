@@ -79,6 +79,46 @@ class Doubler:
 
 check(ray.get(Doubler.remote().twice.remote(4)) == 8)   # an async def method
 
+# Signals (the 0.7 docs' first two examples): a task's, then a failed task's.
+from hpc_ray.experimental import signal
+
+
+class UserSignal(signal.Signal):
+    def __init__(self, value):
+        self.value = value
+
+
+@ray.remote
+def send_signal(value):
+    signal.send(UserSignal(value))
+
+
+@ray.remote
+def fails_signalled():
+    raise ValueError("signalled")
+
+
+sent = send_signal.remote("simple signal")
+got = signal.receive([sent], timeout=5)
+check([(src, s.value) for src, s in got] == [(sent, "simple signal")], got)
+check(signal.receive([sent], timeout=0) == [])
+failed = fails_signalled.remote()
+got = signal.receive([failed], timeout=5)
+check(len(got) == 1 and type(got[0][1]) is signal.ErrorSignal
+      and "signalled" in str(got[0][1].get_error()), got)
+
+
+@ray.remote
+class Leaver:
+    def leave(self):
+        ray.actor.exit_actor()
+
+
+leaver = Leaver.remote()
+expect_raises(ray.exceptions.RayActorError, ray.get, leaver.leave.remote())
+got = signal.receive([leaver], timeout=5)
+check([type(s) for _, s in got] == [signal.ActorDiedSignal], got)
+
 ray.shutdown()
 check(not ray.is_initialized())
 

@@ -22,7 +22,6 @@ import logging
 
 from ...exceptions import ActorDiedError
 from ...transport import messages as m
-from ...transport.serialization import ERROR, dumps
 from .. import scheduler
 from .resources import give_back, hold
 from .tasks import PENDING, RUNNING, IllegalTransition
@@ -229,9 +228,9 @@ class ActorLifecycle:
     def _actor_ended(self, actor: ActorEntry) -> None:
         """DEAD: fail the calls still queued, give back the creation arguments, forget."""
         for task in actor.queue:
-            self.head.task_events.fail_task(task, (ERROR, dumps(ActorDiedError(
+            self.head.task_events.fail_actor_call(task, ActorDiedError(
                 f"actor {actor.class_name} died: {actor.error}; the call "
-                f"{task.spec[m.T_NAME]} cannot run"))))
+                f"{task.spec[m.T_NAME]} cannot run"))
         actor.queue.clear()
         self._unthrottle(actor.queue)
         if actor.name is not None and self.head.named_actors.get(actor.name) == actor.actor_id:
@@ -284,6 +283,15 @@ class ActorLifecycle:
         else:
             w = scheduler.pick_actor_worker(workers, actor.resources)
         if w is None:
+            fixed = {k: v for k, v in actor.resources.items() if k in ("CPU", "GPU")}
+            if workers and not scheduler.feasible_anywhere(workers, fixed):
+                # As an infeasible task fails (TaskLifecycle._feasible): no node
+                # can ever hold it, so its calls raise instead of waiting forever.
+                self.actor_died(actor.actor_id, (
+                    f"no node can ever hold it: it needs {actor.resources} (nodes have: "
+                    f"{scheduler.node_totals(workers)}). Pass num_cpus/num_gpus to init(), "
+                    f"or start ranks with more CPUs or GPUs"), allow_restart=False)
+                return
             if not scheduler.feasible_anywhere(workers, actor.resources):
                 self.head.placement.warn_unplaceable(
                     f"actor {actor.class_name}", actor.resources, "that much free",
@@ -408,9 +416,9 @@ class ActorLifecycle:
             actor.error = reason
             self._set_actor_state(actor, A_DEAD)
         for task in failed:
-            self.head.task_events.fail_task(task, (ERROR, dumps(ActorDiedError(
+            self.head.task_events.fail_actor_call(task, ActorDiedError(
                 f"{msg}; the call {task.spec[m.T_NAME]} was lost"
-                + ("; the actor is being restarted" if restart else "")))))
+                + ("; the actor is being restarted" if restart else "")))
         if restart:
             logger.info("restarting actor %s (%d of %s)", actor.class_name,
                         actor.restarts, actor.max_restarts)

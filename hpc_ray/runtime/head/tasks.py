@@ -186,8 +186,8 @@ class TaskLifecycle:
             if actor is None:
                 dead = head.history.dead_actors.get(actor_id)
                 why = f"it died: {dead[1]}" if dead else "no such actor"
-                self.fail_task(task, (ERROR, dumps(ActorDiedError(
-                    f"actor {spec[m.T_NAME]} is dead: {why}"))))
+                self.fail_actor_call(task, ActorDiedError(
+                    f"actor {spec[m.T_NAME]} is dead: {why}"))
                 return
             caller = actor.queue.append(task)
             if caller is not None:
@@ -340,11 +340,17 @@ class TaskLifecycle:
                 f"{task.spec[m.T_NAME]} was lost: {why}"))))
         self.head.cond.notify_all()
 
-    def _error_signal(self, task: TaskEntry, err: tuple) -> None:
+    def fail_actor_call(self, task: TaskEntry, err: ActorDiedError) -> None:
+        """A call fails because its actor is gone: the actor signals it too."""
+        from ..signals import ActorDiedSignal
+        self._error_signal(task, (ERROR, dumps(err)), ActorDiedSignal)
+        self.fail_task(task, (ERROR, dumps(err)))
+
+    def _error_signal(self, task: TaskEntry, err: tuple, kind=None) -> None:
         from ..values import error_from_record
         from ..signals import ErrorSignal
         try:
-            blob = dumps(ErrorSignal(error_from_record(err)))
+            blob = dumps((kind or ErrorSignal)(error_from_record(err)))
         except Exception:
             return
         actor_id = task.spec[m.T_ACTOR]
