@@ -3,17 +3,19 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import copyreg
 import inspect
 import json
 import os
+import socket
 import sys
 import threading
 import time
+import warnings
 from typing import Any, Iterator
 
 from . import launch
 from .actors import ActorClass, ActorHandle, get_actor, kill, method  # noqa: F401
+from .custom_serializers import register_custom_serializer  # noqa: F401
 from .exceptions import RayError
 from .remote_function import RemoteFunction
 from .runtime import context
@@ -31,6 +33,13 @@ _IGNORED_INIT_ARGS = (
     "namespace", "runtime_env", "_temp_dir", "_system_config", "num_workers",
     "start_ray_local",
 )
+
+#: Of those, the ones whose value asks for something hpc_ray does not do (connect
+#: to a running cluster, keep files or sockets at a path): ``init`` warns when
+#: they are given.
+_WARNED_INIT_ARGS = ("address", "redis_address", "temp_dir", "_temp_dir",
+                     "plasma_store_socket_name", "raylet_socket_name", "plasma_directory",
+                     "huge_pages")
 
 _session = None
 _lock = threading.RLock()
@@ -104,6 +113,7 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
             if world is not None and world.Get_rank() != 0:
                 launch.worker_exit(launch.run_worker(world))
             _park_workers(world)
+            _warn_ignored(dict(kwargs, address=address))
             from .runtime.local import LocalContext
             ctx = LocalContext()
             context.set_id_prefix(0, 0)
@@ -122,6 +132,7 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
             # A worker rank: serve until the driver is done, never return.
             gone = launch.run_worker(world)
             launch.worker_exit(gone)
+        _warn_ignored(dict(kwargs, address=address))
         global _parked_world
         _parked_world = None     # start_driver's set-up reaches the waiting ranks
         from .runtime.session import start_driver
@@ -138,6 +149,17 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
             pass  # not in the main thread, or no preempt support
         _run_pending_functions()
         return _session_info()
+
+
+def _warn_ignored(given: dict) -> None:
+    """Warn (on the driver) of Ray 0.7 ``init()`` arguments that have no effect here."""
+    ignored = {k: v for k, v in given.items() if k in _WARNED_INIT_ARGS and v}
+    if not ignored:
+        return
+    what = ", ".join(f"{k}={v!r}" for k, v in ignored.items())
+    warnings.warn(f"init({what}): ignored. hpc_ray connects to no running cluster (the "
+                  f"mpiexec or Slurm job, or the ranks init() starts, is the cluster) and "
+                  f"keeps no Ray files, sockets or plasma directory.", stacklevel=3)
 
 
 def _launched_world():
@@ -173,11 +195,17 @@ def _run_pending_functions() -> None:
 
 
 def _session_info() -> dict:
+    """What init() returns: the job, and Ray 0.7's address fields (this host's name;
+    None for the servers hpc_ray does not run)."""
     kind, obj = _session
+    addresses = {"node_ip_address": socket.gethostname(), "redis_address": None,
+                 "object_store_address": None, "raylet_socket_name": None,
+                 "webui_url": None}
     if kind == "local":
-        return {"mode": "local", "job_id": "local", "world_size": 1}
+        return {"mode": "local", "job_id": "local", "world_size": 1, **addresses}
     return {"mode": "embedded" if obj.embedded else "mpi", "job_id": obj.job_id,
-            "world_size": obj.ctx.world["size"], "session_name": f"hpc_ray-{obj.job_id}"}
+            "world_size": obj.ctx.world["size"], "session_name": f"hpc_ray-{obj.job_id}",
+            **addresses}
 
 
 def shutdown(exiting_interpreter: bool = False) -> None:
@@ -361,16 +389,26 @@ def nodes() -> list[dict]:
     return _state_context().control("nodes")
 
 
-def tasks(task_id: str | None = None) -> dict:
-    """The task table (or one entry of it, by hex id)."""
+def tasks(task_id=None) -> dict:
+    """The task table, or one entry of it (``task_id``: its hex id or 20 bytes)."""
     table = _state_context().control("tasks")
-    return table[task_id] if task_id is not None else table
+    return table if task_id is None else table[_hex_key(task_id)]
 
 
-def objects(object_id: str | None = None) -> dict:
-    """The object table (or one entry of it, by hex id)."""
+def objects(object_id=None) -> dict:
+    """The object table, or one entry of it (``object_id``: an ObjectRef, as Ray
+    0.7's, or its hex id or 20 bytes)."""
     table = _state_context().control("objects")
-    return table[object_id] if object_id is not None else table
+    return table if object_id is None else table[_hex_key(object_id)]
+
+
+def _hex_key(key) -> str:
+    """The hex id the state tables are keyed by."""
+    if isinstance(key, ObjectRef):
+        return key.hex()
+    if isinstance(key, (bytes, bytearray)):
+        return bytes(key).hex()
+    return key
 
 
 def get_gpu_ids() -> list[int]:
@@ -431,7 +469,7 @@ def timeline(filename: str | None = None) -> list[dict] | None:
         name, rank, t0, t1, pid, tid = ev
         events.append({"cat": "task", "name": name, "ph": "X", "pid": f"rank {rank}",
                        "tid": pid, "ts": t0 * 1e6, "dur": max(0.0, (t1 - t0) * 1e6),
-                       "args": {"rank": rank, "task_id": f"{tid:032x}", "pid": pid,
+                       "args": {"rank": rank, "task_id": f"{tid:040x}", "pid": pid,
                                 "function": name, "job_id": job_id}})
     if filename is None:
         return events
@@ -487,76 +525,6 @@ def errors(all_jobs: bool = False) -> list[dict]:
 def error_info(worker=None) -> list[dict]:
     """Ray 0.2's name for ``errors()`` (its ``worker`` argument is ignored)."""
     return errors()
-
-
-# --- custom serializers ---------------------------------------------------------------
-
-class _Reducer:
-    """``copyreg`` reducer of a class registered with ``register_custom_serializer``."""
-
-    def __init__(self, cls: type, serializer, deserializer, use_dict: bool) -> None:
-        self.cls = cls
-        self.serializer = serializer
-        self.deserializer = deserializer
-        self.use_dict = use_dict
-
-    def __call__(self, obj):
-        if self.use_dict:
-            return (_from_dict, (self.cls, dict(obj.__dict__)))
-        return (self.deserializer, (self.serializer(obj),))
-
-
-def _from_dict(cls: type, state: dict):
-    obj = cls.__new__(cls)
-    obj.__dict__.update(state)
-    return obj
-
-
-class _RegisterSerializer:
-    """Run on every worker: install (or, with use_pickle, remove) the reducer."""
-
-    def __init__(self, cls: type, reducer: _Reducer | None) -> None:
-        self.cls = cls
-        self.reducer = reducer
-
-    def __call__(self, worker_info=None) -> None:
-        if self.reducer is None:
-            copyreg.dispatch_table.pop(self.cls, None)
-        else:
-            copyreg.pickle(self.cls, self.reducer)
-
-
-def register_custom_serializer(cls: type, use_pickle: bool = False, use_dict: bool = False,
-                               serializer=None, deserializer=None, local: bool = False,
-                               job_id=None, class_id=None) -> None:
-    """Serialize instances of ``cls`` with ``serializer``/``deserializer`` everywhere.
-
-    ``serializer(obj)`` returns a picklable value, ``deserializer(value)`` the
-    object. ``use_pickle=True`` keeps plain pickling; ``use_dict=True`` ships
-    ``obj.__dict__``. Registered here and, unless ``local``, on every worker
-    process; before ``init()`` it is kept and registered at start-up.
-
-    Raises:
-        TypeError: ``cls`` is not a class.
-        ValueError: the options contradict each other (as in Ray 0.7).
-    """
-    if not isinstance(cls, type):
-        raise TypeError(f"register_custom_serializer() takes a class, got {cls!r:.80}")
-    custom = serializer is not None or deserializer is not None
-    if use_pickle and (use_dict or custom):
-        raise ValueError("use_pickle=True excludes use_dict and serializer/deserializer")
-    if use_dict and custom:
-        raise ValueError("use_dict=True excludes serializer/deserializer")
-    if custom and (serializer is None or deserializer is None):
-        raise ValueError("give both serializer and deserializer")
-    if not (use_pickle or use_dict or custom):
-        raise ValueError("give serializer= and deserializer=, or use_pickle=True, "
-                         "or use_dict=True")
-    register = _RegisterSerializer(
-        cls, None if use_pickle else _Reducer(cls, serializer, deserializer, use_dict))
-    register()
-    if not local:
-        run_function_on_all_workers(register)
 
 
 @contextlib.contextmanager

@@ -282,7 +282,7 @@ def test_direct_call_reports_are_read_before_tasks_and_at_most_some_held():
 
     head.direct_report(report(1000))
     assert len(head.history.tasks) == 0                 # held, not read yet
-    assert f"{1000:032x}" in control._tasks(head)       # tasks() reads it first
+    assert f"{1000:040x}" in control._tasks(head)       # tasks() reads it first
     assert [ev[5] for ev in control._timeline(head)] == [1000]
     for i in range(DIRECT_REPORTS_HELD):
         head.direct_report(report(2000 + 2 * i))

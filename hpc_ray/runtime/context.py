@@ -225,7 +225,9 @@ class ObjectRef:
         return (_rebuild_ref, (self.id,))
 
     def hex(self) -> str:
-        return f"{self.id:032x}"
+        """``binary()`` in hex: 40 digits, as Ray 0.7's (``tasks()`` and ``objects()``
+        name ids so too)."""
+        return self.binary().hex()
 
     def binary(self) -> bytes:
         """20 bytes (Ray 0.7's size), or the 28 bytes the ref was made from."""

@@ -136,11 +136,11 @@ def _tasks(head: Head) -> dict:
     out = TaskTable()
     for tid, name, state, rank, attempts, returns, t_submit, t_start, t_end, _ in \
             head.history.tasks:
-        out[f"{tid:032x}"] = _task_record(tid, name, state, rank, attempts, returns,
+        out[f"{tid:040x}"] = _task_record(tid, name, state, rank, attempts, returns,
                                           t_submit, t_start, t_end)
     for t in head.tasks.values():
         tid = t.spec[m.T_ID]
-        out[f"{tid:032x}"] = _task_record(tid, t.spec[m.T_NAME], t.state.value, t.rank,
+        out[f"{tid:040x}"] = _task_record(tid, t.spec[m.T_NAME], t.state.value, t.rank,
                                           t.attempts, t.spec[m.T_RETURNS], t.t_submit,
                                           t.t_start, t.t_end)
     out.truncated = head.history.tasks.dropped
@@ -152,9 +152,9 @@ def _tasks(head: Head) -> dict:
 
 
 def _task_record(tid, name, state, rank, attempts, returns, t_submit, t_start, t_end):
-    return {"TaskID": f"{tid:032x}", "FunctionName": name, "State": state,
+    return {"TaskID": f"{tid:040x}", "FunctionName": name, "State": state,
             "Rank": rank, "Attempts": attempts,
-            "ReturnIDs": [f"{o:032x}" for o in returns],
+            "ReturnIDs": [f"{o:040x}" for o in returns],
             "SubmitTime": t_submit, "StartTime": t_start or None, "EndTime": t_end or None}
 
 
@@ -170,7 +170,7 @@ def _objects(head: Head) -> dict:
             state, where, size = "READY", "shared memory", rec[3]
         else:
             state, where, size = "READY", "inline", None
-        out[f"{oid:032x}"] = {"ObjectID": f"{oid:032x}", "State": state,
+        out[f"{oid:040x}"] = {"ObjectID": f"{oid:040x}", "State": state,
                               "Location": where, "DataSize": size,
                               "RefCount": e.refs,
                               "Nodes": ([rec[1]] + sorted(e.locations)) if (

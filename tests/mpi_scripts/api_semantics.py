@@ -80,8 +80,13 @@ with section("ObjectRef"):
     check(len({r1, r2, r1}) == 2)
     check({r1: "x"}[r1] == "x")
     h = r1.hex()
-    check(isinstance(h, str) and len(h) >= 8 and int(h, 16) >= 0, h)
+    # Ray 0.7: the hex of the 20-byte binary, from which the id is made again.
+    check(isinstance(h, str) and h == r1.binary().hex() and len(h) == 40, h)
+    check(ray.ObjectID(bytes.fromhex(h)) == r1)
     check(h != r2.hex())
+    # The object table's entry, by the ref (as 0.7's objects(object_id)), its hex or bytes.
+    check(ray.objects(r1)["ObjectID"] == ray.objects(h)["ObjectID"]
+          == ray.objects(r1.binary())["ObjectID"] == h, ray.objects(r1))
     check(h in repr(r1), repr(r1))
     report("repr", repr(r1))
     copy = pickle.loads(pickle.dumps(r1))

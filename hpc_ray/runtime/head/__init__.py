@@ -509,7 +509,7 @@ def _kind_name(kind) -> str:
 def _lost_record(oid: int) -> tuple:
     """What a get of an object the head no longer knows returns (it raises there)."""
     return (ERROR, dumps(UnreconstructableError(
-        f"object {oid:032x} was freed before this get was answered: nothing held it")))
+        f"object {oid:040x} was freed before this get was answered: nothing held it")))
 
 
 def _failed_reply(kind: int, msg: tuple, err: Exception, node: int, store_size: int):
