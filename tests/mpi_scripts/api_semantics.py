@@ -4,13 +4,24 @@ import faulthandler, os
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
 
 import pickle
+import socket
 import time
+import warnings
 
 from _harness import NUM_WORKERS, check, expect_raises, init_kwargs, ok, report, section, tmp_path
 
 import hpc_ray as ray
 
-ray.init(**init_kwargs())
+# 0.7's init() keywords: a cluster address is ignored with a warning (the job is
+# the cluster), keywords left at their defaults say nothing; the address fields.
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    info = ray.init(**init_kwargs(redis_address="10.0.0.1:6379", temp_dir=None,
+                                  include_webui=False))
+check(len(caught) == 1 and str(caught[0].message).startswith(
+    "init(redis_address='10.0.0.1:6379'): ignored"), [str(w.message) for w in caught])
+check(info["redis_address"] is None and info["webui_url"] is None
+      and info["node_ip_address"] == socket.gethostname(), info)
 
 
 @ray.remote
