@@ -283,6 +283,7 @@ def get(object_refs, timeout: float | None = None):
     """
     _check_timeout(timeout)
     if type(object_refs) is ObjectRef:
+        context.check_refs((object_refs,))
         return context.current().get([object_refs], timeout)[0]
     if isinstance(object_refs, (list, tuple)):
         for r in object_refs:
@@ -291,6 +292,7 @@ def get(object_refs, timeout: float | None = None):
                                 f"{type(r).__name__}: {r!r:.80}")
         if not object_refs:
             return []
+        context.check_refs(object_refs)
         return context.current().get(list(object_refs), timeout)
     raise TypeError(f"get() expects an ObjectRef or a list of ObjectRefs, got "
                     f"{type(object_refs).__name__}: {object_refs!r:.80}")
@@ -321,6 +323,7 @@ def wait(object_refs: list, num_returns: int = 1, timeout: float | None = None,
     ids = [r.id for r in object_refs]
     if len(set(ids)) != len(ids):
         raise ValueError("wait() requires a list of unique ObjectRefs; got duplicates")
+    context.check_refs(object_refs)
     _check_timeout(timeout)
     if not ids:
         return [], []

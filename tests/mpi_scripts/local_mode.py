@@ -119,6 +119,7 @@ expect_raises(ray.exceptions.RayActorError, ray.get, leaver.leave.remote())
 got = signal.receive([leaver], timeout=5)
 check([type(s) for _, s in got] == [signal.ActorDiedSignal], got)
 
+kept = ray.put("from the local session")
 ray.shutdown()
 check(not ray.is_initialized())
 
@@ -126,8 +127,13 @@ if sys.argv[1:] == ["then-init"]:
     ray.init()
 
     @ray.remote
-    def where():
+    def where(*_):
         return os.getpid()
+
+    # A ref kept from the session shutdown() ended raises instead of waiting forever.
+    for use in (lambda: ray.get(kept), lambda: ray.wait([kept]), lambda: where.remote(kept)):
+        err = expect_raises(ray.exceptions.RayError, use)
+        check("earlier session" in str(err), err)
 
     report("task_pids_after_local", len({ray.get(where.remote()) for _ in range(4)} -
                                         {os.getpid()}))
