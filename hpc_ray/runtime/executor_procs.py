@@ -24,9 +24,11 @@ from .worker_state import Executor
 _LAUNCHER_ENV_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPIR_", "MPICH_INTERFACE",
                           "PALS_", "I_MPI_HYDRA")
 
-#: Bytes read from an executor's stdout/stderr at once; a line longer than this
-#: is passed on in pieces (a partial line is otherwise held until its newline).
+#: Bytes read from an executor's stdout/stderr at once.
 OUTPUT_CHUNK = 1 << 16
+#: A partial line is held until its newline, up to this many bytes; a longer
+#: line is passed on in pieces (each printed with its own prefix).
+LONGEST_LINE = 8 << 20
 #: Most chunks read from one pipe per pass of the loop (1 MiB): the rest waits.
 OUTPUT_READS = 16
 
@@ -123,7 +125,7 @@ class ExecutorPool:
                 if len(chunk) < OUTPUT_CHUNK:
                     break
             cut = buf.rfind(b"\n") + 1
-            if eof or (not cut and len(buf) >= OUTPUT_CHUNK):
+            if eof or (not cut and len(buf) >= LONGEST_LINE):
                 cut = len(buf)
             if cut:
                 lines = buf[:cut].decode(errors="replace").split("\n")

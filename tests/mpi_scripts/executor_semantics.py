@@ -187,6 +187,7 @@ def chatty(tag):
     sys.stdout.flush()
     time.sleep(0.05)
     sys.stdout.write("part two\n")
+    print("L" * 200_000)        # longer than a pipe's read: one line all the same
     sys.stdout.write(f"no newline after {tag}")     # the task's last line, left open
     return os.getpid()
 
@@ -221,6 +222,8 @@ with section("prints"):
     check("oops" not in out.text() and "hello" not in err.text())
     check(re.search(rf"^\(pid={pid}, rank=\d+\) no newline after T1$", out.text(), re.M),
           f"a last line without its newline: {out.text()!r}")
+    long_lines = re.findall(r"^\(pid=\d+, rank=\d+\) (L+)$", out.text(), re.M)
+    check([len(x) for x in long_lines] == [200_000], [len(x) for x in long_lines])
     report("prints", {"pid": pid, "actor_pid": apid})
 
 
