@@ -313,10 +313,12 @@ with section("a failed construction sends one ErrorSignal"):
     check(ray.get(restart_fails.ping.remote()) == "pong")
     expect_raises(ray.exceptions.RayActorError, ray.get, restart_fails.die.remote(),
                   timeout=30)
-    got = error_signals(restart_fails, 1)
+    # The lost call's ActorDiedSignal (0.7: a crashed actor signals when called),
+    # then the failed second construction's ErrorSignal.
+    got = error_signals(restart_fails, 2)
     report("fails_on_restart_signals", len(got))
-    check(len(got) == 1 and isinstance(got[0][1], signal.ErrorSignal), got)
-    check(got and "second construction" in str(got[0][1].get_error()), got)
+    check([type(s) for _, s in got] == [signal.ActorDiedSignal, signal.ErrorSignal], got)
+    check(len(got) == 2 and "second construction" in str(got[1][1].get_error()), got)
     expect_raises(ray.exceptions.RayActorError, ray.get, restart_fails.ping.remote(),
                   timeout=30)
 

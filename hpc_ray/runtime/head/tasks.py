@@ -185,9 +185,9 @@ class TaskLifecycle:
         if actor_id is not None:
             if actor is None:
                 dead = head.history.dead_actors.get(actor_id)
-                why = f"it died: {dead[1]}" if dead else "no such actor"
                 self.fail_actor_call(task, ActorDiedError(
-                    f"actor {spec[m.T_NAME]} is dead: {why}"))
+                    f"actor {dead[0]} died: {dead[1]}; the call {spec[m.T_NAME]} cannot run"
+                    if dead else f"the actor of the call {spec[m.T_NAME]} does not exist"))
                 return
             caller = actor.queue.append(task)
             if caller is not None:
