@@ -33,13 +33,18 @@ class Session:
         self.job_id = job_id
 
 
-def start_driver(num_cpus=None, num_gpus=None, resources=None,
-                 object_store_memory=None, ranks_per_node=None) -> Session:
+def check_num_gpus(num_gpus) -> None:
+    """``init(num_gpus=)``'s check, made before the worker ranks hear of a session."""
     visible = launch.visible_gpus()
     if num_gpus and visible and num_gpus > len(visible):
         raise ValueError(f"init(num_gpus={num_gpus}) but CUDA_VISIBLE_DEVICES="
                          f"{os.environ['CUDA_VISIBLE_DEVICES']!r} lists {len(visible)} "
                          f"GPU(s); pass num_gpus <= {len(visible)} or unset it")
+
+
+def start_driver(num_cpus=None, num_gpus=None, resources=None,
+                 object_store_memory=None, ranks_per_node=None) -> Session:
+    check_num_gpus(num_gpus)
     MPI = launch.mpi()
     world = MPI.COMM_WORLD
     inter = None
