@@ -132,6 +132,19 @@ def test_script_ends_without_a_session(run, mode, how, rc):
             result.output()
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_driver_environ_reaches_tasks_and_actors(run, mode):
+    # What the script sets or deletes in os.environ before init() is what its
+    # tasks and actors see, in every mode (python -m hpc_ray: the worker ranks
+    # never ran the script, and get the changes with the session's config).
+    result = run("driver_environ.py", 3, mode=mode, timeout=60,
+                 env={"HPC_RAY_TEST_ENV_CHANGED": "launcher",
+                      "HPC_RAY_TEST_ENV_DELETED": "launcher"})
+    values = result.assert_ok("driver_environ")
+    assert values["task_env"]["MY_SETTING"] == "from-driver"
+    assert values["actor_env_in_rank_True"]["HPC_RAY_TEST_ENV_DELETED"] is None
+
+
 def test_hpc_ray_run_cli(run):
     if importlib.util.find_spec("hpc_ray.cli") is None and not (
             REPO_ROOT / "hpc_ray" / "cli.py").exists():

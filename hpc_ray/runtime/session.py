@@ -9,7 +9,7 @@ import sys
 from .. import _config
 from . import launch
 from ..exceptions import RayError
-from . import context, node_watch
+from . import context, node_watch, script_env
 from .driver import DriverContext
 from .headloop import HeadLoop
 from .head import Head
@@ -85,6 +85,9 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
         "extra_idle": _config.os_environ_get("EXTRA_EXECUTOR_IDLE", None, float),
         "actor_standby": _config.os_environ_get("ACTOR_STANDBY", 1, int),
         "log_to_driver": context.log_to_driver,
+        # python -m hpc_ray: the variables the script set or deleted before init(),
+        # for the worker ranks, which never ran it (None in other modes).
+        "environ": script_env.changes(),
     }
     cfg, node_of, node, arena, flags = launch.setup_world(comm, cfg)
     infos = comm.gather(None, root=0)
