@@ -4,7 +4,8 @@ ranks never run the script: the changes go with the session's config).
 
 The test launches it with HPC_RAY_TEST_ENV_CHANGED and HPC_RAY_TEST_ENV_DELETED
 set. Under ``python -m hpc_ray`` a launcher's per-rank variable the driver
-changed (MPI_LOCALRANKID, hydra's) keeps each worker rank's own value.
+changed (hydra's MPI_LOCALRANKID, Open MPI's OMPI_COMM_WORLD_LOCAL_RANK) keeps
+each worker rank's own value.
 """
 import faulthandler, os
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
@@ -21,9 +22,11 @@ os.environ["MY_SETTING"] = "from-driver"
 os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["HPC_RAY_TEST_ENV_CHANGED"] = "driver"
 del os.environ["HPC_RAY_TEST_ENV_DELETED"]
-local_rank = os.environ.get("MPI_LOCALRANKID")
-if MODE == "module":
-    os.environ["MPI_LOCALRANKID"] = "driver"
+PER_RANK = next((k for k in ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK")
+                 if k in os.environ), None)
+local_rank = os.environ.get(PER_RANK) if PER_RANK else None
+if MODE == "module" and PER_RANK:
+    os.environ[PER_RANK] = "driver"
 ray.init(**init_kwargs())
 
 
@@ -39,7 +42,7 @@ def task_env():
 @ray.remote
 class Actor:
     def env(self):
-        return seen(), os.environ.get("MPI_LOCALRANKID")
+        return seen(), os.environ.get(PER_RANK) if PER_RANK else None
 
 
 tasks = ray.get([task_env.remote() for _ in range(8)])
@@ -50,9 +53,9 @@ for in_rank in (False, True):
     env, actor_local_rank = ray.get(actor.env.remote())
     check(env == EXPECTED, f"actor (in_rank={in_rank}) saw {env}")
     report(f"actor_env_in_rank_{in_rank}", env)
-    if in_rank and MODE == "module":
-        # The worker rank's own hydra local rank, never rank 0's (changed) one.
+    if in_rank and MODE == "module" and PER_RANK:
+        # The worker rank's own local rank, never rank 0's (changed) one.
         check(actor_local_rank not in (None, "driver", local_rank),
-              f"in-rank actor's MPI_LOCALRANKID {actor_local_rank!r} (driver's {local_rank!r})")
+              f"in-rank actor's {PER_RANK} {actor_local_rank!r} (driver's {local_rank!r})")
 ray.shutdown()
 ok("driver_environ")
