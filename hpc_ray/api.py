@@ -133,9 +133,14 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
             gone = launch.run_worker(world)
             launch.worker_exit(gone)
         _warn_ignored(dict(kwargs, address=address))
+        from .runtime.session import check_num_gpus, start_driver
+        if world.Get_size() > 1:
+            # Rank 0: if init() fails before its set-up reaches the waiting
+            # ranks, they leave when the script ends (``_park_workers``).
+            _park_workers(world)
+        check_num_gpus(num_gpus)
         global _parked_world
         _parked_world = None     # start_driver's set-up reaches the waiting ranks
-        from .runtime.session import start_driver
         # Ray's log_to_driver: what tasks and actors print shows up here, prefixed.
         context.log_to_driver = bool(kwargs.get("log_to_driver", True))
         session = start_driver(num_cpus, num_gpus, resources, object_store_memory)
@@ -172,9 +177,12 @@ def _launched_world():
 
 
 def _park_workers(world) -> None:
-    """Rank 0 of a launch runs in local mode: its worker ranks wait in
-    ``run_worker`` for a session, which a later ``init()`` may start; if none
-    has started by the time the script ends, they are let go then."""
+    """Rank 0 of a launch runs without a session for now (in local mode, or
+    ``python -m hpc_ray`` running the script before its ``init()``): its worker
+    ranks wait in ``run_worker`` for a session, which a later ``init()`` may
+    start; if none has started by the time the script ends (it exited, raised,
+    or never called ``init()``), they are let go then, and the job ends with
+    the script's own exit status."""
     global _parked_world
     if world is None or _parked_world is not None or _mpi_workers_gone:
         return

@@ -105,6 +105,46 @@ def test_driver_dies(run, mode, how):
         assert "the driver failed" in result.stderr, result.output()
 
 
+@pytest.mark.faults
+@pytest.mark.parametrize("mode,how,rc", [
+    ("module", "end", 0),
+    ("module", "help", 0),
+    ("module", "exit3", 3),
+    ("module", "raise", 1),
+    ("module", "bad-init", 1),
+    ("mpiexec", "bad-init", 1),
+])
+def test_script_ends_without_a_session(run, mode, how, rc):
+    # Only rank 0 runs the script; it ends without starting a session (it never
+    # calls init(), or init() fails before the worker ranks hear of one). The
+    # ranks waiting for the session must leave, and the job end with the
+    # script's own status instead of waiting until it is killed.
+    result = run("no_init.py", 3, how, mode=mode, timeout=30, expect_rc=rc,
+                 env={"CUDA_VISIBLE_DEVICES": "0"})
+    assert result.stdout.count(f"NO_INIT {how}") == (3 if mode == "mpiexec" else 1), \
+        result.output()
+    if how == "help":
+        assert "a script's own help" in result.stdout, result.output()
+    if how == "raise":
+        assert "RuntimeError: the script failed before init()" in result.stderr, result.output()
+    if how == "bad-init":
+        assert "ValueError: init(num_gpus=2) but CUDA_VISIBLE_DEVICES='0'" in result.stderr, \
+            result.output()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_driver_environ_reaches_tasks_and_actors(run, mode):
+    # What the script sets or deletes in os.environ before init() is what its
+    # tasks and actors see, in every mode (python -m hpc_ray: the worker ranks
+    # never ran the script, and get the changes with the session's config).
+    result = run("driver_environ.py", 3, mode=mode, timeout=60,
+                 env={"HPC_RAY_TEST_ENV_CHANGED": "launcher",
+                      "HPC_RAY_TEST_ENV_DELETED": "launcher"})
+    values = result.assert_ok("driver_environ")
+    assert values["task_env"]["MY_SETTING"] == "from-driver"
+    assert values["actor_env_in_rank_True"]["HPC_RAY_TEST_ENV_DELETED"] is None
+
+
 def test_hpc_ray_run_cli(run):
     if importlib.util.find_spec("hpc_ray.cli") is None and not (
             REPO_ROOT / "hpc_ray" / "cli.py").exists():

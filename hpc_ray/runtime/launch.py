@@ -7,7 +7,8 @@
 
 Every rank then runs the same set-up, collectively on the job's communicator:
 
-    rank 0 ──bcast(config)──▶ all      store size, sys.path, resources, driver pid
+    rank 0 ──bcast(config)──▶ all      store size, sys.path, resources, driver pid,
+                                       os.environ changes (script_env.py)
     one host: rank 0's memfd sleep flags ──bcast(pid, fd)──▶ all open them
     all: node of each rank (shared-memory split and the launcher's node name,
          or HPC_RAY_RANKS_PER_NODE)
@@ -290,12 +291,15 @@ def spawn_workers(n: int):
 
 def setup_world(comm, cfg: dict | None):
     """Collective set-up on ``comm``; rank 0 passes ``cfg``, others receive it."""
+    from . import script_env
     from .store import Arena
     rank = comm.Get_rank()
     size = comm.Get_size()
     cfg = comm.bcast(cfg, root=0)
     if cfg is None:
         return None   # rank 0 starts no session (``release_workers``)
+    if rank:   # python -m hpc_ray: what the script set in os.environ before init()
+        script_env.apply(cfg.get("environ"))
     gathered = comm.allgather((node_gpus(), socket.gethostname()))
     rpn = cfg.get("ranks_per_node")
     node_of = [r // rpn for r in range(size)] if rpn else \

@@ -9,7 +9,7 @@ import sys
 from .. import _config
 from . import launch
 from ..exceptions import RayError
-from . import context, node_watch
+from . import context, node_watch, script_env
 from .driver import DriverContext
 from .headloop import HeadLoop
 from .head import Head
@@ -33,13 +33,18 @@ class Session:
         self.job_id = job_id
 
 
-def start_driver(num_cpus=None, num_gpus=None, resources=None,
-                 object_store_memory=None, ranks_per_node=None) -> Session:
+def check_num_gpus(num_gpus) -> None:
+    """``init(num_gpus=)``'s check, made before the worker ranks hear of a session."""
     visible = launch.visible_gpus()
     if num_gpus and visible and num_gpus > len(visible):
         raise ValueError(f"init(num_gpus={num_gpus}) but CUDA_VISIBLE_DEVICES="
                          f"{os.environ['CUDA_VISIBLE_DEVICES']!r} lists {len(visible)} "
                          f"GPU(s); pass num_gpus <= {len(visible)} or unset it")
+
+
+def start_driver(num_cpus=None, num_gpus=None, resources=None,
+                 object_store_memory=None, ranks_per_node=None) -> Session:
+    check_num_gpus(num_gpus)
     MPI = launch.mpi()
     world = MPI.COMM_WORLD
     inter = None
@@ -80,6 +85,9 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
         "extra_idle": _config.os_environ_get("EXTRA_EXECUTOR_IDLE", None, float),
         "actor_standby": _config.os_environ_get("ACTOR_STANDBY", 1, int),
         "log_to_driver": context.log_to_driver,
+        # python -m hpc_ray: the variables the script set or deleted before init(),
+        # for the worker ranks, which never ran it (None in other modes).
+        "environ": script_env.changes(),
     }
     cfg, node_of, node, arena, flags = launch.setup_world(comm, cfg)
     infos = comm.gather(None, root=0)
