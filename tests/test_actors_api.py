@@ -1,9 +1,10 @@
 """Issue 4 actors: @remote classes and options, method calls in caller order,
 num_returns on methods, handles passed to tasks and actors (the parameter-server
 pattern), placement and resources (CPU, GPU, custom), an actor that cannot be
-placed, named actors, kill and __ray_terminate__, exceptions in methods.
+placed, named actors, kill and __ray_terminate__, exceptions in methods, and the
+clean-up of an actor's process when it ends.
 
-The rank script is tests/mpi_scripts/actors_api.py."""
+The rank scripts are tests/mpi_scripts/actors_api.py and actor_exit_cleanup.py."""
 from __future__ import annotations
 
 import pytest
@@ -47,3 +48,18 @@ def test_driver_is_served_while_tasks_flood_an_actor(run, mode, n):
     assert values["new_actor"] == "pong"
     assert values["rss_growth_mb"] < 200, values
     assert "UCX" not in result.stderr, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("mode,n", [("embedded", 3), ("mpiexec", 3)])
+def test_actor_exit_runs_python_cleanup(run, mode, n):
+    """exit_actor(), __ray_terminate__, the last handle gone and the end of the
+    job each end the actor's process as Python exits: its open file is flushed,
+    its TemporaryDirectory removed, its atexit handlers run and their lines reach
+    the driver; kill() skips all that (tests/mpi_scripts/actor_exit_cleanup.py)."""
+    result = run("actor_exit_cleanup.py", n, mode=mode, timeout=150)
+    values = result.assert_ok("actor_exit_cleanup")
+    for name in ("exit_actor", "terminate", "last_handle", "job_end"):
+        assert values[f"cleanup_{name}"] == [f"buffered line of {name}\n", True, False], values
+        assert f"atexit line of {name}" in result.stdout, result.output()
+    assert "atexit line of kill" not in result.stdout, result.output()
+    assert values["mpi_in_task"][0] == 1, values

@@ -45,7 +45,7 @@ def test_a_field_of_the_wrong_type_is_refused_naming_kind_and_field():
     with pytest.raises(m.MessageError, match=r"TaskDone\.contained must be list \| tuple \| None"):
         m.check((m.TASK_DONE, 7, [(0, 1)], 5) + good[4:], "test")
     with pytest.raises(m.MessageError, match=r"KillActor\.no_restart must be bool"):
-        m.check((m.KILL_ACTOR, 3, None), "test")
+        m.check((m.KILL_ACTOR, 3, None, False), "test")
     ended = (m.PROCESS_ENDED, 5, [], [], [], 0, [], None, None)   # optional fields: None
     m.check(ended, "test")
     m.check(ended[:7] + (-9, 4), "test")

@@ -4,7 +4,8 @@ some under ``max_calls``) and actor calls arriving, executors starting, finishin
 tasks, blocking in ``get`` and unblocking, lending CPUs from other threads or
 from a wait at the nesting limit (DEEP),
 asking the head (get, wait, alloc) and getting its answers, dying at any step, actors created (on the standby executor or a new one), killed
-or ending, the head taking queued tasks back, idle executors retiring.
+or ending (their executor then cleans up until its EOF, or is killed), the head
+taking queued tasks back, idle executors retiring.
 
 The test plays the loop: after every step it starts what ``starts`` lists and
 reads every outbox and every message for the head; it stops what ``retire``
@@ -207,13 +208,19 @@ class WorkerStateMachine(RuleBasedStateMachine):
         self.state.actor_call(s)
         self.loop()
 
-    @rule(data=st.data())
+    @rule(data=st.data(), graceful=st.booleans())
     @precondition(lambda self: self.state.actors)
-    def actor_killed(self, data):
+    def actor_killed(self, data, graceful):
         aid = data.draw(st.sampled_from(sorted(self.state.actors)))
         ex = self.state.forget_actor(aid)
-        self.with_killed.update(ex.assigned)
-        self.state.executor_ended(ex)       # killed, its last messages read
+        if graceful:
+            # Its last handle is gone (KILL_ACTOR ... graceful): the loop sends
+            # SHUTDOWN and watches it until its EOF (leaving_executor_ends).
+            self.state.send(ex, [(m.SHUTDOWN,)])
+            self.state.leaving[ex] = self.clock()
+        else:
+            self.with_killed.update(ex.assigned)
+            self.state.executor_ended(ex)       # killed, its last messages read
         self.loop()
 
     @rule(data=st.data())
@@ -223,9 +230,21 @@ class WorkerStateMachine(RuleBasedStateMachine):
                                                  and ex.ready)))
         aid = ex.actor_id
         self.state.on_executor(ex, [(m.ACTOR_DIED, aid, "exit", False)])
-        assert aid not in self.state.actors
+        assert aid not in self.state.actors and ex in self.state.leaving
+        self.loop()
+
+    @rule(data=st.data(), killed=st.booleans(), code=st.sampled_from([0, -9]))
+    @precondition(lambda self: self.state.leaving)
+    def leaving_executor_ends(self, data, killed, code):
+        # Its EOF once its clean-up is done (or it crashed in it), or the loop kills
+        # it (LEAVE_TIMEOUT). The head failed the calls it still held.
+        ex = data.draw(st.sampled_from(list(self.state.leaving)))
         self.with_killed.update(ex.assigned)
-        self.state.executor_died(ex, 0)     # then EOF
+        if killed:
+            self.state.executor_ended(ex)
+        else:
+            self.state.executor_died(ex, code)
+        assert ex not in self.state.leaving and ex.gone
         self.loop()
 
     @rule()
@@ -331,9 +350,11 @@ class WorkerStateMachine(RuleBasedStateMachine):
         self.loop()
 
     @rule(data=st.data())
-    @precondition(lambda self: self.live(lambda ex: ex.proc is not None))
+    @precondition(lambda self: self.live(lambda ex: ex.proc is not None
+                                         and ex not in self.state.leaving))
     def executor_dies(self, data):
-        ex = data.draw(st.sampled_from(self.live(lambda ex: ex.proc is not None)))
+        ex = data.draw(st.sampled_from(self.live(lambda ex: ex.proc is not None
+                                                 and ex not in self.state.leaving)))
         held = list(ex.assigned)
         running = [tid for i, (tid, (nested, _)) in enumerate(ex.assigned.items())
                    if i == 0 or nested]
@@ -498,3 +519,24 @@ def test_a_cpu_lent_by_a_deep_wait_runs_its_task_in_a_spare():
     state.on_executor(spare, [(m.EXEC_READY,)])
     state.dispatch()
     assert task[m.T_ID] in spare.assigned
+
+
+def test_an_actor_that_exited_is_watched_until_its_process_ends():
+    # After ACTOR_DIED the executor runs its clean-up (atexit handlers, finalizers):
+    # the loop keeps reading it (its printed lines, its RELEASEs) until its EOF,
+    # sends it nothing more, and reports its end, which gives back its holds.
+    state = _started()
+    state.start_actor(spec(0, "Actor", actor=1), standby_alive=False)
+    ex = state.actors[1]
+    ex.proc, ex.pid = "process", 2000
+    state.on_executor(ex, [(m.EXEC_READY,), (m.HOLD, [77])])
+    state.on_executor(ex, [(m.ACTOR_DIED, 1, "terminated by __ray_terminate__", False)])
+    assert ex in state.all_executors() and ex in state.leaving
+    ex.outbox = []
+    state.send_all((m.RUN_FUNCTION, b"fn"))
+    assert not ex.outbox
+    state.out = []
+    state.executor_died(ex, 0)
+    assert ex not in state.all_executors() and not state.leaving
+    [ended] = [msg for msg in state.out if msg[0] == m.PROCESS_ENDED]
+    assert ended[2] == [77] and ended[7] is None       # its hold goes back; no crash

@@ -20,6 +20,8 @@ to the rank, the sockets of direct calls, and the waits on them, with their
 threads' rules); the actor calls, gets and waits go
 through ``caller.Caller``, whose host here is ``executor_calls.ExecutorCallerHost``.
 This module executes: tasks, actor creation, method calls, their results.
+The process leaves through ``executor_exit.leave``: Python's clean-up at exit
+(atexit handlers, the actor's finalizers), then ``os._exit``.
 
 stdout and stderr are pipes to the rank (log_to_driver), line-buffered."""
 from __future__ import annotations
@@ -41,7 +43,7 @@ from typing import Any
 from ..exceptions import RayError, TaskError
 from ..transport import messages as m
 from ..transport.serialization import ERROR, RAW, SHM, is_raw, loads
-from . import context, hooks, interrupts, peer_calls, taskspec, values
+from . import context, executor_exit, hooks, interrupts, peer_calls, taskspec, values
 from .caller import Caller
 from .executor_calls import ExecutorCallerHost
 from .executor_transport import ExecutorTransport, Output, noting_output
@@ -261,8 +263,9 @@ class ExecutorContext(context.ContextBase):
         elif kind == m.RUN_FUNCTION:
             self.run_function(*msg[1:])
         elif kind == m.SHUTDOWN:
-            self.flush()
-            os._exit(0)
+            # With a task on this process's stack (a nested wait read it), the
+            # task's state is half-changed: it leaves without running user code.
+            executor_exit.leave(self, clean=self.depth == 0)
 
     def run_function(self, blob: bytes) -> None:
         try:
@@ -398,7 +401,7 @@ class ExecutorContext(context.ContextBase):
                           for dep in deps]
 
     def actor_terminated(self) -> None:
-        os._exit(0)
+        executor_exit.leave(self)   # (the rank was told: ACTOR_DIED)
 
     def _results(self, spec: list, result: Any, inline: bool = False) -> tuple[list, list]:
         returns = spec[m.T_RETURNS]
@@ -473,7 +476,7 @@ class ExecutorContext(context.ContextBase):
             pass
 
     def actor_failed(self) -> None:
-        os._exit(0)  # this process existed only for the actor
+        executor_exit.leave(self)  # this process existed only for the actor
 
     def _call_method(self, spec: list) -> Any:
         method = spec[m.T_FN]

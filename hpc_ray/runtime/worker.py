@@ -71,6 +71,12 @@ HEAD_WINDOW = 4
 STANDBY_LOOK = 0.1
 STANDBY_SPARE = 1.0
 
+#: Seconds an executor whose actor ended may spend in its clean-up (atexit
+#: handlers, finalizers: ``executor_exit``) before the rank kills it, looked at
+#: each HEARTBEAT: as long as the rank waits for one it stopped (``ExecutorPool.reap``).
+LEAVE_TIMEOUT = 5.0
+
+
 class WorkerLoop:
     def __init__(self, comm: MPI.Comm, rank: int, node: int, arena, cfg: dict,
                  flags=None) -> None:
@@ -132,10 +138,15 @@ class WorkerLoop:
             if r is not None:
                 self._fetch_then_answer(r, payload)
         elif kind == m.KILL_ACTOR:
-            _, actor_id, no_restart = msg
+            _, actor_id, no_restart, graceful = msg
             ex = state.forget_actor(actor_id)
             dropped = self.rank_ctx is not None and self.rank_ctx.drop(actor_id)
-            if ex is not None:
+            if ex is not None and graceful:
+                # Its last handle is gone: it exits as a Python process does, as
+                # after __ray_terminate__ (its calls are all done by now).
+                state.send(ex, [(m.SHUTDOWN,)])
+                state.leaving[ex] = state.clock()
+            elif ex is not None:
                 self._kill(ex)
             if (ex is not None or dropped) and not no_restart:
                 state.out.append((m.ACTOR_DIED, actor_id, "killed", True))
@@ -482,6 +493,13 @@ class WorkerLoop:
                         break
                     for ex in state.idle_executors():
                         self._retire(ex)
+                    for ex, since in list(state.leaving.items()):
+                        if now - since > LEAVE_TIMEOUT:
+                            sys.stderr.write(f"hpc_ray worker rank {self.rank}: executor pid "
+                                             f"{ex.pid} still cleaning up (atexit handlers, "
+                                             f"finalizers) {LEAVE_TIMEOUT} s after its actor "
+                                             f"ended; killed\n")
+                            self._kill(ex)
         except DriverGone as gone:
             sys.stderr.write(f"hpc_ray worker rank {self.rank}: the driver (pid {gone.args[0]}) "
                              f"is gone while an in-rank actor waited; exiting\n")

@@ -193,6 +193,9 @@ class WorkerState:
         self.starts: list[Executor] = []
         self.to_write: list[Executor] = []
         self.retire: list[Executor] = []
+        #: Executors cleaning up before they exit (their actor ended), watched
+        #: until their EOF -> since when (the loop kills them after a while).
+        self.leaving: dict[Executor, float] = {}
         self._serials = itertools.count(1)
 
     # --- executors -------------------------------------------------------------
@@ -208,7 +211,8 @@ class WorkerState:
         return ex
 
     def all_executors(self) -> list[Executor]:
-        return self.executors + self.extras + list(self.actors.values()) + self.standby
+        return (self.executors + self.extras + list(self.actors.values()) + self.standby
+                + list(self.leaving))
 
     def send(self, ex: Executor, msgs: list) -> None:
         """Queue ``msgs`` for ``ex`` (the loop writes each outbox as one frame);
@@ -221,7 +225,8 @@ class WorkerState:
 
     def send_all(self, msg: tuple) -> None:
         for ex in self.all_executors():
-            self.send(ex, [msg])
+            if ex not in self.leaving:
+                self.send(ex, [msg])
 
     def ship_fn(self, ex: Executor, spec: list) -> list:
         """The spec for ``ex``: with the function's blob the first time it sees it."""
@@ -386,6 +391,7 @@ class WorkerState:
                 if self.actors.get(actor_id) is ex:
                     self.forget_actor(actor_id)
                     ex.actor_id = None  # a clean exit: do not report a crash
+                    self.leaving[ex] = self.clock()
             elif kind == m.COLLECTIVE_OP:
                 left = (left or []) + [msg]
             else:
@@ -541,6 +547,7 @@ class WorkerState:
         """
         ex.gone = True
         ex.outbox = []
+        self.leaving.pop(ex, None)
         holds = [oid for oid, n in ex.holds.items() for _ in range(n)]
         ex.holds = {}
         blocks = list(ex.unsealed.items())

@@ -162,10 +162,13 @@ class CreateActor(NamedTuple):
 
 
 class KillActor(NamedTuple):
-    """Kill an actor's process. Head (``Head.kill_actor``) -> ``WorkerLoop.on_control``."""
+    """End an actor's process. Head (``Head.kill_actor``) -> ``WorkerLoop.on_control``."""
     kind: int
     actor_id: int
     no_restart: bool
+    #: True (its last handle is gone): the executor is sent SHUTDOWN and exits
+    #: after Python's clean-up (``executor_exit``); False (``kill()``): SIGKILL.
+    graceful: bool
 
 
 class RunFunction(NamedTuple):

@@ -427,12 +427,14 @@ class ActorLifecycle:
         self.retry_pending_actors()
 
     def kill_actor(self, actor_id: int, no_restart: bool = True,
-                   reason: str = "killed by kill()") -> None:
+                   reason: str = "killed by kill()", graceful: bool = False) -> None:
+        """``graceful``: the process exits as Python does (atexit handlers run), as
+        after ``__ray_terminate__``; else it is killed at once, as ``kill()`` does."""
         actor = self.head.actors.get(actor_id)
         if actor is None:
             return
         if actor.rank >= 0 and actor.state in HOLDING:
-            self.head.send(actor.rank, (m.KILL_ACTOR, actor_id, no_restart))
+            self.head.send(actor.rank, (m.KILL_ACTOR, actor_id, no_restart, graceful))
         if no_restart:
             actor.max_restarts = 0
             self.actor_died(actor_id, reason, allow_restart=False)
@@ -449,4 +451,5 @@ class ActorLifecycle:
         """An actor no handle reaches ends once it has no call queued or running."""
         if actor.unreferenced and not actor.inflight and \
                 not any(t.state is PENDING for t in actor.queue):
-            self.kill_actor(actor.actor_id, reason="its last handle went out of scope")
+            self.kill_actor(actor.actor_id, reason="its last handle went out of scope",
+                            graceful=True)
