@@ -29,7 +29,10 @@ def test_a_killed_spawned_worker_rank_breaks_the_embedded_session(run, how, rc):
     waiting forever, later calls raise too, naming the rank and its pid, and the
     driver leaves with the script's status (not a crash in MPI_Finalize) after
     its exit handlers, leaving nothing behind (the fixtures check)."""
-    result = run("spawned_rank_killed.py", 3, how, mode="embedded", timeout=60, expect_rc=rc)
+    # Settings that look like a launcher's (Open MPI's MCA parameter that
+    # confine_network sets, a user's HYDRA_ option) leave the driver embedded.
+    result = run("spawned_rank_killed.py", 3, how, mode="embedded", timeout=60, expect_rc=rc,
+                 env={"OMPI_MCA_btl_tcp_if_include": "lo", "HYDRA_LAUNCHER": "fork"})
     values = result.assert_ok("spawned_rank_killed")
     lines = result.stdout.splitlines()
     assert "session broken" in lines and lines[-1] == "ATEXIT ran", result.output()

@@ -157,3 +157,19 @@ def test_hpc_ray_run_cli(run):
     assert result.stdout.count("AFTER_INIT") == 1
     assert values["argv"] == ["alpha", "--beta=1"]
     assert values["concurrent_workers"] == 2
+
+
+@pytest.mark.parametrize("variable,launched", [
+    ("PMI_RANK", True), ("PMIX_RANK", True), ("OMPI_COMM_WORLD_SIZE", True),
+    ("OMPI_MCA_btl_tcp_if_include", False), ("HYDRA_LAUNCHER", False)])
+def test_only_a_launchers_rank_variables_say_a_process_was_launched(monkeypatch, variable,
+                                                                     launched):
+    # confine_network sets OMPI_MCA_btl_tcp_if_include in the driver: a python
+    # started from it (or after it) was taken for a launched rank, and an
+    # embedded driver left MPI_Finalize to mpi4py.
+    from hpc_ray.runtime import launch
+    for key in list(os.environ):
+        if key.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_")):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv(variable, "1")
+    assert launch.under_launcher() is launched

@@ -100,8 +100,10 @@ def _single_node() -> bool:
 
 
 def under_launcher() -> bool:
-    """Whether a launcher (mpiexec, srun with an MPI plugin) started this process."""
-    return any(k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_")) for k in os.environ)
+    """Whether a launcher (mpiexec, srun with an MPI plugin) started this process:
+    the variables it gives each rank, not settings (``OMPI_MCA_*``, which
+    ``confine_network`` sets, or a user's ``HYDRA_*`` for mpiexec)."""
+    return any(k.startswith(("PMI_", "PMIX_", "OMPI_COMM_WORLD_")) for k in os.environ)
 
 
 def confine_network() -> None:
