@@ -191,7 +191,8 @@ class DriverContext(context.ContextBase):
                             loop.driver_sleepers -= 1
 
     def get(self, refs: list, timeout: float | None) -> list:
-        self._check_lost()
+        if self.loop.spawned is not None:
+            self._check_lost()
         return self.caller.get(refs, timeout)
 
     def get_from_head(self, refs: list, timeout: float | None) -> list:
