@@ -13,6 +13,7 @@ from typing import Any
 from ..transport import messages as m
 from ..transport.serialization import ERROR, SHM
 from .head import ActorState, Head
+from .signals import source_of
 
 
 class TaskTable(dict):
@@ -204,10 +205,7 @@ def _signal_send(head: Head, actor_id, task_id, blob: bytes) -> None:
 
 
 def _signal_source(head: Head, key) -> tuple:
-    kind, ident = key
-    if kind == "object":
-        return ("task", head.history.signals.task_of.get(ident))
-    return ("actor", ident)
+    return source_of(key, head.history.signals.task_of)
 
 
 def _signal_poll(head: Head, keyed: list) -> list:

@@ -13,7 +13,7 @@ from ..exceptions import ActorDiedError, TaskError, WorkerCrashedError
 from ..transport import messages as m
 from ..transport.serialization import INLINE, dumps, loads
 from . import context, taskspec
-from .signals import ActorDiedSignal, ErrorSignal
+from .signals import ActorDiedSignal, ErrorSignal, source_of
 
 
 class LocalContext(context.ContextBase):
@@ -136,8 +136,7 @@ class LocalContext(context.ContextBase):
         self.signals.setdefault(key, []).append(blob)
 
     def _signal_source(self, key) -> tuple:
-        kind, ident = key
-        return ("task", self.task_of.get(ident)) if kind == "object" else ("actor", ident)
+        return source_of(key, self.task_of)
 
     def get(self, refs: list, timeout) -> list:
         return [self._read(r.id, None) for r in refs]

@@ -2,6 +2,13 @@
 from __future__ import annotations
 
 
+def source_of(key: tuple, task_of: dict) -> tuple:
+    """Where a receiver's source ``key`` finds its signals: ("object", ref id) is
+    the task that returns it (``task_of``), ("actor", id) the actor."""
+    kind, ident = key
+    return ("task", task_of.get(ident)) if kind == "object" else ("actor", ident)
+
+
 class Signal:
     """Base class of user signals."""
 

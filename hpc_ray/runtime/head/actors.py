@@ -24,7 +24,7 @@ from ...exceptions import ActorDiedError
 from ...transport import messages as m
 from .. import scheduler
 from .resources import give_back, hold
-from .tasks import PENDING, RUNNING, IllegalTransition
+from .tasks import PENDING, RUNNING, IllegalTransition, fixed
 
 logger = logging.getLogger(__name__)
 
@@ -283,8 +283,7 @@ class ActorLifecycle:
         else:
             w = scheduler.pick_actor_worker(workers, actor.resources)
         if w is None:
-            fixed = {k: v for k, v in actor.resources.items() if k in ("CPU", "GPU")}
-            if workers and not scheduler.feasible_anywhere(workers, fixed):
+            if workers and not scheduler.feasible_anywhere(workers, fixed(actor.resources)):
                 # As an infeasible task fails (TaskLifecycle._feasible): no node
                 # can ever hold it, so its calls raise instead of waiting forever.
                 self.actor_died(actor.actor_id, (

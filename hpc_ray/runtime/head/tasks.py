@@ -45,6 +45,13 @@ TERMINAL = frozenset((FINISHED, FAILED))
 #: Resources only the ranks' start-up gives (``experimental.set_resource`` refuses them).
 _FIXED = frozenset(("CPU", "GPU"))
 
+
+def fixed(resources: dict) -> dict:
+    """The CPUs and GPUs of ``resources``: what a rank has for good (custom
+    resources may be created later, ``experimental.set_resource``)."""
+    return {k: v for k, v in resources.items() if k in _FIXED}
+
+
 ALLOWED: dict[TaskState, frozenset] = {
     PENDING: frozenset((READY, RUNNING, FAILED)),
     READY: frozenset((RUNNING, FAILED)),
@@ -212,8 +219,8 @@ class TaskLifecycle:
         warning, as in Ray (``Placement._blocked``)."""
         known = self.head.feasible_shapes.get(shape)
         if known is None:
-            fixed = {k: v for k, v in resources.items() if k in _FIXED}
-            known = not self.head._alive or scheduler.feasible_anywhere(self.head._alive, fixed)
+            known = not self.head._alive or scheduler.feasible_anywhere(self.head._alive,
+                                                                        fixed(resources))
             self.head.feasible_shapes[shape] = known
         return known
 
@@ -343,14 +350,22 @@ class TaskLifecycle:
     def fail_actor_call(self, task: TaskEntry, err: ActorDiedError) -> None:
         """A call fails because its actor is gone: the actor signals it too."""
         from ..signals import ActorDiedSignal
-        self._error_signal(task, (ERROR, dumps(err)), ActorDiedSignal)
+        self._add_signal(task, ActorDiedSignal(err))
         self.fail_task(task, (ERROR, dumps(err)))
 
-    def _error_signal(self, task: TaskEntry, err: tuple, kind=None) -> None:
+    def _error_signal(self, task: TaskEntry, err: tuple) -> None:
         from ..values import error_from_record
         from ..signals import ErrorSignal
         try:
-            blob = dumps((kind or ErrorSignal)(error_from_record(err)))
+            signal = ErrorSignal(error_from_record(err))
+        except Exception:
+            return
+        self._add_signal(task, signal)
+
+    def _add_signal(self, task: TaskEntry, signal) -> None:
+        """``signal`` from the task's source: its actor, else the task."""
+        try:
+            blob = dumps(signal)
         except Exception:
             return
         actor_id = task.spec[m.T_ACTOR]
