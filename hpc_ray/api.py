@@ -519,8 +519,9 @@ def errors(all_jobs: bool = False) -> list[dict]:
 
     Each has ``type`` ("task"), ``message``, ``task_id``, ``function`` and
     ``timestamp``; the error itself is raised by ``get`` on the task's refs.
-    Errors of no task follow, with ``type``, ``message`` and ``timestamp``: a
-    Checkpointable actor's hook that raised is of type "checkpoint".
+    Other errors follow, with ``type``, ``message`` and ``timestamp``: an actor's
+    constructor that raised (type "task", its traceback in ``message``) and a
+    Checkpointable actor's hook that raised (type "checkpoint").
     """
     out = []
     for tid, t in tasks().items():
@@ -530,7 +531,7 @@ def errors(all_jobs: bool = False) -> list[dict]:
                         "message": f"task {t['FunctionName']} failed (rank {t['Rank']}); "
                                    f"get() of its result raises the error",
                         "timestamp": t.get("EndTime")})
-    out.extend(_state_context().control("pushed_errors"))   # e.g. a checkpoint's
+    out.extend(_state_context().control("pushed_errors"))
     return out
 
 

@@ -3,6 +3,8 @@ working (unpicklable values, misuse of get/wait, bad options, num_returns that
 does not match, tasks that raise)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytestmark = pytest.mark.mpi
@@ -28,3 +30,10 @@ def test_bad_input(run, mode, n):
     # The remote traceback and the function's name reach the caller, through a chain.
     assert "fails" in values["task_error_str"]
     assert "raise ValueError" in values["chained_error_str"]
+    # A task's error is printed on the driver's stderr, got or not (Ray 0.2:
+    # "that exception will be printed in the background of the driver
+    # process"), once: not again by the tasks its error failed.
+    for last in ("KeyError: 'E-UNWATCHED'", "KeyError: 'E-PASSED-ON'",
+                 "LookupError: E-ACTOR", "KeyError: 'E-CTOR'"):
+        printed = re.findall(rf"^\(pid=\d+, rank=\d+\) {re.escape(last)}$", result.stderr, re.M)
+        assert len(printed) == 1, (last, result.output())

@@ -277,8 +277,8 @@ PUSHED_KEPT = 1000
 
 
 def _push_error(head: Head, kind: str, message: str, timestamp: float) -> None:
-    """An error that is no task's (Ray 0.7's ``push_error_to_driver``): a
-    Checkpointable actor's hook that raised."""
+    """An error the head has no failed task for (Ray 0.7's ``push_error_to_driver``):
+    an actor's constructor or a Checkpointable actor's hook that raised."""
     pushed = _PUSHED.get(head)
     if pushed is None:
         pushed = _PUSHED[head] = collections.deque(maxlen=PUSHED_KEPT)

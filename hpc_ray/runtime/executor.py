@@ -349,8 +349,10 @@ class ExecutorContext(context.ContextBase):
                 result = fn(*args, **kwargs)
             recs, contained = self._results(spec, result, peer_call)
         except BaseException as exc:  # user code: everything is reported, nothing escapes
-            msg = (m.TASK_FAILED, tid, failure_record(exc, spec, self.where), t0, time.time(),
-                   self.pid)
+            record, text = failure_record(exc, spec, self.where)
+            if text is not None:
+                print(text, file=sys.stderr, end="" if text.endswith("\n") else "\n")
+            msg = (m.TASK_FAILED, tid, record, t0, time.time(), self.pid)
             if isinstance(exc, SystemExit) and spec[m.T_ACTOR] is not None:
                 self.exiting = True
                 self.emit((m.ACTOR_DIED, self.actor_id, f"exit() called in {name}", False))
@@ -447,7 +449,7 @@ class ExecutorContext(context.ContextBase):
                 self.checkpoints[self.actor_id] = saved
         except BaseException as exc:
             tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-            self._error_signal(exc, spec[m.T_NAME], tb)
+            self._constructor_failed(exc, spec[m.T_NAME], tb)
             self.emit((m.ACTOR_DIED, self.actor_id,
                        f"its constructor raised on rank {self.rank}:\n{tb}", False))
             self.flush()
@@ -465,13 +467,17 @@ class ExecutorContext(context.ContextBase):
         self.emit((m.ACTOR_READY, self.actor_id, self.pid))
         self.flush()
 
-    def _error_signal(self, exc: BaseException, name: str, tb: str) -> None:
-        """An actor whose constructor raised sends its ErrorSignal (Ray 0.7 signals)."""
+    def _constructor_failed(self, exc: BaseException, name: str, tb: str) -> None:
+        """An actor whose constructor raised prints the error (as a task does),
+        sends its ErrorSignal (Ray 0.7 signals) and has ``errors()`` list it."""
+        err = TaskError(f"{name}.__init__", tb, self.rank, self.host, exc)
+        text = TaskError.__str__(err)
+        print(text, file=sys.stderr, end="" if text.endswith("\n") else "\n")
         try:
             from .signals import ErrorSignal
             from ..transport.serialization import dumps
-            err = TaskError(f"{name}.__init__", tb, self.rank, self.host, exc)
             self.control("signal_send", self.actor_id, None, dumps(ErrorSignal(err)))
+            self.control("push_error", "task", text, time.time())
         except Exception:  # best effort: the ACTOR_DIED that follows is what counts
             pass
 

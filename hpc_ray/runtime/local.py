@@ -14,6 +14,7 @@ from ..transport import messages as m
 from ..transport.serialization import INLINE, dumps, loads
 from . import context, taskspec
 from .signals import ActorDiedSignal, ErrorSignal, source_of
+from .task_failures import exit_call
 
 
 class LocalContext(context.ContextBase):
@@ -116,10 +117,10 @@ class LocalContext(context.ContextBase):
         except BaseException as exc:
             if isinstance(exc, SystemExit) and actor_id is not None:
                 self.actors.pop(actor_id, None)
-                err = ActorDiedError(f"actor method {spec[m.T_NAME]} called exit(): "
-                                     f"the actor has exited")
+                err = ActorDiedError(f"actor method {spec[m.T_NAME]} called "
+                                     f"{exit_call(exc)}: the actor has exited")
             elif isinstance(exc, SystemExit):
-                err = WorkerCrashedError(f"task {spec[m.T_NAME]} called exit()")
+                err = WorkerCrashedError(f"task {spec[m.T_NAME]} called {exit_call(exc)}")
             elif isinstance(exc, (TaskError, ActorDiedError)):
                 err = exc
             else:

@@ -29,8 +29,13 @@ class Where:
         self.rank, self.world_size, self.host, self.pid = rank, world_size, host, pid
 
 
-def failure_record(exc: BaseException, spec: list, where: Where) -> tuple:
-    """The error record of ``spec``'s failure with ``exc``."""
+def failure_record(exc: BaseException, spec: list, where: Where) -> tuple[tuple, str | None]:
+    """The error record of ``spec``'s failure with ``exc``, and what the process
+    prints of it: the error the task's own code raised, as ``get`` would raise it
+    (Ray: "If a task throws an exception, that exception will be printed in the
+    background of the driver process"; the executor's stderr goes there).
+    None for a failure it passes on (an argument's error, an error a ``get``
+    inside it raised: printed where it happened) and for ``exit()``."""
     try:
         return _describe(exc, spec, where)
     except (RecursionError, pickle.PicklingError):
@@ -45,9 +50,9 @@ def failure_record(exc: BaseException, spec: list, where: Where) -> tuple:
             sys.setrecursionlimit(limit)
 
 
-def _describe(exc: BaseException, spec: list, where: Where) -> tuple:
+def _describe(exc: BaseException, spec: list, where: Where) -> tuple[tuple, str | None]:
     if isinstance(exc, DepFailed):
-        return exc.record   # as the head fails a call whose argument failed
+        return exc.record, None   # as the head fails a call whose argument failed
     name = spec[m.T_NAME]
     if isinstance(exc, SystemExit):
         # exit() ends a worker in Ray 0.7: a task's caller sees RayWorkerError,
@@ -55,19 +60,26 @@ def _describe(exc: BaseException, spec: list, where: Where) -> tuple:
         place = f"rank {where.rank} ({where.host}), pid {where.pid}"
         if spec[m.T_ACTOR] is not None:
             return values.error_record(ActorDiedError(
-                f"actor method {name} called exit() on {place}: the actor has exited"))
+                f"actor method {name} called {exit_call(exc)} on {place}: the actor has "
+                f"exited")), None
         return values.error_record(WorkerCrashedError(
-            f"task {name} called exit() on {place}: its worker exited"))
+            f"task {name} called {exit_call(exc)} on {place}: its worker exited")), None
     if isinstance(exc, KeyboardInterrupt) and spec[m.T_ACTOR] is None:
         exc = RuntimeError(f"KeyboardInterrupt raised inside task {name}")
     return error_record(exc, name, where)
 
 
-def error_record(exc: BaseException, name: str, where: Where) -> tuple:
-    """``exc`` raised by ``name``'s code, as a TaskError with its traceback (an
-    error a get inside it raised goes on as it is)."""
+def exit_call(exc: SystemExit) -> str:
+    """How the code called exit: ``exit()``, ``exit(3)``, ``exit('why')``."""
+    return "exit()" if exc.code is None else f"exit({exc.code!r})"
+
+
+def error_record(exc: BaseException, name: str, where: Where) -> tuple[tuple, str | None]:
+    """``exc`` raised by ``name``'s code, as a TaskError with its traceback, and
+    that error's text (an error a get inside it raised goes on as it is)."""
     if isinstance(exc, (TaskError, ActorDiedError)) and getattr(exc, "_from_get", False):
-        return values.error_record(exc)
+        return values.error_record(exc), None
     tb = (f"### Worker {where.rank} of {where.world_size} on {where.host}, pid {where.pid}\n"
           + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
-    return values.error_record(TaskError(name, tb, where.rank, where.host, exc))
+    error = TaskError(name, tb, where.rank, where.host, exc)
+    return values.error_record(error), TaskError.__str__(error)

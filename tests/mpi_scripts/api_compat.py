@@ -166,8 +166,10 @@ class Quitter:
 
 
 with section("exit() in tasks and actors"):
-    expect_raises(ray.exceptions.RayWorkerError, ray.get, exits.remote())
-    expect_raises(ray.exceptions.RayWorkerError, ray.get, exits_builtin.remote())
+    err = expect_raises(ray.exceptions.RayWorkerError, ray.get, exits.remote())
+    check("exits called exit(3)" in str(err), str(err))   # the code the task gave
+    err = expect_raises(ray.exceptions.RayWorkerError, ray.get, exits_builtin.remote())
+    check("called exit() " in str(err), str(err))
     check(ray.get(add.remote(1, 1)) == 2, "the worker goes on")
     q = Quitter.remote()
     check(ray.get(q.ping.remote()) == "pong")

@@ -205,5 +205,48 @@ with section("task raises"):
     check(ready == [failed])
     still_works()
 
+# --- errors printed in the background of the driver (Ray 0.2's "Viewing errors") ---
+
+
+@ray.remote
+def unwatched(tag):
+    raise KeyError(tag)
+
+
+@ray.remote
+def gets_inside(ref):
+    return ray.get(ref)
+
+
+@ray.remote
+class Failing:
+    def method(self, tag):
+        raise LookupError(tag)
+
+
+@ray.remote
+class BrokenActor:
+    def __init__(self, tag):
+        raise KeyError(tag)
+
+    def method(self, x):
+        return x
+
+
+with section("errors printed"):
+    # Nobody gets this one: its error is printed all the same (the test reads stderr).
+    ready, _ = ray.wait([unwatched.remote("E-UNWATCHED")], timeout=30)
+    check(len(ready) == 1)
+    # Printed once where it was raised, not again by the tasks it failed.
+    first = unwatched.remote("E-PASSED-ON")
+    expect_raises(KeyError, ray.get, [downstream.remote(first), gets_inside.remote(first)],
+                  timeout=30)
+    expect_raises(LookupError, ray.get, Failing.remote().method.remote("E-ACTOR"), timeout=30)
+    # An actor's constructor that raised: printed, and listed by errors().
+    broken = BrokenActor.remote("E-CTOR")
+    expect_raises(ray.exceptions.RayActorError, ray.get, broken.method.remote("x"), timeout=30)
+    listed = [e for e in ray.errors() if "E-CTOR" in e["message"]]
+    check(len(listed) == 1 and listed[0]["type"] == "task", ray.errors())
+
 ray.shutdown()
 ok("bad_input")
