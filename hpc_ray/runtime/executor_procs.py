@@ -17,6 +17,7 @@ from multiprocessing.connection import Connection
 
 from ..transport import messages as m
 from ..transport.channel import Channel
+from . import strays
 from .worker_state import Executor
 
 #: Environment variables of the MPI launcher that an executor must not see: with
@@ -76,11 +77,15 @@ class ExecutorPool:
         self.run_functions: list[bytes] = []
         #: Lines read from executors and not yet sent: [(pid, is stderr, [lines])].
         self.logs: list = []
+        #: In every executor's environment, and so in what its tasks start
+        #: (``strays``): those still running when the rank ends are ended with it.
+        self.stray_mark = strays.mark(cfg.get("session_id"), rank)
 
     def start(self, ex: Executor) -> None:
         """Start the process of ``ex`` (a record of the rank's state)."""
         parent_sock, child_sock = socket.socketpair()
         env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_ENV_PREFIXES)}
+        env[strays.MARK] = self.stray_mark
         env["HPC_RAY_EXECUTOR_CONFIG"] = json.dumps({
             "fd": child_sock.fileno(), "arena_fd": self.arena.fd,
             "store_size": self.arena.size, "node": self.node, "rank": self.rank,

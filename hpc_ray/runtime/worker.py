@@ -48,7 +48,7 @@ from ..transport.comm import Fetcher, Sender, control_waiting, recv_control, tig
 from ..transport.idle_cores import IdleCores
 from ..transport.serialization import loads
 from ..transport.wait import Doorbell, loop_backoff
-from . import context
+from . import context, strays
 from .executor_procs import ExecutorPool
 from .node_watch import HEARTBEAT
 from .rank_actors import DriverGone
@@ -518,6 +518,7 @@ class WorkerLoop:
         deadline = time.monotonic() + 2.0
         for ex in executors:
             self.pool.reap(ex.proc, max(0.05, deadline - time.monotonic()))
+        strays.end(self.pool.stray_mark)
         self._logs_out()
         if not self.driver_gone:
             # The last message to rank 0, which receives until it has one from

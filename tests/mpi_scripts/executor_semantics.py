@@ -330,5 +330,44 @@ with section("method max_retries after a kill"):
         check(ray.get(t.pid.remote(), timeout=60) != old, name)
     report("method_retries", "ok")
 
+
+
+@ray.remote
+def leaves_behind():
+    """Starts a child it never waits for and an orphan (its shell has exited)."""
+    import subprocess
+    child = subprocess.Popen(["sleep", "300"])
+    orphan = subprocess.check_output(["bash", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"])
+    return [child.pid, int(orphan)]
+
+
+@ray.remote
+class Starter:
+    def start(self):
+        import subprocess
+        return subprocess.Popen(["sleep", "300"]).pid
+
+
+def running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+with section("processes tasks leave behind"):
+    left = ray.get(leaves_behind.remote(), timeout=60)
+    left.append(ray.get(Starter.remote().start.remote(), timeout=60))
+    check(all(running(pid) for pid in left), left)
+
 ray.shutdown()
+# What the tasks started ends with the job (under a plain mpiexec as under Slurm).
+ended = poll_for(lambda: not any(running(pid) for pid in left), 20)
+for pid in left:   # the test leaves nothing behind either way
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+check(ended, f"still running after shutdown: {[pid for pid in left if running(pid)]}")
 ok("executor_semantics")
