@@ -8,7 +8,8 @@
 Every rank then runs the same set-up, collectively on the job's communicator:
 
     rank 0 ──bcast(config)──▶ all      store size, sys.path, resources, driver pid,
-                                       os.environ changes (script_env.py)
+                                       os.environ changes (script_env.py); a worker
+                                       rank waits for it asleep (comm.patient_bcast)
     one host: rank 0's memfd sleep flags ──bcast(pid, fd)──▶ all open them
     all: node of each rank (shared-memory split and the launcher's node name,
          or HPC_RAY_RANKS_PER_NODE)
@@ -293,11 +294,12 @@ def spawn_workers(n: int):
 
 def setup_world(comm, cfg: dict | None):
     """Collective set-up on ``comm``; rank 0 passes ``cfg``, others receive it."""
+    from ..transport.comm import patient_bcast
     from . import script_env
     from .store import Arena
     rank = comm.Get_rank()
     size = comm.Get_size()
-    cfg = comm.bcast(cfg, root=0)
+    cfg = patient_bcast(comm, cfg)
     if cfg is None:
         return None   # rank 0 starts no session (``release_workers``)
     if rank:   # python -m hpc_ray: what the script set in os.environ before init()
@@ -569,9 +571,9 @@ def _wait_read(stream, timeout: float) -> None:
 
 
 def release_workers(comm) -> None:
-    """Rank 0 starts no session after all (it ran in local mode): the worker
-    ranks waiting in ``run_worker`` for its set-up leave."""
-    comm.bcast(None, root=0)
+    """Rank 0 starts no session after all: the ranks waiting in ``run_worker`` leave."""
+    from ..transport.comm import patient_bcast
+    patient_bcast(comm, None)
 
 
 def worker_exit(driver_gone: bool = False) -> None:
