@@ -387,13 +387,14 @@ def _state_context():
 
 
 def cluster_resources() -> dict:
-    """Total resources of all worker ranks: ``{"CPU": n, "GPU": g, custom: ...}``."""
-    return _state_context().control("cluster_resources")
+    """Total resources of all worker ranks: ``{"CPU": 4.0, "GPU": 1.0, custom: ...}``
+    (floats, as Ray 0.7's, whole or not)."""
+    return {k: float(v) for k, v in _state_context().control("cluster_resources").items()}
 
 
 def available_resources() -> dict:
-    """Resources not held by running tasks and actors right now."""
-    return _state_context().control("available_resources")
+    """Resources not held by running tasks and actors right now (floats)."""
+    return {k: float(v) for k, v in _state_context().control("available_resources").items()}
 
 
 def nodes() -> list[dict]:
@@ -527,9 +528,11 @@ def errors(all_jobs: bool = False) -> list[dict]:
     for tid, t in tasks().items():
         # An actor ended on purpose (``__ray_terminate__``) is no error.
         if t.get("State") == "FAILED" and not t["FunctionName"].endswith(".__ray_terminate__"):
+            rank = t["Rank"]
+            where = f"on rank {rank}" if rank is not None and rank >= 0 else "before it ran"
             out.append({"type": "task", "task_id": tid, "function": t["FunctionName"],
-                        "message": f"task {t['FunctionName']} failed (rank {t['Rank']}); "
-                                   f"get() of its result raises the error",
+                        "message": f"task {t['FunctionName']} failed {where}; get() of its "
+                                   f"result raises the error",
                         "timestamp": t.get("EndTime")})
     out.extend(_state_context().control("pushed_errors"))
     return out

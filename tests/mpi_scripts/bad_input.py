@@ -247,6 +247,10 @@ with section("errors printed"):
     expect_raises(ray.exceptions.RayActorError, ray.get, broken.method.remote("x"), timeout=30)
     listed = [e for e in ray.errors() if "E-CTOR" in e["message"]]
     check(len(listed) == 1 and listed[0]["type"] == "task", ray.errors())
+    # A task failed by its argument's error never ran: errors() says so (not "rank -1").
+    passed_on = [e["message"] for e in ray.errors() if e.get("function", "").endswith("downstream")]
+    check(passed_on and all(m.startswith("task downstream failed before it ran;")
+                            for m in passed_on), passed_on)
 
 ray.shutdown()
 ok("bad_input")

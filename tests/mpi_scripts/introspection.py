@@ -37,6 +37,9 @@ with section("available_resources"):
     total = ray.cluster_resources()
     report("cluster_resources", total)
     check(ray.available_resources().get("CPU") == total["CPU"], ray.available_resources())
+    # Floats, as Ray 0.7's (a fraction held makes no mix of ints and floats).
+    check(all(type(v) is float for v in [*total.values(), *ray.available_resources().values()]),
+          (total, ray.available_resources()))
     gate = tmp_path("gate-busy")
     busy = wait_for_file.remote(gate, 1)
     # While one task runs, one CPU is taken.
