@@ -9,6 +9,7 @@ test, not the suite:
       mode="embedded": python script.py            (init(num_cpus=n-1) spawns the workers)
       mode="mpiexec":  mpiexec -n n python script.py
       mode="module":   mpiexec -n n python -m hpc_ray script.py
+      mode="spawned":  mpiexec -n 1 python script.py  (init(num_cpus=n-1) spawns through it)
 
 The script learns how it was launched from ``HPC_RAY_TEST_*`` environment
 variables (see ``tests/mpi_scripts/_harness.py``), asserts what a user would
@@ -290,10 +291,13 @@ def build_command(script: str, n: int, args: Sequence[str], mode: str) -> list[s
         return [*mpi.command(n), py, script, *args]
     if mode == "module":
         return [*mpi.command(n), py, "-m", "hpc_ray", script, *args]
+    if mode == "spawned":
+        # init(num_cpus=n-1) spawns the workers through the running launcher.
+        return [*mpi.command(1), py, script, *args]
     if mode == "plain":
         # A python script that is not a driver (or manages its own launch).
         return [py, script, *args]
-    raise ValueError(f"unknown mode {mode!r} (known: {MODES + ('plain',)})")
+    raise ValueError(f"unknown mode {mode!r} (known: {MODES + ('spawned', 'plain')})")
 
 
 def launch_env(n: int, mode: str, timeout: float, env: dict | None) -> dict:
@@ -340,7 +344,7 @@ def run_mpi(script: str | os.PathLike, n: int, *args: str, timeout: float = 60,
         *args: passed to the script.
         timeout: seconds before the whole session is killed and the test fails.
         env: extra environment variables (``None`` values are removed).
-        mode: "embedded", "mpiexec", "module" (or "plain": ``python script``).
+        mode: "embedded", "mpiexec", "module", "spawned" (or "plain": ``python script``).
         expect_rc: the return code that is right; ``NONZERO`` for any failure,
             ``None`` to accept anything.
         cmd: a full command to run instead of the one built from ``mode``.

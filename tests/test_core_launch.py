@@ -132,11 +132,12 @@ def test_script_ends_without_a_session(run, mode, how, rc):
             result.output()
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODES + ("spawned",))
 def test_driver_environ_reaches_tasks_and_actors(run, mode):
     # What the script sets or deletes in os.environ before init() is what its
     # tasks and actors see, in every mode (python -m hpc_ray: the worker ranks
-    # never ran the script, and get the changes with the session's config).
+    # never ran the script; spawned through a running mpiexec, they started with
+    # the launcher's environment: both get the changes with the session's config).
     result = run("driver_environ.py", 3, mode=mode, timeout=60,
                  env={"HPC_RAY_TEST_ENV_CHANGED": "launcher",
                       "HPC_RAY_TEST_ENV_DELETED": "launcher"})

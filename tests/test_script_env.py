@@ -66,3 +66,15 @@ def test_apply_sets_and_deletes_but_keeps_per_rank_variables(monkeypatch):
     assert os.environ["PMI_RANK"] == "2"
     assert os.environ["SLURM_LOCALID"] == "1"
     script_env.apply(None)   # nothing to do
+
+
+def test_spawning_without_snapshot_sends_changes_since_exec(monkeypatch):
+    # A driver that spawns its workers through a running mpiexec: they start with
+    # the launcher's environment, so what changed since this process started is sent.
+    monkeypatch.setattr(script_env, "_before", None)
+    monkeypatch.setenv("HPC_RAY_TEST_SPAWN_NEW", "driver")
+    monkeypatch.setenv("UCX_NET_DEVICES", "lo")   # an MPI transport setting: not sent
+    sent = script_env.changes(spawning=True)
+    assert sent["set"].get("HPC_RAY_TEST_SPAWN_NEW") == "driver"
+    assert "UCX_NET_DEVICES" not in sent["set"]
+    assert script_env.changes() is None   # not spawning, no snapshot: nothing

@@ -85,9 +85,9 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
         "extra_idle": _config.os_environ_get("EXTRA_EXECUTOR_IDLE", None, float),
         "actor_standby": _config.os_environ_get("ACTOR_STANDBY", 1, int),
         "log_to_driver": context.log_to_driver,
-        # python -m hpc_ray: the variables the script set or deleted before init(),
-        # for the worker ranks, which never ran it (None in other modes).
-        "environ": script_env.changes(),
+        # The variables the script set or deleted before init(), for worker ranks
+        # that never ran it (python -m hpc_ray; spawned ranks). None otherwise.
+        "environ": script_env.changes(spawning=embedded),
     }
     cfg, node_of, node, arena, flags = launch.setup_world(comm, cfg)
     infos = comm.gather(None, root=0)

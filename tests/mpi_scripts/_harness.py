@@ -3,7 +3,7 @@
 ``tests/conftest.py:run_mpi`` tells a script how it was launched through
 environment variables:
 
-    HPC_RAY_TEST_MODE         embedded | mpiexec | module | plain
+    HPC_RAY_TEST_MODE         embedded | mpiexec | module | spawned | plain
     HPC_RAY_TEST_NP           total ranks (driver included)
     HPC_RAY_TEST_NUM_WORKERS  worker ranks (NP - 1)
     HPC_RAY_TEST_TIMEOUT      the launch's timeout in seconds
@@ -29,9 +29,9 @@ TMPDIR = os.environ.get("HPC_RAY_TEST_TMPDIR") or os.getcwd()
 
 
 def init_kwargs(**extra) -> dict:
-    """Arguments for ``hpc_ray.init()``: embedded mode spawns NUM_WORKERS ranks."""
+    """Arguments for ``hpc_ray.init()``: embedded (and spawned) mode spawns NUM_WORKERS ranks."""
     kwargs = dict(extra)
-    if MODE == "embedded":
+    if MODE in ("embedded", "spawned"):
         kwargs.setdefault("num_cpus", NUM_WORKERS)
     return kwargs
 
