@@ -9,7 +9,7 @@ import sys
 from .. import _config
 from . import launch
 from ..exceptions import RayError
-from . import context, node_watch, script_env
+from . import context, node_watch, script_env, strays
 from .driver import DriverContext
 from .headloop import HeadLoop
 from .head import Head
@@ -24,13 +24,14 @@ class Session:
     """What ``init()`` started on rank 0, and how to stop it."""
 
     def __init__(self, ctx: DriverContext, comm, inter, arena, embedded: bool,
-                 job_id: str) -> None:
+                 job_id: str, session_id: str) -> None:
         self.ctx = ctx
         self.comm = comm
         self.inter = inter
         self.arena = arena
         self.embedded = embedded
         self.job_id = job_id
+        self.session_id = session_id
 
 
 def check_num_gpus(num_gpus) -> None:
@@ -111,11 +112,14 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
     ctx = DriverContext(head, loop, arena, node, 0, {"size": comm.Get_size()},
                         cfg.get("session_id"))
     ctx.job_id = job_id
-    return Session(ctx, comm, inter, arena, embedded, job_id)
+    return Session(ctx, comm, inter, arena, embedded, job_id, cfg["session_id"])
 
 
 def stop_driver(session: Session) -> None:
     session.ctx.shutdown()
+    # Each rank ended what its tasks left running; a rank on this node that died
+    # could not: its strays are ended here.
+    strays.end(strays.session_prefix(session.session_id), prefix=True)
     if session.inter is not None and launch.spawned_lost is None:
         # Workers disconnect after SHUTDOWN; both sides must call it. After a
         # worker rank died the launcher has ended them all: no one to disconnect from.

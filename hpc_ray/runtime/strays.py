@@ -7,7 +7,8 @@ job. Every executor's environment carries ``MARK`` (its session and rank), and
 so does every process started under it unless its starter replaced the
 environment. When the rank ends, after its executors, it ends every process of
 its user that carries its mark: SIGTERM, then SIGKILL for one still there after
-``GRACE`` seconds.
+``GRACE`` seconds. Rank 0, at ``shutdown()``, ends those of every rank of the
+session on its node: a rank that died there left its strays to it.
 """
 from __future__ import annotations
 
@@ -27,9 +28,15 @@ def mark(session_id: str | None, rank: int) -> str:
     return f"{session_id}/rank{rank}"
 
 
-def find(value: str) -> list[int]:
-    """The pids of this user's processes whose environment has ``MARK=value``."""
-    needle = f"\0{MARK}={value}\0".encode()
+def session_prefix(session_id: str | None) -> str:
+    """What ``MARK`` starts with in the executors of every rank of ``session_id``."""
+    return f"{session_id}/rank"
+
+
+def find(value: str, prefix: bool = False) -> list[int]:
+    """The pids of this user's processes whose environment has ``MARK=value``
+    (with ``prefix``: a value that starts with ``value``)."""
+    needle = f"\0{MARK}={value}".encode() + (b"" if prefix else b"\0")
     me = os.getpid()
     found = []
     for name in os.listdir("/proc"):
@@ -45,17 +52,17 @@ def find(value: str) -> list[int]:
     return found
 
 
-def end(value: str) -> list[int]:
-    """End the processes marked ``value``; the pids found."""
-    pids = find(value)
+def end(value: str, prefix: bool = False) -> list[int]:
+    """End the processes ``find`` finds; their pids."""
+    pids = find(value, prefix)
     if pids:
         _signal(pids, signal.SIGTERM)
         try:
             # Each poll reads /proc: no other process waits on it.
-            wait_until(lambda: not find(value), timeout=GRACE, cap=0.05,
+            wait_until(lambda: not find(value, prefix), timeout=GRACE, cap=0.05,
                        what="stray processes to end")
         except WaitTimeout:
-            _signal(find(value), signal.SIGKILL)
+            _signal(find(value, prefix), signal.SIGKILL)
     return pids
 
 

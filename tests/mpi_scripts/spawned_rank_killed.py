@@ -38,9 +38,21 @@ ray.init(**init_kwargs())
 
 @ray.remote
 def sleeps(marker):
+    import subprocess
+    # Left running, in a session of its own (as a daemon is): the launcher, which
+    # kills the dead rank's process group, does not reach it.
+    stray = subprocess.Popen(["sleep", "300"], start_new_session=True)
     with open(marker, "w") as f:
-        f.write(str(os.getppid()))    # the executor's parent: its worker rank
+        f.write(f"{os.getppid()} {stray.pid}")    # the executor's parent: its worker rank
     time.sleep(600)
+
+
+def running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
 
 
 @ray.remote
@@ -53,7 +65,7 @@ with section("a killed worker rank breaks the session"):
     marker = tmp_path("sleeper-rank-pid")
     ref = sleeps.remote(marker)
     check(poll_for(lambda: os.path.exists(marker) and os.path.getsize(marker), 60), marker)
-    pid = int(open(marker).read())
+    pid, stray = map(int, open(marker).read().split())
     os.kill(pid, signal.SIGKILL)
     err = expect_raises(RayError, ray.get, ref, timeout=GET_TIMEOUT)
     check(not isinstance(err, GetTimeoutError), f"get still waited after {GET_TIMEOUT} s")
@@ -72,9 +84,16 @@ if HOW == "shutdown":
     with section("shutdown, then init() again"):
         ray.shutdown()
         check(not ray.is_initialized())
+        # The dead rank could not end what its task left running: shutdown() did.
+        ended = poll_for(lambda: not running(stray), 10)
+        check(ended, f"the dead rank's task's process {stray} outlived shutdown()")
         again = expect_raises(RayError, ray.init, **init_kwargs())
         check(f"(pid {pid})" in str(again) and "new Python process" in str(again), again)
         report("reinit", str(again))
         check(not ray.is_initialized())
+try:
+    os.kill(stray, signal.SIGKILL)   # (ended already after shutdown)
+except OSError:
+    pass
 ok("spawned_rank_killed")
 sys.exit(EXIT_CODE)
