@@ -347,6 +347,10 @@ class WorkerLoop:
         self._ended(ex)
 
     def _kill(self, ex: Executor) -> None:
+        if ex.proc is None:
+            # Its start is still queued (an actor killed in the turn that created
+            # it): started first, it ends as any other.
+            self._start_and_write()
         self.pool.kill(ex.proc)
         self._read_remaining(ex)
         self.pool.close(ex.proc)

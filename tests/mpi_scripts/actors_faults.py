@@ -156,6 +156,15 @@ expect_raises(ActorDiedError, ray.get, a.increment.remote(), timeout=60)
 check(constructions("killed-restartable") == 1)
 
 
+# Killed at once after its creation, in the worker rank's same turn (its
+# process not started yet): that worker rank once crashed the job (MPI_Abort).
+for _ in range(50):
+    ray.kill(Fragile.remote("killed-at-birth"))
+a = Fragile.remote("killed-at-birth")
+ray.kill(a)
+expect_raises(ActorDiedError, ray.get, a.increment.remote(), timeout=60)
+
+
 # A restarted actor keeps its CPU; once it is dead for good the CPU is free again.
 CPUS = ray.cluster_resources()["CPU"]
 
