@@ -40,8 +40,9 @@ from hypothesis import HealthCheck, settings, strategies as st  # noqa: E402
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant,  # noqa: E402
                                  precondition, rule)
 
+from hpc_ray.runtime.executor_record import cpus_lent, thread_lent  # noqa: E402
 from hpc_ray.runtime.worker_state import (EXECUTOR_BATCH, MAX_EXTRA_EXECUTORS,  # noqa: E402
-                                          WorkerState, cpus_lent, thread_lent)
+                                          WorkerState)
 from hpc_ray.transport import messages as m  # noqa: E402
 
 _ids = itertools.count(1)
@@ -212,16 +213,32 @@ class WorkerStateMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.state.actors)
     def actor_killed(self, data, graceful):
         aid = data.draw(st.sampled_from(sorted(self.state.actors)))
+        self._kill_actor(aid, graceful)
+        self.loop()
+
+    @rule(cpus=st.sampled_from([0, 1]), standby_alive=st.booleans(), graceful=st.booleans())
+    def actor_killed_in_the_turn_that_created_it(self, cpus, standby_alive, graceful):
+        # KILL_ACTOR read in the same turn of the loop as the creation: the
+        # executor's start may still be queued (ray.kill(A.remote())).
+        aid = next(self.actor_ids)
+        self.known_actors.append(aid)
+        self.state.start_actor(spec(cpus, "Actor", actor=aid), standby_alive)
+        self._kill_actor(aid, graceful)
+        self.loop()
+
+    def _kill_actor(self, aid: int, graceful: bool) -> None:
+        """As ``WorkerLoop`` carries out KILL_ACTOR."""
         ex = self.state.forget_actor(aid)
-        if graceful:
-            # Its last handle is gone (KILL_ACTOR ... graceful): the loop sends
-            # SHUTDOWN and watches it until its EOF (leaving_executor_ends).
+        if graceful and ex.ready:
+            # Its last handle is gone: the loop sends SHUTDOWN and watches it
+            # until its EOF (leaving_executor_ends).
             self.state.send(ex, [(m.SHUTDOWN,)])
             self.state.leaving[ex] = self.clock()
+        elif self.state.cancel_start(ex):
+            assert ex.gone and not ex.assigned   # never started: nothing to report
         else:
             self.with_killed.update(ex.assigned)
             self.state.executor_ended(ex)       # killed, its last messages read
-        self.loop()
 
     @rule(data=st.data())
     @precondition(lambda self: self.live(lambda ex: ex.actor_id is not None and ex.ready))

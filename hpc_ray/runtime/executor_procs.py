@@ -2,7 +2,7 @@
 
 ``ExecutorProc`` is the rank's handle on one executor process (its socket and
 output pipes); what the process was sent and holds is its record in the rank's
-state (``worker_state.Executor``, whose ``proc`` this is). ``ExecutorPool``
+state (``executor_record.Executor``, whose ``proc`` this is). ``ExecutorPool``
 starts executors, collects their printed lines (log_to_driver) and waits for
 them to exit; ``WorkerLoop`` holds one and tells its state what happened.
 """
@@ -18,7 +18,7 @@ from multiprocessing.connection import Connection
 from ..transport import messages as m
 from ..transport.channel import Channel
 from . import strays
-from .worker_state import Executor
+from .executor_record import Executor
 
 #: Environment variables of the MPI launcher that an executor must not see: with
 #: them, an ``import mpi4py.MPI`` in user code would try to join the job as a rank.

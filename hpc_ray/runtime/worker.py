@@ -52,7 +52,8 @@ from . import context, strays
 from .executor_procs import ExecutorPool
 from .node_watch import HEARTBEAT
 from .rank_actors import DriverGone
-from .worker_state import EXTRA_IDLE_DEFAULT, Executor, WorkerState
+from .executor_record import Executor
+from .worker_state import EXTRA_IDLE_DEFAULT, WorkerState
 
 #: Batches sent to the head and not yet received by it, at most. Beyond this the
 #: rank stops reading its executors' requests until the head catches up, so
@@ -141,12 +142,13 @@ class WorkerLoop:
             _, actor_id, no_restart, graceful = msg
             ex = state.forget_actor(actor_id)
             dropped = self.rank_ctx is not None and self.rank_ctx.drop(actor_id)
-            if ex is not None and graceful:
+            if ex is not None and graceful and ex.ready:
                 # Its last handle is gone: it exits as a Python process does, as
                 # after __ray_terminate__ (its calls are all done by now).
                 state.send(ex, [(m.SHUTDOWN,)])
                 state.leaving[ex] = state.clock()
             elif ex is not None:
+                # (Killed, or not started yet: none of the user's code ran there.)
                 self._kill(ex)
             if (ex is not None or dropped) and not no_restart:
                 state.out.append((m.ACTOR_DIED, actor_id, "killed", True))
@@ -347,10 +349,8 @@ class WorkerLoop:
         self._ended(ex)
 
     def _kill(self, ex: Executor) -> None:
-        if ex.proc is None:
-            # Its start is still queued (an actor killed in the turn that created
-            # it): started first, it ends as any other.
-            self._start_and_write()
+        if self.state.cancel_start(ex):
+            return   # (an actor killed in the turn that created it: no process yet)
         self.pool.kill(ex.proc)
         self._read_remaining(ex)
         self.pool.close(ex.proc)

@@ -163,6 +163,13 @@ for _ in range(50):
 a = Fragile.remote("killed-at-birth")
 ray.kill(a)
 expect_raises(ActorDiedError, ray.get, a.increment.remote(), timeout=60)
+# Created and dropped at once (the last handle gone: a graceful end): an actor
+# whose process had not started is never started. They were, all at once, each
+# to exit again (killed 5 s later on a loaded machine): the next task waited
+# for the lot (over 30 s for 200 such actors on 2 cores).
+for _ in range(100):
+    Fragile.remote("dropped-at-birth")
+check(ray.get(ray.remote(lambda x: x * x).remote(4), timeout=20) == 16)
 
 
 # A restarted actor keeps its CPU; once it is dead for good the CPU is free again.
