@@ -9,7 +9,7 @@
 
     ray.get([f.remote(i) for i in range(4)])   # [0, 1, 4, 9]
 """
-from . import actor, collective, exceptions, ray_constants, worker
+from . import actor, collective, exceptions, ray_constants, services, worker
 from .actors import ActorClass, ActorHandle, get_actor, kill, method
 from .api import (as_completed, available_resources, cluster_resources, error_info, errors, get,
                   get_gpu_ids, get_resource_ids, get_webui_url, init, is_initialized, nodes,
@@ -30,7 +30,7 @@ __all__ = [
     "as_future", "available_resources", "cluster_resources", "exceptions", "get",
     "get_actor", "get_gpu_ids", "get_resource_ids", "init", "is_initialized", "kill",
     "method", "nodes", "objects", "on_preempt", "profile", "progress", "put", "ray_constants",
-    "remote", "reusables",
+    "remote", "reusables", "services",
     "run_function_on_all_workers", "shutdown", "tasks", "timeline", "wait",
 ]
 

@@ -228,5 +228,20 @@ with section("nested tasks"):
     check(ray.get(ray.get(submit_only.remote(1))[0]) == 2)
     report("nested", "done")
 
+
+@ray.remote
+def node_address():
+    time.sleep(0.01)
+    return ray.services.get_node_ip_address()
+
+
+with section("ray.services.get_node_ip_address"):
+    # The docs' check that every node joined (0.2's "Using Ray on a Cluster", 0.7's
+    # tutorial): the names match nodes()'s, on the driver and in tasks.
+    names = {n["NodeManagerAddress"] for n in ray.nodes()}
+    check(ray.services.get_node_ip_address() in names, names)
+    check(set(ray.get([node_address.remote() for _ in range(20)])) <= names, names)
+    check(isinstance(ray.services.get_node_ip_address("8.8.8.8:53"), str))
+
 ray.shutdown()
 ok("api_semantics")
