@@ -19,13 +19,14 @@ from .api import (as_completed, available_resources, cluster_resources, error_in
 from .preempt import on_preempt
 from .reusable import Reusable, reusables
 from .runtime.context import ObjectRef
+from .worker import LOCAL_MODE, SCRIPT_MODE, WORKER_MODE
 
 ObjectID = ObjectRef
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ActorClass", "ActorHandle", "actor", "error_info", "errors", "get_webui_url",
+    "LOCAL_MODE", "SCRIPT_MODE", "WORKER_MODE", "ActorClass", "ActorHandle", "actor", "error_info", "errors", "get_webui_url",
     "object_transfer_timeline", "register_custom_serializer", "collective", "experimental", "worker", "ObjectID", "ObjectRef", "Reusable", "as_completed",
     "as_future", "available_resources", "cluster_resources", "exceptions", "get",
     "get_actor", "get_gpu_ids", "get_resource_ids", "init", "is_initialized", "kill",

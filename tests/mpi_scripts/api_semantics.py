@@ -243,5 +243,17 @@ with section("ray.services.get_node_ip_address"):
     check(set(ray.get([node_address.remote() for _ in range(20)])) <= names, names)
     check(isinstance(ray.services.get_node_ip_address("8.8.8.8:53"), str))
 
+
+@ray.remote
+def worker_mode():
+    return ray.worker.global_worker.mode
+
+
+with section("ray.worker.global_worker.mode"):
+    # Ray 0.7's constants: the driver is in SCRIPT_MODE, tasks and actors in WORKER_MODE.
+    check((ray.SCRIPT_MODE, ray.WORKER_MODE, ray.LOCAL_MODE) == (0, 1, 2))
+    check(ray.worker.global_worker.mode == ray.SCRIPT_MODE, ray.worker.global_worker.mode)
+    check(ray.get(worker_mode.remote()) == ray.WORKER_MODE)
+
 ray.shutdown()
 ok("api_semantics")

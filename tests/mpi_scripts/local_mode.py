@@ -59,6 +59,16 @@ check(ray.get([a, b]) == [3, -3])
 check(ray.get(pid_and_value.remote(ray.put(11)))[1] == 11)
 check(ray.get(nested.remote(5)) == 5)
 
+
+@ray.remote
+def worker_mode():
+    return ray.worker.global_worker.mode
+
+
+# Ray 0.7: in local mode the driver and its tasks are in LOCAL_MODE.
+check(ray.worker.global_worker.mode == ray.LOCAL_MODE == 2, ray.worker.global_worker.mode)
+check(ray.get(worker_mode.remote()) == ray.LOCAL_MODE)
+
 ready, pending = ray.wait([ray.put(1), a], num_returns=2, timeout=5)
 check(len(ready) == 2 and pending == [])
 
