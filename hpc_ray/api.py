@@ -41,6 +41,10 @@ _WARNED_INIT_ARGS = ("address", "redis_address", "temp_dir", "_temp_dir",
                      "plasma_store_socket_name", "raylet_socket_name", "plasma_directory",
                      "huge_pages")
 
+#: Ray 0.2's ``init()`` keywords that 0.7 dropped, and what to pass instead.
+_RAY_02_INIT_ARGS = {"driver_mode": "local_mode=True (for driver_mode=ray.PYTHON_MODE)",
+                     "num_custom_resource": "resources={'CustomResource': n}"}
+
 _session = None
 _lock = threading.RLock()
 #: Functions given to run_function_on_all_workers() before init(): run at start-up.
@@ -93,7 +97,9 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
     global _session
     unknown = [k for k in kwargs if k not in _IGNORED_INIT_ARGS]
     if unknown:
-        raise TypeError(f"init() got unexpected keyword argument(s) {unknown}")
+        hints = [f"{k}: use {_RAY_02_INIT_ARGS[k]}" for k in unknown if k in _RAY_02_INIT_ARGS]
+        raise TypeError(f"init() got unexpected keyword argument(s) {unknown}"
+                        + (f" (Ray 0.2's, gone since 0.7; {'; '.join(hints)})" if hints else ""))
     if resources is not None and not isinstance(resources, dict):
         raise TypeError(f"resources must be a dict, got {type(resources).__name__}")
     for key in resources or {}:

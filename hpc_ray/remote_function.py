@@ -23,10 +23,18 @@ def _new_id() -> int:
     return int.from_bytes(os.urandom(8), "little")
 
 
+#: Ray 0.2's options that 0.7 dropped, and what to pass instead (named in the error).
+RAY_02_OPTIONS = {"num_custom_resource": "resources={'CustomResource': n}",
+                  "checkpoint_interval": "an actor class that subclasses "
+                                         "hpc_ray.actor.Checkpointable"}
+
+
 def check_options(options: dict, valid: tuple, what: str) -> None:
     for key in options:
         if key not in valid:
-            raise ValueError(f"unknown option {key!r} for {what} (valid: {sorted(valid)})")
+            hint = (f"; Ray 0.2's {key} is gone since 0.7: use {RAY_02_OPTIONS[key]}"
+                    if key in RAY_02_OPTIONS else "")
+            raise ValueError(f"unknown option {key!r} for {what} (valid: {sorted(valid)}){hint}")
 
 
 def resources_from(options: dict, default_cpus: float, what: str) -> dict | None:

@@ -106,6 +106,21 @@ def test_argument_checks_need_no_runtime():
         f.remote(1, key=2)  # arguments fine: now it needs init()
 
 
+def test_ray_02_arguments_name_their_ray_07_replacements():
+    # The 0.2 API section's init(driver_mode=, num_custom_resource=) and
+    # @remote(num_custom_resource=, checkpoint_interval=) are gone in 0.7.
+    with pytest.raises(TypeError, match=r"driver_mode: use local_mode=True.*"
+                                        r"num_custom_resource: use resources="):
+        ray.init(driver_mode=2, num_custom_resource=1)
+    assert not ray.is_initialized()
+    with pytest.raises(ValueError, match="num_custom_resource is gone since 0.7: use resources="):
+        ray.remote(num_custom_resource=1)(lambda: 1)
+    with pytest.raises(ValueError, match="subclasses hpc_ray.actor.Checkpointable"):
+        @ray.remote(checkpoint_interval=5)
+        class Counter:
+            pass
+
+
 def test_ray_07_exception_names():
     assert ray.exceptions.RayTimeoutError is ray.exceptions.GetTimeoutError
     assert ray.exceptions.RayWorkerError is ray.exceptions.WorkerCrashedError
