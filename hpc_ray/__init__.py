@@ -26,7 +26,8 @@ ObjectID = ObjectRef
 __version__ = "0.1.0"
 
 __all__ = [
-    "LOCAL_MODE", "SCRIPT_MODE", "WORKER_MODE", "ActorClass", "ActorHandle", "actor", "error_info", "errors", "get_webui_url",
+    "LOCAL_MODE", "SCRIPT_MODE", "WORKER_MODE",
+    "ActorClass", "ActorHandle", "actor", "error_info", "errors", "get_webui_url",
     "object_transfer_timeline", "register_custom_serializer", "collective", "experimental", "worker", "ObjectID", "ObjectRef", "Reusable", "as_completed",
     "as_future", "available_resources", "cluster_resources", "exceptions", "get",
     "get_actor", "get_gpu_ids", "get_resource_ids", "init", "is_initialized", "kill",

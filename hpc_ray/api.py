@@ -524,21 +524,24 @@ def get_webui_url() -> None:
 def errors(all_jobs: bool = False) -> list[dict]:
     """The job's errors so far, one dict per failed task (Ray 0.7's ``ray.errors()``).
 
-    Each has ``type`` ("task"), ``message``, ``task_id``, ``function`` and
-    ``timestamp``; the error itself is raised by ``get`` on the task's refs.
+    Each has ``type`` ("task"), ``message`` (the error with its traceback, as
+    ``get`` raises it; the newest 1,000 are kept, else a line saying where it
+    failed), ``task_id``, ``function`` and ``timestamp``.
     Other errors follow, with ``type``, ``message`` and ``timestamp``: an actor's
     constructor that raised (type "task", its traceback in ``message``) and a
     Checkpointable actor's hook that raised (type "checkpoint").
     """
     out = []
+    texts = _state_context().control("failure_texts")
     for tid, t in tasks().items():
         # An actor ended on purpose (``__ray_terminate__``) is no error.
         if t.get("State") == "FAILED" and not t["FunctionName"].endswith(".__ray_terminate__"):
             rank = t["Rank"]
             where = f"on rank {rank}" if rank is not None and rank >= 0 else "before it ran"
             out.append({"type": "task", "task_id": tid, "function": t["FunctionName"],
-                        "message": f"task {t['FunctionName']} failed {where}; get() of its "
-                                   f"result raises the error",
+                        "message": texts.get(tid) or f"task {t['FunctionName']} failed "
+                                                     f"{where}; get() of its result raises "
+                                                     f"the error",
                         "timestamp": t.get("EndTime")})
     out.extend(_state_context().control("pushed_errors"))
     return out

@@ -289,6 +289,11 @@ def _pushed_errors(head: Head) -> list:
     return [dict(e) for e in _PUSHED.get(head, ())]
 
 
+def _failure_texts(head: Head) -> dict:
+    """Failed tasks' error texts, keyed as ``tasks()`` keys them."""
+    return {f"{tid:040x}": text for tid, text in head.history.failures.items()}
+
+
 def _actor_pid(head: Head, actor_id: int) -> int:
     """The process the head runs the actor in now; 0 while it has none (dead,
     restarting, not started)."""
@@ -321,6 +326,7 @@ _CALLS = {
     "actor_checkpoint_saved": _actor_checkpoint_saved,
     "push_error": _push_error,
     "pushed_errors": _pushed_errors,
+    "failure_texts": _failure_texts,
     "collective_create": _collective_create,
     "signal_send": _signal_send,
     "signal_poll": _signal_poll,

@@ -247,6 +247,11 @@ with section("errors printed"):
     expect_raises(ray.exceptions.RayActorError, ray.get, broken.method.remote("x"), timeout=30)
     listed = [e for e in ray.errors() if "E-CTOR" in e["message"]]
     check(len(listed) == 1 and listed[0]["type"] == "task", ray.errors())
+    # errors() gives the error itself, traceback and all (Ray 0.2: "a list
+    # containing the error message").
+    unwatched_errors = [e["message"] for e in ray.errors() if e.get("function") == "unwatched"]
+    check(any("KeyError: 'E-UNWATCHED'" in text and "Traceback" in text
+              for text in unwatched_errors), unwatched_errors)
     # A task failed by its argument's error never ran: errors() says so (not "rank -1").
     passed_on = [e["message"] for e in ray.errors() if e.get("function", "").endswith("downstream")]
     check(passed_on and all(m.startswith("task downstream failed before it ran;")

@@ -19,6 +19,10 @@ TASK_RECORD_BYTES = 400
 EVENT_BYTES = 350
 SIGNAL_BYTES = 120
 DEAD_ACTOR_BYTES = 300
+#: Failed tasks whose error text is kept (``errors()``), the newest, and the
+#: longest text kept of one (its start and its end, where the exception is).
+FAILURES_KEPT = 1000
+FAILURE_TEXT_CHARS = 4000
 
 
 class BoundedLog:
@@ -107,6 +111,8 @@ class History:
         self.dead_actors = collections.OrderedDict()   # actor id -> (class name, reason)
         self.dead_budget = max(1, (budget // 8) // DEAD_ACTOR_BYTES)
         self.dead_dropped = 0
+        #: task id -> the text of the error it failed with (``errors()``' message).
+        self.failures: collections.OrderedDict = collections.OrderedDict()
 
     def task_finished(self, summary: tuple) -> None:
         self.tasks.append(summary, TASK_RECORD_BYTES + len(summary[1]))
@@ -121,6 +127,14 @@ class History:
     def events_added(self, events: list) -> None:
         """``event`` of each of ``events``."""
         self.events.extend(events, [EVENT_BYTES] * len(events))
+
+    def task_failed(self, task_id: int, text: str) -> None:
+        if len(text) > FAILURE_TEXT_CHARS:
+            keep = FAILURE_TEXT_CHARS // 2
+            text = f"{text[:keep]}\n[...]\n{text[-keep:]}"
+        self.failures[task_id] = text
+        if len(self.failures) > FAILURES_KEPT:
+            self.failures.popitem(last=False)
 
     def actor_dead(self, actor_id: int, class_name: str, reason: str) -> None:
         self.dead_actors[actor_id] = (class_name, reason)

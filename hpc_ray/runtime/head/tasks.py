@@ -354,13 +354,16 @@ class TaskLifecycle:
         self.fail_task(task, (ERROR, dumps(err)))
 
     def _error_signal(self, task: TaskEntry, err: tuple) -> None:
+        """The task's error: its text for ``errors()``, and its ErrorSignal."""
         from ..values import error_from_record
         from ..signals import ErrorSignal
         try:
-            signal = ErrorSignal(error_from_record(err))
+            error = error_from_record(err)
+            text = str(error)
         except Exception:
             return
-        self._add_signal(task, signal)
+        self.head.history.task_failed(task.spec[m.T_ID], text)
+        self._add_signal(task, ErrorSignal(error))
 
     def _add_signal(self, task: TaskEntry, signal) -> None:
         """``signal`` from the task's source: its actor, else the task."""
