@@ -18,8 +18,8 @@ The state lives in tables, each with the events that change it in its own module
   code that changes an actor's state, and gives back the actor's resources when
   it stops holding them.
 - ``resources``: worker ranks' resources, the ready queue and ``Placement``.
-- ``history``: finished tasks, timeline events, signals and dead actors, within
-  a memory budget.
+- ``history``: finished tasks, timeline events, signals, dead actors and the
+  newest failures' error texts, within a memory budget.
 
 This module's ``Head`` puts them together and handles objects' events and the
 requests of executors (remote get/wait, collective joins, signals).

@@ -101,7 +101,9 @@ class Signals:
 
 
 class History:
-    """The four bounded logs, sharing one budget (half to tasks, a quarter to events)."""
+    """The four bounded logs, sharing one budget (half to tasks, a quarter to events),
+    and the newest failed tasks' error texts (at most FAILURES_KEPT, each cut to
+    FAILURE_TEXT_CHARS: about 4 MB)."""
 
     def __init__(self, budget: int = DEFAULT_BUDGET) -> None:
         self.budget = budget
