@@ -1,6 +1,7 @@
 """Issue 6 ``PyTorchTrainer`` (needs torch; skipped without it): convergence on
 the digits from HDF5 with 2 and 3 replicas, identical weights, per-replica
-slices, checkpoint round trip (tests/mpi_scripts/sgd_trainer.py); the digits
+slices, checkpoint round trip, 0.7.2's ``use_gpu``/``backend="gloo"``, counts
+the job cannot hold refused at once (tests/mpi_scripts/sgd_trainer.py); the digits
 example embedded; optimizer state through an HDF5 checkpoint (pure)."""
 from __future__ import annotations
 
@@ -48,6 +49,18 @@ def test_optimizer_state_through_checkpoint(tmp_path):
     for k in s1:
         for name in s1[k]:
             assert torch.equal(torch.as_tensor(s1[k][name]), torch.as_tensor(s2[k][name]))
+
+
+def test_local_mode_refuses_replicas_that_cannot_meet():
+    import hpc_ray as ray
+    from hpc_ray.sgd.pytorch import PyTorchTrainer
+    ray.init(local_mode=True)
+    try:
+        with pytest.raises(ValueError, match="local_mode"):
+            PyTorchTrainer(lambda c: torch.nn.Linear(2, 1), lambda c: ([], []),
+                           num_replicas=2)
+    finally:
+        ray.shutdown()
 
 
 @pytest.mark.mpi

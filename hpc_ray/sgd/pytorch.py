@@ -34,6 +34,7 @@ import numpy as np
 
 from .. import api, collective
 from ..actors import kill
+from ..exceptions import RayError
 from .checkpoint import load_checkpoint, save_checkpoint
 from .distributed import limit_threads
 from .fusion import DEFAULT_FUSION_BYTES, FusionPlan, shard_bounds
@@ -43,8 +44,9 @@ if TYPE_CHECKING:
 
 __all__ = ["PyTorchRunner", "PyTorchTrainer", "Resources", "sgd_mse_optimizer"]
 
-#: The backends a trainer accepts; "auto" means MPI (there is no GPU path).
-BACKENDS = ("auto", "mpi")
+#: The backends a trainer accepts; each means MPI allreduce of CPU tensors ("gloo",
+#: Ray 0.7's CPU backend, is accepted under its name; there is no GPU path).
+BACKENDS = ("auto", "mpi", "gloo")
 
 
 class Resources(collections.namedtuple("Resources", ["num_cpus", "num_gpus", "resources"],
@@ -302,13 +304,19 @@ class PyTorchTrainer:
         resources_per_replica: ``Resources(num_cpus=1)`` by default; its CPUs
             also size the replica's torch thread pool.
         batch_size: the batch of each replica per step.
-        backend: "auto" or "mpi" (the same thing here).
+        backend: "auto", "mpi" or "gloo" (the same thing here).
+        use_gpu: Ray 0.7.2's flag; only False is possible here (the replicas
+            train on CPU). A bool in ``resources_per_replica``'s place is
+            taken as this flag, as 0.7.2 passes it there.
         fusion_bytes: the largest fused gradient buffer (an hpc_ray addition).
         in_rank: run the replicas inside their worker ranks (an hpc_ray
             extension; see below).
 
     Raises:
-        ValueError: an unknown backend or a bad count.
+        ValueError: an unknown backend, a bad count, ``use_gpu=True``, or
+            more replicas than the job's CPUs (or GPUs) can hold at once
+            (they would wait for each other forever), or ``num_replicas > 1``
+            in ``local_mode``.
 
     Replicas are ordinary actors: a crash in one fails that call with an
     error. With ``in_rank=True`` they live inside their ranks, where MPI needs
@@ -320,7 +328,14 @@ class PyTorchTrainer:
                  optimizer_creator: Callable = sgd_mse_optimizer, config: dict | None = None,
                  num_replicas: int = 1, resources_per_replica: Any = None,
                  batch_size: int = 16, backend: str = "auto",
-                 fusion_bytes: int = DEFAULT_FUSION_BYTES, in_rank: bool = False) -> None:
+                 fusion_bytes: int = DEFAULT_FUSION_BYTES, in_rank: bool = False,
+                 use_gpu: bool = False) -> None:
+        if isinstance(resources_per_replica, bool):
+            use_gpu, resources_per_replica = resources_per_replica, None
+        if use_gpu or backend == "nccl":
+            raise ValueError(f"{'use_gpu=True' if use_gpu else 'backend=nccl'}: PyTorchTrainer "
+                             f"trains on CPU here (MPI allreduce of CPU tensors, no GPU "
+                             f"path); leave use_gpu=False and backend='auto'")
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r} (valid: {list(BACKENDS)})")
         if not isinstance(num_replicas, int) or num_replicas < 1:
@@ -333,6 +348,7 @@ class PyTorchTrainer:
         self.batch_size = batch_size
         self.backend = "mpi"
         res = _resources(resources_per_replica)
+        _check_capacity(num_replicas, res)
         options: dict[str, Any] = {"num_cpus": res.num_cpus, "num_gpus": res.num_gpus,
                                    "in_rank": in_rank}
         if res.resources:
@@ -346,24 +362,30 @@ class PyTorchTrainer:
         self.shards = api.get([w.setup.remote(i, num_replicas, self.group)
                                for i, w in enumerate(self.workers)])
 
+    def _replicas(self) -> list:
+        if not self.workers:
+            raise RayError("this PyTorchTrainer was shut down; its replicas are gone "
+                           "(create a new PyTorchTrainer)")
+        return self.workers
+
     def train(self) -> dict:
         """One epoch on every replica; ``train_loss`` is the mean over all samples."""
-        return api.get([w.step.remote() for w in self.workers])[0]
+        return api.get([w.step.remote() for w in self._replicas()])[0]
 
     def validate(self) -> dict:
         """``validation_loss`` and ``validation_accuracy`` over the whole validation set."""
-        return api.get([w.validate.remote() for w in self.workers])[0]
+        return api.get([w.validate.remote() for w in self._replicas()])[0]
 
     def get_model(self) -> "torch.nn.Module":
         """A new model (on the driver) with replica 0's trained weights."""
         model = self.model_creator(self.config)
-        state = api.get(self.workers[0].get_state.remote())
+        state = api.get(self._replicas()[0].get_state.remote())
         model.load_state_dict(_to_torch(state["model"]))
         return model
 
     def save(self, checkpoint: str) -> str:
         """Write model and optimizer state to an HDF5 file; returns its path."""
-        state = api.get(self.workers[0].get_state.remote())
+        state = api.get(self._replicas()[0].get_state.remote())
         return save_checkpoint(checkpoint, state["model"], state["optimizer"],
                                {"epoch": state["epoch"], "num_replicas": self.num_replicas,
                                 "batch_size": self.batch_size})
@@ -373,15 +395,15 @@ class PyTorchTrainer:
         model, optimizer, meta = load_checkpoint(checkpoint)
         ref = api.put({"model": model, "optimizer": optimizer,
                        "epoch": meta.get("epoch", 0)})
-        api.get([w.set_state.remote(ref) for w in self.workers])
+        api.get([w.set_state.remote(ref) for w in self._replicas()])
 
     def apply_all_replicas(self, fn: Callable) -> list:
         """``fn(runner)`` on every replica (a ``PyTorchRunner``), in replica order."""
-        return api.get([w.apply.remote(fn) for w in self.workers])
+        return api.get([w.apply.remote(fn) for w in self._replicas()])
 
     def get_replica_weights(self) -> list[dict[str, np.ndarray]]:
         """Every replica's parameters (to check that they agree)."""
-        return api.get([w.get_weights.remote() for w in self.workers])
+        return api.get([w.get_weights.remote() for w in self._replicas()])
 
     def shutdown(self) -> None:
         """Leave the group and end the replicas (safe to call twice)."""
@@ -391,6 +413,36 @@ class PyTorchTrainer:
         for w in self.workers:
             kill(w)
         self.workers = []
+
+
+def _check_capacity(num_replicas: int, res: Resources) -> None:
+    """Every replica must be alive at once, each on a worker rank of its own (they
+    allreduce together): refuse a count the job's ranks, CPUs or GPUs can never
+    hold, which would wait forever or fail as the group forms."""
+    session = api._session
+    if session is not None and session[0] == "local":
+        if num_replicas > 1:
+            raise ValueError(f"num_replicas={num_replicas} in local_mode: local_mode runs "
+                             f"one call at a time in the driver, so replicas cannot "
+                             f"allreduce together; use num_replicas=1")
+        return
+    if not api.is_initialized():
+        return
+    worker_ranks = sum(len(node.get("Ranks", ())) for node in api.nodes()) - 1
+    if num_replicas > worker_ranks:
+        raise ValueError(f"num_replicas={num_replicas}, and the job has {worker_ranks} worker "
+                         f"ranks: replicas join one MPI group, one replica per worker rank; "
+                         f"use fewer replicas, or start the job with more ranks "
+                         f"(init(num_cpus=N) embedded, mpiexec -n N+1)")
+    total = api.cluster_resources()
+    for name, each in (("CPU", res.num_cpus or 0), ("GPU", res.num_gpus or 0)):
+        have = total.get(name, 0)
+        if num_replicas * each > have:
+            raise ValueError(
+                f"num_replicas={num_replicas} replicas of {each:g} {name} each need "
+                f"{num_replicas * each:g} {name} at once (they allreduce together), and "
+                f"the job has {have:g}; use fewer replicas or fewer {name}s per replica "
+                f"(resources_per_replica), or start the job with more {name}s")
 
 
 def _resources(spec: Any) -> Resources:

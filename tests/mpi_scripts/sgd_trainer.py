@@ -126,7 +126,8 @@ def small_model(config):
 
 
 with section("plain torch dataset, Adam checkpoint"):
-    t2 = PyTorchTrainer(small_model, tensor_data, adam, num_replicas=R, batch_size=10)
+    t2 = PyTorchTrainer(small_model, tensor_data, adam, num_replicas=R, batch_size=10,
+                        backend="gloo", use_gpu=False)
     shards = t2.apply_all_replicas(lambda runner: runner.shard_info()["train_rows"])
     check(shards[0][0] == 0 and shards[-1][1] == 200, shards)
     first = t2.train()
@@ -146,12 +147,23 @@ with section("plain torch dataset, Adam checkpoint"):
           (steps, state[0]["state"][0]["step"]))
     check(t2.validate() == before, "Adam restore")
     t2.shutdown()
+    err = expect_raises(ray.exceptions.RayError, t2.train)
+    check("shut down" in str(err), err)
 
 with section("bad arguments"):
     expect_raises(ValueError, PyTorchTrainer, model_creator, data_creator, backend="nccl")
     expect_raises(ValueError, PyTorchTrainer, model_creator, data_creator, num_replicas=0)
     expect_raises(ValueError, PyTorchTrainer, model_creator, data_creator,
                   resources_per_replica={"cpus": 1})
+    expect_raises(ValueError, PyTorchTrainer, model_creator, data_creator, use_gpu=True)
+    # More replicas than worker ranks, or GPUs the job lacks: an error at once,
+    # not a group that never forms.
+    err = expect_raises(ValueError, PyTorchTrainer, small_model, tensor_data,
+                        num_replicas=R + 1)
+    check("worker ranks" in str(err), err)
+    err = expect_raises(ValueError, PyTorchTrainer, small_model, tensor_data,
+                        resources_per_replica=Resources(num_gpus=1))
+    check("GPU" in str(err), err)
 
 ray.shutdown()
 ok("sgd_trainer")
