@@ -165,10 +165,22 @@ def test_bad_arguments_fail_before_any_actor():
         DistributedSGD(lambda w, d: None, 2, strategy="ring")
     with pytest.raises(ValueError, match="num_workers"):
         DistributedSGD(lambda w, d: None, 0)
-    with pytest.raises(ValueError, match="unknown backend 'nccl'"):
+    with pytest.raises(ValueError, match="backend=nccl"):
         PyTorchTrainer(lambda c: None, lambda c: None, backend="nccl")
     with pytest.raises(ValueError, match="batch_size"):
         PyTorchTrainer(lambda c: None, lambda c: None, batch_size=0)
+    with pytest.raises(ValueError, match="use_gpu=True"):
+        PyTorchTrainer(lambda c: None, lambda c: None, use_gpu=True)
+
+
+def test_local_mode_refuses_an_allreduce_group():
+    import hpc_ray as ray
+    ray.init(local_mode=True)
+    try:
+        with pytest.raises(ValueError, match="local_mode"):
+            DistributedSGD(lambda w, d: None, 2, strategy="allreduce")
+    finally:
+        ray.shutdown()
 
 
 # --- under MPI ------------------------------------------------------------------------

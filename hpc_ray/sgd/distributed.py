@@ -40,6 +40,38 @@ __all__ = ["DistributedSGD", "STRATEGIES"]
 STRATEGIES = ("simple", "ps", "allreduce")
 
 
+def check_capacity(what: str, count: int, num_cpus: float | None,
+                   num_gpus: float | None, one_per_rank: bool) -> None:
+    """Refuse ``count`` actors that the job can never hold at once (they step
+    together, so the others would wait forever): more CPUs or GPUs in all than
+    the job has, or, where they form an MPI group (``one_per_rank``), more
+    than one per worker rank, or any group in ``local_mode``."""
+    session = api._session
+    if session is not None and session[0] == "local":
+        if one_per_rank:
+            raise ValueError(f"{what}={count} in local_mode: local_mode runs one call at a "
+                             f"time in the driver, so they cannot allreduce together; use "
+                             f"{what}=1")
+        return
+    if not api.is_initialized():
+        return
+    if one_per_rank:
+        worker_ranks = sum(len(node.get("Ranks", ())) for node in api.nodes()) - 1
+        if count > worker_ranks:
+            raise ValueError(f"{what}={count}, and the job has {worker_ranks} worker ranks: "
+                             f"they join one MPI group, one per worker rank; ask for fewer, "
+                             f"or start the job with more ranks (init(num_cpus=N) "
+                             f"embedded, mpiexec -n N+1)")
+    total = api.cluster_resources()
+    for name, each in (("CPU", num_cpus or 0), ("GPU", num_gpus or 0)):
+        have = total.get(name, 0)
+        if count * each > have:
+            raise ValueError(
+                f"{what}={count} actors of {each:g} {name} each need {count * each:g} "
+                f"{name} at once (they step together), and the job has {have:g}; ask "
+                f"for fewer, or fewer {name}s each, or start the job with more {name}s")
+
+
 def limit_threads(num_cpus: float | None) -> None:
     """Keep numpy's (and torch's) thread pools to the CPUs a replica was given.
 
@@ -224,7 +256,9 @@ class DistributedSGD:
             crash in the model's code ends the MPI job).
 
     Raises:
-        ValueError: an unknown strategy or a bad count.
+        ValueError: an unknown strategy, a bad count, or more workers than the
+            job's CPUs or GPUs (and, for ``"allreduce"``, worker ranks) can
+            hold at once, or ``num_workers > 1`` in ``local_mode``.
 
     The ``"allreduce"`` workers are ordinary actors by default: a crash in one
     fails the step with an error, and the others' collectives fail too rather
@@ -245,6 +279,9 @@ class DistributedSGD:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         if num_ps is not None and (not isinstance(num_ps, int) or num_ps < 1):
             raise ValueError(f"num_ps must be an int >= 1, got {num_ps!r}")
+        check_capacity("num_workers", num_workers, cpus_per_worker,
+                       devices_per_worker if gpu else 0,
+                       one_per_rank=strategy == "allreduce" and num_workers > 1)
         self.strategy = strategy
         self.num_workers = num_workers
         self.steps = 0

@@ -36,7 +36,7 @@ from .. import api, collective
 from ..actors import kill
 from ..exceptions import RayError
 from .checkpoint import load_checkpoint, save_checkpoint
-from .distributed import limit_threads
+from .distributed import check_capacity, limit_threads
 from .fusion import DEFAULT_FUSION_BYTES, FusionPlan, shard_bounds
 
 if TYPE_CHECKING:
@@ -348,7 +348,8 @@ class PyTorchTrainer:
         self.batch_size = batch_size
         self.backend = "mpi"
         res = _resources(resources_per_replica)
-        _check_capacity(num_replicas, res)
+        check_capacity("num_replicas", num_replicas, res.num_cpus, res.num_gpus,
+                       one_per_rank=num_replicas > 1)
         options: dict[str, Any] = {"num_cpus": res.num_cpus, "num_gpus": res.num_gpus,
                                    "in_rank": in_rank}
         if res.resources:
@@ -413,36 +414,6 @@ class PyTorchTrainer:
         for w in self.workers:
             kill(w)
         self.workers = []
-
-
-def _check_capacity(num_replicas: int, res: Resources) -> None:
-    """Every replica must be alive at once, each on a worker rank of its own (they
-    allreduce together): refuse a count the job's ranks, CPUs or GPUs can never
-    hold, which would wait forever or fail as the group forms."""
-    session = api._session
-    if session is not None and session[0] == "local":
-        if num_replicas > 1:
-            raise ValueError(f"num_replicas={num_replicas} in local_mode: local_mode runs "
-                             f"one call at a time in the driver, so replicas cannot "
-                             f"allreduce together; use num_replicas=1")
-        return
-    if not api.is_initialized():
-        return
-    worker_ranks = sum(len(node.get("Ranks", ())) for node in api.nodes()) - 1
-    if num_replicas > worker_ranks:
-        raise ValueError(f"num_replicas={num_replicas}, and the job has {worker_ranks} worker "
-                         f"ranks: replicas join one MPI group, one replica per worker rank; "
-                         f"use fewer replicas, or start the job with more ranks "
-                         f"(init(num_cpus=N) embedded, mpiexec -n N+1)")
-    total = api.cluster_resources()
-    for name, each in (("CPU", res.num_cpus or 0), ("GPU", res.num_gpus or 0)):
-        have = total.get(name, 0)
-        if num_replicas * each > have:
-            raise ValueError(
-                f"num_replicas={num_replicas} replicas of {each:g} {name} each need "
-                f"{num_replicas * each:g} {name} at once (they allreduce together), and "
-                f"the job has {have:g}; use fewer replicas or fewer {name}s per replica "
-                f"(resources_per_replica), or start the job with more {name}s")
 
 
 def _resources(spec: Any) -> Resources:

@@ -111,6 +111,11 @@ with section("bad arguments"):
     expect_raises(ValueError, DistributedSGD, creator, W, strategy="ring")
     expect_raises(ValueError, DistributedSGD, creator, 0)
     expect_raises(ValueError, DistributedSGD, creator, W, num_ps=0)
+    # Workers the job cannot hold at once: an error, not a step that never ends.
+    err = expect_raises(ValueError, DistributedSGD, creator, W + 1)
+    check("CPU" in str(err), err)
+    err = expect_raises(ValueError, DistributedSGD, creator, W, gpu=True)
+    check("GPU" in str(err), err)
 
 ray.shutdown()
 ok("sgd_distributed")
