@@ -319,9 +319,13 @@ class PyTorchTrainer:
             in ``local_mode``.
 
     Replicas are ordinary actors: a crash in one fails that call with an
-    error. With ``in_rank=True`` they live inside their ranks, where MPI needs
-    no copy of the gradients; an exception in the model's code is returned as
-    usual, but a crash (segfault, ``os._exit``) in it ends the job.
+    error. With several replicas, an exception or crash in one during
+    ``train``, ``validate``, ``apply_all_replicas`` or the set-up ends them all
+    (the others wait for it in an allreduce) and is raised; the trainer's
+    methods then raise ``RayError``. With ``in_rank=True`` they live inside
+    their ranks, where MPI needs no copy of the gradients; an exception in the
+    model's code is returned as usual, but a crash (segfault, ``os._exit``) in
+    it ends the job.
     """
 
     def __init__(self, model_creator: Callable, data_creator: Callable,
@@ -360,22 +364,43 @@ class PyTorchTrainer:
                                           fusion_bytes)
                         for _ in range(num_replicas)]
         self.group = f"torch-{uuid.uuid4().hex[:12]}" if num_replicas > 1 else None
-        self.shards = api.get([w.setup.remote(i, num_replicas, self.group)
-                               for i, w in enumerate(self.workers)])
+        self.failure: str | None = None
+        self.shards = self._all([w.setup.remote(i, num_replicas, self.group)
+                                 for i, w in enumerate(self.workers)])
 
     def _replicas(self) -> list:
         if not self.workers:
-            raise RayError("this PyTorchTrainer was shut down; its replicas are gone "
-                           "(create a new PyTorchTrainer)")
+            why = (f"its replicas were ended when one failed ({self.failure})"
+                   if self.failure else "it was shut down")
+            raise RayError(f"this PyTorchTrainer cannot be used: {why}; create a new "
+                           f"PyTorchTrainer")
         return self.workers
+
+    def _all(self, refs: list) -> list:
+        """Every replica's result, in order. With several replicas, the first one
+        to fail ends them all and its error is raised: the others would wait
+        for it in an allreduce forever."""
+        if self.group is not None:
+            pending = list(refs)
+            while pending:
+                ready, pending = api.wait(pending, num_returns=1)
+                try:
+                    api.get(ready[0])
+                except Exception as err:
+                    self.failure = f"{type(err).__name__}: {str(err).splitlines()[0]}"
+                    for w in self.workers:
+                        kill(w)
+                    self.workers = []
+                    raise
+        return api.get(list(refs))
 
     def train(self) -> dict:
         """One epoch on every replica; ``train_loss`` is the mean over all samples."""
-        return api.get([w.step.remote() for w in self._replicas()])[0]
+        return self._all([w.step.remote() for w in self._replicas()])[0]
 
     def validate(self) -> dict:
         """``validation_loss`` and ``validation_accuracy`` over the whole validation set."""
-        return api.get([w.validate.remote() for w in self._replicas()])[0]
+        return self._all([w.validate.remote() for w in self._replicas()])[0]
 
     def get_model(self) -> "torch.nn.Module":
         """A new model (on the driver) with replica 0's trained weights."""
@@ -400,7 +425,7 @@ class PyTorchTrainer:
 
     def apply_all_replicas(self, fn: Callable) -> list:
         """``fn(runner)`` on every replica (a ``PyTorchRunner``), in replica order."""
-        return api.get([w.apply.remote(fn) for w in self._replicas()])
+        return self._all([w.apply.remote(fn) for w in self._replicas()])
 
     def get_replica_weights(self) -> list[dict[str, np.ndarray]]:
         """Every replica's parameters (to check that they agree)."""

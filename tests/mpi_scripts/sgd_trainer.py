@@ -150,6 +150,20 @@ with section("plain torch dataset, Adam checkpoint"):
     err = expect_raises(ray.exceptions.RayError, t2.train)
     check("shut down" in str(err), err)
 
+with section("a replica that fails while the others allreduce"):
+    t3 = PyTorchTrainer(small_model, tensor_data, adam, num_replicas=R)
+
+    def fail_on_replica_1(runner):
+        if runner.rank == 1:
+            raise ZeroDivisionError("replica 1 fails")
+        return runner._agree([1.0]).tolist()   # waits for replica 1 forever
+
+    err = expect_raises(ZeroDivisionError, t3.apply_all_replicas, fail_on_replica_1)
+    check("replica 1 fails" in str(err), err)
+    err = expect_raises(ray.exceptions.RayError, t3.train)
+    check("ended when one failed" in str(err), err)
+    t3.shutdown()
+
 with section("bad arguments"):
     expect_raises(ValueError, PyTorchTrainer, model_creator, data_creator, backend="nccl")
     expect_raises(ValueError, PyTorchTrainer, model_creator, data_creator, num_replicas=0)
