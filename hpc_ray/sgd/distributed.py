@@ -32,6 +32,7 @@ import numpy as np
 
 from .. import api, collective
 from ..actors import kill
+from ..exceptions import RayError
 from .checkpoint import load_checkpoint, save_checkpoint
 from .fusion import FusionPlan, shard_bounds
 
@@ -70,6 +71,22 @@ def check_capacity(what: str, count: int, num_cpus: float | None,
                 f"{what}={count} actors of {each:g} {name} each need {count * each:g} "
                 f"{name} at once (they step together), and the job has {have:g}; ask "
                 f"for fewer, or fewer {name}s each, or start the job with more {name}s")
+
+
+def gather_or_end(refs: list, actors: list) -> list:
+    """Every result of ``refs``, in order. The first that fails kills ``actors``
+    (members of one group, which would wait for the failed one in a collective
+    forever) and its error is raised."""
+    pending = list(refs)
+    while pending:
+        ready, pending = api.wait(pending, num_returns=1)
+        try:
+            api.get(ready[0])
+        except Exception:
+            for actor in actors:
+                kill(actor)
+            raise
+    return api.get(list(refs))
 
 
 def limit_threads(num_cpus: float | None) -> None:
@@ -262,7 +279,7 @@ class DistributedSGD:
 
     The ``"allreduce"`` workers are ordinary actors by default: a crash in one
     fails the step with an error, and the others' collectives fail too rather
-    than hang. Needs ``num_workers`` worker ranks (``init(num_cpus=num_workers)``
+    than hang; an exception in one ends them all and is raised. Needs ``num_workers`` worker ranks (``init(num_cpus=num_workers)``
     or ``mpiexec -n num_workers+1``): a collective group has one member per rank.
     """
 
@@ -303,7 +320,7 @@ class DistributedSGD:
         api.get([w.set_weights.remote(first) for w in self.workers])
         if strategy == "allreduce" and num_workers > 1:
             self.group = f"sgd-{uuid.uuid4().hex[:12]}"
-            api.get([w.join_group.remote(num_workers, self.group) for w in self.workers])
+            self._all([w.join_group.remote(num_workers, self.group) for w in self.workers])
         elif strategy == "ps":
             server_cls = api.remote(num_cpus=0)(ParameterServerShard)
             self.servers = [server_cls.remote() for _ in range(num_ps or num_workers)]
@@ -319,9 +336,12 @@ class DistributedSGD:
             With ``fetch_stats``, the mean ``loss`` over workers, the total
             ``num_samples`` and the models' other stats; otherwise None.
         """
+        if not self.workers:
+            raise RayError("this DistributedSGD cannot step: its workers were ended (by "
+                           "shutdown(), or when one failed); create a new DistributedSGD")
         if self.strategy == "allreduce":
             # Every worker reduces the stats, or none does (a collective).
-            stats = api.get([w.step_allreduce.remote(fetch_stats) for w in self.workers])
+            stats = self._all([w.step_allreduce.remote(fetch_stats) for w in self.workers])
             merged = (None if not fetch_stats else
                       stats[0] if self.group is not None else _merge_stats(stats))
         elif self.strategy == "simple":
@@ -330,6 +350,16 @@ class DistributedSGD:
             merged = self._step_ps()
         self.steps += 1
         return merged if fetch_stats else None
+
+    def _all(self, refs: list) -> list:
+        """Results of the allreduce workers; the first failure ends them all."""
+        if self.group is None:
+            return api.get(refs)
+        try:
+            return gather_or_end(refs, self.workers)
+        except Exception:
+            self.workers, self.group = [], None
+            raise
 
     def _step_simple(self) -> dict:
         results = api.get([w.compute_gradients.remote() for w in self.workers])

@@ -36,7 +36,7 @@ from .. import api, collective
 from ..actors import kill
 from ..exceptions import RayError
 from .checkpoint import load_checkpoint, save_checkpoint
-from .distributed import check_capacity, limit_threads
+from .distributed import check_capacity, gather_or_end, limit_threads
 from .fusion import DEFAULT_FUSION_BYTES, FusionPlan, shard_bounds
 
 if TYPE_CHECKING:
@@ -377,22 +377,16 @@ class PyTorchTrainer:
         return self.workers
 
     def _all(self, refs: list) -> list:
-        """Every replica's result, in order. With several replicas, the first one
-        to fail ends them all and its error is raised: the others would wait
-        for it in an allreduce forever."""
-        if self.group is not None:
-            pending = list(refs)
-            while pending:
-                ready, pending = api.wait(pending, num_returns=1)
-                try:
-                    api.get(ready[0])
-                except Exception as err:
-                    self.failure = f"{type(err).__name__}: {str(err).splitlines()[0]}"
-                    for w in self.workers:
-                        kill(w)
-                    self.workers = []
-                    raise
-        return api.get(list(refs))
+        """Every replica's result, in order; with several replicas the first to
+        fail ends them all (``gather_or_end``) and its error is raised."""
+        if self.group is None:
+            return api.get(list(refs))
+        try:
+            return gather_or_end(refs, self.workers)
+        except Exception as err:
+            self.failure = f"{type(err).__name__}: {str(err).splitlines()[0]}"
+            self.workers = []
+            raise
 
     def train(self) -> dict:
         """One epoch on every replica; ``train_loss`` is the mean over all samples."""

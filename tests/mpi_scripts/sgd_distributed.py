@@ -107,6 +107,28 @@ with section("two replicas per worker, sharded servers"):
         sgd.shutdown()
     check(max_diff(results["simple"], results["ps"]) < 1e-5, "sharded ps != simple")
 
+class FailsOnWorker1(MLPModel):
+    def compute_gradients(self):
+        if self.worker_index == 1:
+            raise ZeroDivisionError("worker 1 fails")
+        return super().compute_gradients()
+
+
+def failing_creator(worker_index, device_index):
+    model = creator(worker_index, device_index)
+    model.__class__ = FailsOnWorker1
+    model.worker_index = worker_index
+    return model
+
+
+with section("an allreduce worker that fails while the others reduce"):
+    sgd = DistributedSGD(failing_creator, W, strategy="allreduce")
+    err = expect_raises(ZeroDivisionError, sgd.step)
+    check("worker 1 fails" in str(err), err)
+    err = expect_raises(ray.exceptions.RayError, sgd.step)
+    check("workers were ended" in str(err), err)
+    sgd.shutdown()
+
 with section("bad arguments"):
     expect_raises(ValueError, DistributedSGD, creator, W, strategy="ring")
     expect_raises(ValueError, DistributedSGD, creator, 0)
