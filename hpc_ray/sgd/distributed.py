@@ -279,8 +279,9 @@ class DistributedSGD:
 
     The ``"allreduce"`` workers are ordinary actors by default: a crash in one
     fails the step with an error, and the others' collectives fail too rather
-    than hang; an exception in one ends them all and is raised. Needs ``num_workers`` worker ranks (``init(num_cpus=num_workers)``
-    or ``mpiexec -n num_workers+1``): a collective group has one member per rank.
+    than hang; an exception in one ends them all and is raised. Needs
+    ``num_workers`` worker ranks (``init(num_cpus=num_workers)`` or
+    ``mpiexec -n num_workers+1``): a collective group has one member per rank.
     """
 
     def __init__(self, model_creator: Callable, num_workers: int,
