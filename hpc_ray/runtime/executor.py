@@ -571,6 +571,7 @@ def main() -> None:
     ctx = ExecutorContext(transport, arena, cfg["node"], cfg["rank"], cfg["size"],
                           cfg["store_size"], cfg.get("session_id"))
     context.set_current(ctx)
+    executor_exit.flush_at_os_exit(ctx)
     ctx.serve()
 
 

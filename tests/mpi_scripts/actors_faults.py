@@ -134,6 +134,16 @@ expect_raises(ActorDiedError, ray.get, crash, timeout=60)
 for r in behind:
     expect_raises(ActorDiedError, ray.get, r, timeout=60)
 
+# Calls that ended before a crash keep their results. The executor buffers its
+# answers (sent every 2 ms or 64 messages), and os._exit in the next call threw
+# them away: the finished calls raised ActorDiedError too (every run).
+for _ in range(3):
+    a = Fragile.remote("answered-before-crash")
+    ahead = [a.increment.remote() for _ in range(5)]
+    crash = a.hard_exit.remote()
+    check(ray.get(ahead, timeout=60) == [1, 2, 3, 4, 5])
+    expect_raises(ActorDiedError, ray.get, crash, timeout=60)
+
 # An actor killed with calls queued: every queued call fails at once.
 blocker = tmp_path("never-created")
 a = Fragile.remote("queued-kill")
