@@ -101,3 +101,39 @@ def test_the_sweep_interrupts_only_where_the_interpreter_would():
         if not reached:
             break
     assert value == 2 and n > 2   # (points interrupted, then a run to the end)
+
+
+def test_ctrl_c_inside_a_refs_count_down_comes_after_it(monkeypatch):
+    """A SIGINT while ``ObjectRef.__del__`` held the ref counts' lock raised there:
+    the lock stayed held when it came just after the take (the next ref made, or
+    ``shutdown()``, blocked for good: 2 of 3 runs of a driver sent a Ctrl-C a
+    second while it submitted tasks), and ``__del__`` swallowed the
+    KeyboardInterrupt (3 of 30 lost). Now it waits, and comes again after it."""
+    import signal
+    import time
+
+    from hpc_ray.runtime import context
+    raised = []
+    real = context._count_down
+
+    def count_down(oid):
+        try:
+            interrupts._on_sigint(signal.SIGINT, sys._getframe(1))   # __del__'s frame
+            raised.append(False)
+        except KeyboardInterrupt:
+            raised.append(True)
+        real(oid)
+
+    monkeypatch.setattr(context, "_count_down", count_down)
+    old = signal.signal(signal.SIGINT, interrupts._on_sigint)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ref = context.ObjectRef(10**6)
+            del ref
+            check = raised == [False] and not context._refs_lock.locked()
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert check, raised

@@ -19,6 +19,7 @@ import threading
 from typing import Any, Protocol, runtime_checkable
 
 from ..transport.serialization import note_contained_ref, register_by_name
+from . import interrupts
 
 _ctx = None
 _local: dict[int, int] = {}
@@ -304,3 +305,8 @@ def _rebuild_ref(object_id: int) -> ObjectRef:
 
 
 register_by_name(ObjectRef)
+
+
+# The ref counts' lock is taken and given back in these: a Ctrl-C waits them out.
+interrupts.protect(ObjectRef.__init__, ObjectRef.__del__, _count_down, _count_down_dead,
+                   collect, reset_local_refs)

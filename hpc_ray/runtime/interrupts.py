@@ -42,12 +42,44 @@ terminated = False
 skip_finalize = False
 
 
+#: Code of functions a ``KeyboardInterrupt`` must not cross (``protect``): the
+#: ref counts' (``context.ObjectRef``), whose ``__del__`` takes the lock without
+#: ``with`` (an interrupt just after the take left it held, and the next ref made
+#: or ``shutdown()`` blocked for good) and swallows what it raises (the Ctrl-C was lost).
+_protected: set = set()
+#: Seconds after which an interrupt deferred out of a protected function, and
+#: not raised by a section's end meanwhile, is sent again.
+RETRY_DELAY = 0.01
+
+
+def protect(*functions) -> None:
+    """Defer a SIGINT that arrives while one of ``functions`` runs, as inside a
+    section: it is raised as the next section ends, or sent again ``RETRY_DELAY``
+    later."""
+    for fn in functions:
+        _protected.add(fn.__code__)
+
+
 def _on_sigint(signum, frame) -> None:
     global _pending
     if _depth:
         _pending = True
         return
+    while frame is not None:
+        if frame.f_code in _protected:
+            _pending = True
+            timer = threading.Timer(RETRY_DELAY, _send_again)
+            timer.daemon = True
+            timer.start()
+            return
+        frame = frame.f_back
+    _pending = False
     raise KeyboardInterrupt
+
+
+def _send_again() -> None:
+    if _pending:
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 class _Deferred:
