@@ -116,6 +116,15 @@ def poll_for(pred, timeout: float, period: float = 0.02):
         period = min(period * 1.5, 0.2)
 
 
+def running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
 def executor_pids(parent_pid: int) -> set[int]:
     """Pids of the live hpc_ray executors among a rank's children.
 

@@ -12,7 +12,7 @@ import threading
 import time
 
 import numpy as np
-from _harness import check, init_kwargs, ok, poll_for, report, section, tmp_path
+from _harness import check, init_kwargs, ok, poll_for, report, running, section, tmp_path
 
 import hpc_ray as ray
 from hpc_ray.exceptions import ActorDiedError
@@ -346,14 +346,6 @@ class Starter:
     def start(self):
         import subprocess
         return subprocess.Popen(["sleep", "300"]).pid
-
-
-def running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
 
 
 with section("processes tasks leave behind"):

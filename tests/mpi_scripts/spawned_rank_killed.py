@@ -22,7 +22,8 @@ HOW = sys.argv[1]
 if HOW == "mpi4py-first":
     from mpi4py import MPI  # noqa: F401
 
-from _harness import check, expect_raises, init_kwargs, ok, poll_for, report, section, tmp_path
+from _harness import (check, expect_raises, init_kwargs, ok, poll_for, report, running,
+                      section, tmp_path)
 
 import hpc_ray as ray
 from hpc_ray.exceptions import GetTimeoutError, RayError
@@ -45,14 +46,6 @@ def sleeps(marker):
     with open(marker, "w") as f:
         f.write(f"{os.getppid()} {stray.pid}")    # the executor's parent: its worker rank
     time.sleep(600)
-
-
-def running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
 
 
 @ray.remote
