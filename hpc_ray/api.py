@@ -297,8 +297,8 @@ def get(object_refs, timeout: float | None = None):
     """
     _check_timeout(timeout)
     if type(object_refs) is ObjectRef:
-        if object_refs.id not in context._local:   # (check_refs, inline: the hot path)
-            context.check_refs((object_refs,))
+        if object_refs.id not in context._local:   # (check_ref, inline: the hot path)
+            context.check_ref(object_refs)
         return context.current().get([object_refs], timeout)[0]
     if isinstance(object_refs, (list, tuple)):
         for r in object_refs:

@@ -8,14 +8,15 @@ import os
 import subprocess
 import time
 
+import psutil
+
 from hpc_ray.runtime import strays
 
 
 def _running(pid: int) -> bool:
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][0] != "Z"
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
 
 

@@ -164,15 +164,20 @@ def reset_local_refs() -> None:
         released.clear()
 
 
-def check_refs(refs) -> None:
+def check_ref(ref) -> None:
     """Raise for a ref kept from a session that ``shutdown()`` ended: its object
     is gone, and a get or task would wait for it forever. (A live ref of this
     session is counted in ``_local``; ``shutdown`` empties it.)"""
+    if ref.id not in _local:
+        from ..exceptions import RayError
+        raise RayError(f"{ref!r} is from an earlier session of this process (made "
+                       f"before shutdown()); its object is gone with that session")
+
+
+def check_refs(refs) -> None:
+    """``check_ref`` of each of ``refs``."""
     for ref in refs:
-        if ref.id not in _local:
-            from ..exceptions import RayError
-            raise RayError(f"{ref!r} is from an earlier session of this process (made "
-                           f"before shutdown()); its object is gone with that session")
+        check_ref(ref)
 
 
 def collect() -> None:

@@ -49,7 +49,7 @@ from .executor_calls import ExecutorCallerHost
 from .executor_transport import ExecutorTransport, Output, noting_output
 from .peer_server import PeerServer
 from .store import Arena
-from .task_failures import DepFailed, Where, failure_record
+from .task_failures import DepFailed, Where, failure_record, print_error
 
 #: Flush buffered messages to the rank after this many (or at any blocking point).
 FLUSH_EVERY = 64
@@ -351,7 +351,7 @@ class ExecutorContext(context.ContextBase):
         except BaseException as exc:  # user code: everything is reported, nothing escapes
             record, text = failure_record(exc, spec, self.where)
             if text is not None:
-                print(text, file=sys.stderr, end="" if text.endswith("\n") else "\n")
+                print_error(text)
             msg = (m.TASK_FAILED, tid, record, t0, time.time(), self.pid)
             if isinstance(exc, SystemExit) and spec[m.T_ACTOR] is not None:
                 self.exiting = True
@@ -472,7 +472,7 @@ class ExecutorContext(context.ContextBase):
         sends its ErrorSignal (Ray 0.7 signals) and has ``errors()`` list it."""
         err = TaskError(f"{name}.__init__", tb, self.rank, self.host, exc)
         text = TaskError.__str__(err)
-        print(text, file=sys.stderr, end="" if text.endswith("\n") else "\n")
+        print_error(text)
         try:
             from .signals import ErrorSignal
             from ..transport.serialization import dumps

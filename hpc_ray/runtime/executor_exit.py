@@ -40,8 +40,9 @@ from typing import Any, NoReturn
 _leaving = False
 
 
-#: The real ``os._exit``, which ``flush_at_os_exit`` wraps.
-_os_exit = os._exit
+#: The real ``os._exit``, which ``flush_at_os_exit`` wraps: the runtime's own
+#: exits call this one (they flush first where there is anything to tell).
+os_exit = os._exit
 
 
 def flush_at_os_exit(ctx: Any) -> None:
@@ -60,7 +61,7 @@ def flush_at_os_exit(ctx: Any) -> None:
                 ctx.flush()
             except BaseException:   # (the rank is gone: nothing to tell it)
                 pass
-        _os_exit(status)
+        os_exit(status)
     os._exit = _exit
 
 
@@ -80,7 +81,7 @@ def leave(ctx: Any, clean: bool = True) -> NoReturn:
         ctx.flush()
     except BaseException:   # (the rank is gone: nothing to tell it)
         pass
-    _os_exit(0)
+    os_exit(0)
 
 
 def _drop_actor(ctx: Any) -> None:

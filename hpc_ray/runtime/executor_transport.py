@@ -33,7 +33,7 @@ from ..exceptions import GetTimeoutError
 from ..transport import messages as m
 from ..transport.serialization import loads
 from ..transport.wait import Spinner
-from . import peer_calls
+from . import executor_exit, peer_calls
 
 #: Tasks on an executor's stack (``ExecutorContext.depth``) beyond which its
 #: main thread's waits run no more nested tasks (DEEP): about a dozen frames
@@ -142,7 +142,7 @@ class ExecutorTransport:
             elif self.conn.poll(timeout):
                 msgs = loads(self.conn.recv_bytes())
         except (EOFError, OSError):
-            os._exit(0)  # the rank is gone: nothing left to serve
+            executor_exit.os_exit(0)  # the rank is gone: nothing to tell it
         finally:
             self._end_reading(msgs)
         return msgs is not None
@@ -190,7 +190,7 @@ class ExecutorTransport:
                 else:
                     msgs = loads(self.conn.recv_bytes())
         except (EOFError, OSError):
-            os._exit(0)  # the rank is gone: nothing left to serve
+            executor_exit.os_exit(0)  # the rank is gone: nothing to tell it
         finally:
             self._end_reading(msgs)
         return msgs is not None

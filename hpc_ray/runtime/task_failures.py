@@ -69,6 +69,11 @@ def _describe(exc: BaseException, spec: list, where: Where) -> tuple[tuple, str 
     return error_record(exc, name, where)
 
 
+def print_error(text: str) -> None:
+    """Print a failure's text on this process's stderr, which reaches the driver's."""
+    print(text, file=sys.stderr, end="" if text.endswith("\n") else "\n")
+
+
 def exit_call(exc: SystemExit) -> str:
     """How the code called exit: ``exit()``, ``exit(3)``, ``exit('why')``."""
     return "exit()" if exc.code is None else f"exit({exc.code!r})"

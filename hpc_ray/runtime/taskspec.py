@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..transport.serialization import INLINE_MAX, RAW, deserialize_inline, is_raw, serialize
-from .context import ObjectRef, check_refs, new_ids
+from .context import ObjectRef, check_ref, new_ids
 
 #: Payload kind of arguments too large for a control message: they were put in
 #: the object store and travel as the dependency at position ARGS_KEY.
@@ -31,14 +31,14 @@ def build_spec(fn_id, blob: bytes | None, name: str, args: tuple, kwargs: dict,
         args = list(args)
         for i, a in enumerate(args):
             if type(a) is ObjectRef:
-                check_refs((a,))
+                check_ref(a)
                 deps.append((i, a.id))
                 args[i] = None
         if kwargs:
             kwargs = dict(kwargs)
             for k, v in kwargs.items():
                 if type(v) is ObjectRef:
-                    check_refs((v,))
+                    check_ref(v)
                     deps.append((k, v.id))
                     kwargs[k] = None
         try:

@@ -25,7 +25,7 @@ from mpi4py import MPI
 
 from . import messages
 from .tags import Tag
-from .wait import Doorbell, WaitTimeout, doorbell_address, wait_until
+from .wait import Doorbell, WaitTimeout, doorbell_address, idle_cap, wait_until
 
 logger = logging.getLogger(__name__)
 
@@ -307,24 +307,20 @@ class Sender:
         return True
 
 
-#: The longest sleep of a rank waiting in ``patient_bcast``.
-PATIENT_POLL_CAP = 0.01
-
-
 def patient_bcast(comm: MPI.Comm, obj):
     """``comm.bcast(obj, root=0)`` for ranks that may wait long for rank 0.
 
     A worker rank waits for the session's set-up for as long as rank 0 runs the
     user's script before its ``init()``; in a blocking collective it would
     busy-poll a core all that time (MPICH's and Open MPI's progress loops).
-    Here it first tests a barrier, with sleeps up to PATIENT_POLL_CAP. No
-    deadline: a rank 0 that died ends the job (the launcher does, or the
-    spawning driver's own world)."""
+    Here it first tests a barrier, with sleeps up to an idle worker rank's
+    (``wait.idle_cap``, 10 ms). No deadline: a rank 0 that died ends the job
+    (the launcher does, or the spawning driver's own world)."""
     request = comm.Ibarrier()
     if comm.Get_rank() == 0:
         request.Wait()
     else:
-        wait_until(request.Test, cap=PATIENT_POLL_CAP, what="rank 0's init()")
+        wait_until(request.Test, cap=idle_cap(), what="rank 0's init()")
     return comm.bcast(obj, root=0)
 
 

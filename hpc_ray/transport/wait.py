@@ -248,6 +248,12 @@ class Backoff:
         return self.tval
 
 
+def idle_cap() -> float:
+    """The longest a worker rank with nothing to do sleeps between polls of MPI:
+    DEEP_CAP, or the user's HPC_RAY_IDLE_POLL_MS."""
+    return DEEP_CAP if IDLE_POLL_MS is None else IDLE_POLL_MS / 1000.0
+
+
 def loop_backoff(head: bool, rung: bool, flagged: bool) -> Backoff:
     """The Backoff of a rank's loop: rank 0's comm thread (``head``) or a worker
     rank's. Where every sender rings it after a pause (``rung``: the whole job

@@ -14,7 +14,7 @@ import atexit
 import gc
 import tempfile
 
-from _harness import check, init_kwargs, ok, poll_for, report, section, tmp_path
+from _harness import check, init_kwargs, ok, poll_for, report, running, section, tmp_path
 
 import hpc_ray as ray
 
@@ -62,15 +62,6 @@ def task_with_mpi():
         os.path.join("/dev/shm", f) for f in os.listdir("/dev/shm") if f.startswith(mine))
 
 
-def alive(pid):
-    """Running (not a zombie): the rank reaps what ended."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
 def start(name):
     w = Writer.remote(name, FOLDER)
     scratch, pid = ray.get(w.write.remote(), timeout=T)
@@ -95,7 +86,7 @@ def expect_clean(name, scratch, pid):
     check(text == f"buffered line of {name}\n", f"{name}: the actor's file holds {text!r}")
     check(ran, f"{name}: its atexit handler did not run")
     check(not left, f"{name}: its TemporaryDirectory {scratch} is still there")
-    check(poll_for(lambda: not alive(pid), ENDS), f"{name}: its process {pid} is still there")
+    check(poll_for(lambda: not running(pid), ENDS), f"{name}: its process {pid} is still there")
 
 
 FOLDER = tmp_path("actor-files")
@@ -115,7 +106,7 @@ with section("ends during the job"):
     expect_clean("terminate", s2, p2)
     expect_clean("last_handle", s3, p3)
     # kill() ends the process at once: no clean-up (as in Ray).
-    check(poll_for(lambda: not alive(p4), ENDS), "kill: the process is still there")
+    check(poll_for(lambda: not running(p4), ENDS), "kill: the process is still there")
     check(cleaned_up("kill", s4)[:2] == ("", False), cleaned_up("kill", s4))
     # The job goes on: a new actor and a task still run.
     w, s5, _ = start("after")
