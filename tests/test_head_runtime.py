@@ -102,6 +102,7 @@ def test_many_driver_threads_share_rank_0s_mpi(run, mode):
 def test_actors_end_with_their_last_handle(run, mode):
     values = run("actor_lifetime.py", 3, mode=mode, timeout=120).assert_ok("actor_lifetime")
     assert values["second_gpu_actor"] == [0]
+    assert values["gpu_after_unread_call"] == [0]
     assert values["unreferenced_actor_exited"] is True
     assert values["used_handle_released"] is True
     assert values["thread_handle_call"] == "1"

@@ -109,6 +109,8 @@ class DriverContext(context.ContextBase):
         from . import control
         peer = self.peer
         if peer is not None:
+            if peer.pending:
+                self.links.read_answers()
             if peer.finished:
                 self.links.report(True)    # tasks(), timeline() see every answered call
             self.caller.before_control(name, args)
@@ -181,6 +183,8 @@ class DriverContext(context.ContextBase):
                     loop.driver_polling = False   # hand polling back to the comm thread
                     loop.wake()
                 spins += 1
+                if self.peer is not None and self.peer.pending:
+                    self.links.read_answers()   # (calls nobody waits for: their actors)
                 nap = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
                 with head.lock:
                     if check() is None:

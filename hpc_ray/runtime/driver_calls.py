@@ -79,6 +79,14 @@ class DriverLinks:
         elif len(link.inflight) > peer_calls.INFLIGHT_READ:
             self.turn(0, lambda: [link])   # far ahead: take its answers
 
+    def read_answers(self) -> None:
+        """Read, without waiting, what every link with calls in flight has
+        brought: a call's handle keeps its actor alive until its answer is read,
+        and a dropped handle's actor must end (and give back what it holds)
+        while the driver waits for something else."""
+        links = self.peer.links
+        self.turn(0, lambda: [link for link in list(links.values()) if link.inflight])
+
     def turn(self, span: float, need) -> None:
         """Read the sockets of ``need()`` once (up to ``span`` seconds), or wait for
         the thread reading one of them to end its turn.

@@ -78,6 +78,19 @@ def dropped_counter_exits(use=None):
     return pid, exited(pid)
 
 
+with section("a dropped actor whose last call nobody waited for gives its GPU back"):
+    first = GPUActor.remote()
+    for _ in range(3):      # up, and its calls go straight to it (peer_calls)
+        check(ray.get(first.gpus.remote(), timeout=T) == [0])
+        time.sleep(0.25)
+    first.gpus.remote()     # its answer is never asked for
+    del first
+    second = GPUActor.remote()
+    got = ray.get(second.gpus.remote(), timeout=T)   # waited forever before
+    check(got == [0], got)
+    report("gpu_after_unread_call", got)
+    del second
+
 with section("a dropped GPU actor gives its GPU to the next one"):
     first = GPUActor.remote()
     check(ray.get(first.gpus.remote(), timeout=T) == [0])
