@@ -19,3 +19,11 @@ def test_actor_calls_on_the_callers_host_keep_their_order_and_books(run, mode, n
     result = run("actor_direct.py", n, mode=mode, env=env, timeout=90)
     result.assert_ok("actor_direct")
     assert re.search(r"^\(pid=\d+, rank=\d+\) shout 5$", result.stdout, re.M), result.output()
+
+
+@pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
+def test_remote_with_a_direct_result_in_flight_returns_at_once(run, mode):
+    """A call made with the ref of a direct call still running is held in the
+    caller (runtime/held_calls.py), not in ``.remote()``: a flag raised after it
+    lets both finish, and an actor created with such a ref starts."""
+    run("held_calls.py", 3, mode=mode, timeout=120).assert_ok("held_calls")

@@ -8,18 +8,21 @@ One caller serves the driver (``driver.DriverContext``), an executor
 It decides, with ``peer_calls.PeerCaller``, whether an actor call goes straight
 to the actor on this host or through the head; it owns the direct results, and
 it turns one into an object at the head (``promote``) before its ref leaves the
-process. What differs between the processes is behind ``CallerHost``: how a
+process. A call that takes a direct result still in flight is held here until
+the answer comes (``held_calls``), so ``.remote()`` never waits. What differs between the processes is behind ``CallerHost``: how a
 request reaches the head, whether the head already has an object, how a wait
 reads the actors' sockets and the process's inbox.
 """
 from __future__ import annotations
 
+import threading
 import time
 from typing import Protocol
 
 from ..exceptions import GetTimeoutError
 from ..transport import messages as m
-from . import peer_calls, values
+from . import context, peer_calls, values
+from .held_calls import Held
 from .interrupts import deferred
 
 #: wait() over direct results and head objects asks the head this long at a time.
@@ -83,10 +86,23 @@ class Caller:
         self.peer = peer
         #: Threads calling actors at once: one route decision at a time.
         self.route_lock = route_lock
+        #: Held calls (``held_calls``) are added and sent under this lock, by
+        #: the thread ``releasing`` names while it sends them.
+        self.held_lock = threading.RLock()
+        self.releasing: int | None = None
 
     # --- calls ------------------------------------------------------------------
 
     def submit(self, spec: list) -> None:
+        peer = self.peer
+        # (Tested inline: the common call takes no refs and nothing is held.)
+        if peer is not None and (peer.held or self.releasing or peer.pending and (
+                spec[m.T_DEPS] or spec[m.T_CONTAINED])) and \
+                self._held_back(spec, None, self._submit, (spec,)):
+            return
+        self._submit(spec)
+
+    def _submit(self, spec: list) -> None:
         peer = self.peer
         if peer is not None:
             refs = peer.escaping(spec)
@@ -97,8 +113,16 @@ class Caller:
     def submit_call(self, spec: list, lifetime) -> None:
         """An actor call: straight to the actor when ``peer_calls`` allows it."""
         peer = self.peer
+        if peer is not None and (peer.held or self.releasing or peer.pending and (
+                spec[m.T_DEPS] or spec[m.T_CONTAINED])) and \
+                self._held_back(spec, spec[m.T_ACTOR], self._submit_call, (spec, lifetime)):
+            return
+        self._submit_call(spec, lifetime)
+
+    def _submit_call(self, spec: list, lifetime) -> None:
+        peer = self.peer
         if peer is None:
-            self.submit(spec)
+            self._submit(spec)
             return
         host = self.host
         actor_id = spec[m.T_ACTOR]
@@ -128,7 +152,80 @@ class Caller:
         if how == peer_calls.DRAIN:
             host.wait_until(lambda: not link.inflight, None, lambda: [link])
         peer.note_head_call(actor_id, spec[m.T_RETURNS][:1])
-        self.submit(spec)
+        self._submit(spec)
+
+    # --- held calls (held_calls) ----------------------------------------------------
+
+    def _held_back(self, spec: list, target: int | None, send, args: tuple) -> bool:
+        """Hold a call that takes a direct result still in flight, or must stay
+        behind a held call (``held_calls``); True if held. ``send(*args)`` sends it."""
+        peer = self.peer
+        releasing = self.releasing
+        if releasing is not None and releasing == threading.get_ident():
+            return False
+        held = peer.held
+        if not held and releasing is None:
+            pending = peer.pending
+            if not pending or not (spec[m.T_DEPS] or spec[m.T_CONTAINED]) or \
+                    not any(r in pending for r in peer_calls.refs_of(spec)):
+                return False     # (the common case: no lock)
+        self._pump()
+        with self.held_lock:
+            refs = peer_calls.refs_of(spec) if spec[m.T_DEPS] or spec[m.T_CONTAINED] else []
+            if not peer.held.must_hold(refs, target, peer.pending):
+                return False
+            peer.held.add(Held(lambda: send(*args), refs, target, spec[m.T_RETURNS],
+                               [context.ObjectRef(r) for r in refs]))
+        return True
+
+    def _pump(self) -> None:
+        """Read the answers held calls wait for that have come, and send the
+        calls that may leave now."""
+        peer = self.peer
+        held = peer.held
+        if not held:
+            return
+        waiting = held.waiting_on(peer.pending)
+        if waiting:
+            self.host.poll_links(lambda: peer.links_for(waiting))
+        with self.held_lock:
+            self._release()
+
+    def _release(self) -> None:
+        """Send the held calls that may leave now, in order (``held_lock`` held)."""
+        peer = self.peer
+        held = peer.held
+        ready = held.ready(peer.pending)
+        if not ready:
+            return
+        self.releasing = threading.get_ident()
+        try:
+            for call in ready:
+                try:
+                    call.send()     # (an error, as of a broken head, is raised here)
+                finally:
+                    gone = held.sent(call)
+                    if gone:   # refs that died while held: released now that it is out
+                        context.released.extend(gone)
+        finally:
+            self.releasing = None
+
+    def flush_held(self, until=None, deadline: float | None = None) -> bool:
+        """Send the held calls as the answers they wait for come, until none is
+        held (or ``until()``); False at the deadline."""
+        peer = self.peer
+        if peer is None:
+            return True
+        while True:
+            with self.held_lock:
+                self._release()
+                held = peer.held
+                if not held or (until is not None and until()):
+                    return True
+                waiting = held.waiting_on(peer.pending)
+            if not self.host.wait_until(lambda: not all(r in peer.pending for r in waiting),
+                                        deadline, lambda: peer.links_for(waiting)):
+                return False
 
     def await_answer(self, oid: int) -> None:
         """Wait until the direct call that makes ``oid`` is answered."""
@@ -140,6 +237,9 @@ class Caller:
         """Direct results about to leave this process become objects at the head."""
         peer = self.peer
         host = self.host
+        held = peer.held
+        if held and any(o in held.returns for o in oids):
+            self.flush_held(lambda: not any(o in held.returns for o in oids))
         for oid in oids:
             if not peer.owns(oid):
                 continue
@@ -155,11 +255,30 @@ class Caller:
                 host.confirm_holds()
                 peer.unpin(res)
 
-    def before_control(self, name: str, args: tuple) -> None:
-        """Before a control call: later calls must not overtake what it starts."""
+    def before_control(self, name: str, args: tuple) -> bool:
+        """Before a control call: later calls must not overtake what it starts,
+        and it must not overtake held calls it may concern. True: it is an
+        actor's creation, held itself (its arguments take results in flight);
+        ``peer.control`` makes it once they have come."""
         peer = self.peer
-        if peer is not None and name in peer_calls.FENCING:
-            peer.fence(name, args)
+        if peer is None:
+            return False
+        if name == "create_actor":
+            spec = args[0]
+            # (A named one is not held: a taken name is an error of this call.)
+            if args[3] is None and self._held_back(spec, spec[m.T_ACTOR], peer.control,
+                                                   (name,) + tuple(args)):
+                return True
+            refs = peer.escaping(spec)   # the constructor's arguments
+            if refs:
+                self.promote(refs)
+            return False
+        if name in peer_calls.FENCING or name == "get_actor":
+            if peer.held:
+                self.flush_held()
+            if name != "get_actor":
+                peer.fence(name, args)
+        return False
 
     # --- get and wait -------------------------------------------------------------
 
@@ -168,6 +287,17 @@ class Caller:
         return peer is not None and bool(peer.pending or peer.results)
 
     def get(self, refs: list, timeout: float | None) -> list:
+        peer = self.peer
+        if peer is not None and peer.held:
+            ids = list(dict.fromkeys(r.id for r in refs))
+            t0 = time.monotonic()
+            ready = self._wait_while_held(ids, len(ids), timeout)
+            if len(ready) < len(ids):
+                raise GetTimeoutError(f"get timed out after {timeout} s: "
+                                      f"{len(ids) - len(ready)} of {len(ids)} objects not "
+                                      f"ready (calls held for results in flight)")
+            if timeout is not None:
+                timeout = max(0.0, timeout - (time.monotonic() - t0))
         if not self.has_direct():
             return self.host.get_from_head(refs, timeout)
         peer = self.peer
@@ -226,9 +356,44 @@ class Caller:
     def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
         """The ids ready (at most ``num_returns``, earliest in input order first)."""
         peer = self.peer
+        if peer is not None and peer.held:
+            return self._wait_while_held(ids, num_returns, timeout)
+        return self._wait(ids, num_returns, timeout)
+
+    def _wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
+        peer = self.peer
         if self.has_direct() and any(map(peer.owns, ids)):
             return self._wait_with_direct(ids, num_returns, timeout)
         return self.host.wait_on_head(ids, num_returns, timeout)
+
+    def _wait_while_held(self, ids: list[int], num_returns: int,
+                         timeout: float | None) -> set[int]:
+        """wait() while calls are held: in slices of ``WAIT_SLICE``, sending held
+        calls as the answers they wait for come. A held call's result is not
+        ready (the head does not know it yet)."""
+        peer = self.peer
+        host = self.host
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ready: set = set()
+        while True:
+            self._pump()
+            held = peer.held
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not held:
+                return self._wait(ids, num_returns, left)
+            span = WAIT_SLICE if left is None else min(left, WAIT_SLICE)
+            free = [i for i in ids if i not in held.returns]
+            if len(free) >= num_returns:
+                ready = self._wait(free, num_returns, span)
+                if len(ready) >= num_returns:
+                    return ready
+            else:      # some held call's result is needed: wait for what it waits for
+                ready = self._wait(free, len(free), 0) if free else set()
+                waiting = held.waiting_on(peer.pending)
+                host.wait_until(lambda: bool(held.ready(peer.pending)),
+                                time.monotonic() + span, lambda: peer.links_for(waiting))
+            if left == 0:
+                return ready
 
     def _wait_with_direct(self, ids: list[int], num_returns: int,
                           timeout: float | None) -> set[int]:

@@ -113,7 +113,8 @@ class DriverContext(context.ContextBase):
                 self.links.read_answers()
             if peer.finished:
                 self.links.report(True)    # tasks(), timeline() see every answered call
-            self.caller.before_control(name, args)
+            if self.caller.before_control(name, args):
+                return None     # an actor's creation, held (caller.before_control)
         with deferred(), self.head.lock:
             drain_refs(self.head)
             result = control.call(self.head, name, args)

@@ -209,7 +209,8 @@ class ExecutorContext(context.ContextBase):
         self.caller.submit_call(spec, lifetime)
 
     def control(self, name: str, *args) -> Any:
-        self.caller.before_control(name, args)
+        if self.caller.before_control(name, args):
+            return None     # an actor's creation, held (caller.before_control)
         ok, result = self._request(m.CONTROL_CALL, name, args)
         if not ok:
             raise result
@@ -359,6 +360,8 @@ class ExecutorContext(context.ContextBase):
         else:
             msg = (m.TASK_DONE, tid, recs, contained or None, t0, time.time(), self.pid)
         finally:
+            if self.peer is not None and self.peer.held:
+                self.caller.flush_held()   # calls the task made go out before it ends
             self.depth -= 1
             if Output.lines_open:
                 Output.end_lines()

@@ -402,8 +402,9 @@ def drain_refs(head: Head) -> None:
     while released:
         rel.append(released.popleft())
     peer = _peer[0]
-    if rel and peer is not None and (peer.pending or peer.results):
-        # Results of direct calls (``forget`` says which): the head never knew them.
+    if rel and peer is not None and (peer.pending or peer.results or peer.held):
+        # Results of direct calls or held ones (``forget`` says which): the head
+        # never knew them, or does not yet.
         mine = {oid for oid in rel if peer.forget(oid)}
         if mine:
             rel = [oid for oid in rel if oid not in mine]

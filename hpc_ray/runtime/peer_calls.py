@@ -33,7 +33,9 @@ What keeps the usual semantics:
 * Escape. Before a result's ref leaves the caller (an argument of a call, part
   of a put or of a returned value), the caller puts the value at the head under
   the ref's id: it becomes an ordinary object. A ref dropped without escaping
-  costs the head nothing.
+  costs the head nothing. A call that takes a result still in flight is held in
+  the caller until the answer comes (``held_calls``): ``.remote()`` does not
+  wait for it.
 * Refs nested in a result. The actor keeps them alive (``PeerServer.pins``)
   until the caller holds them itself: the caller's holds reach the head, the
   head answers a request sent after them, and then the caller sends UNPIN.
@@ -66,6 +68,7 @@ from ..transport import messages as m
 from ..transport import wait
 from ..transport.serialization import INLINE, INLINE_MAX, RAW
 from . import context, values
+from .held_calls import HeldCalls
 
 #: Seconds before a caller tries again to connect to an actor that refused
 #: (not up yet, on another host, or not accepting direct calls).
@@ -274,6 +277,8 @@ class PeerCaller:
         #: head. Direct, the ref of one that a method returned or passed on would
         #: wait for its answer (``Caller.promote``), queued behind that method.
         self.own_actor: int | None = None
+        #: Calls made with results still in flight among their arguments.
+        self.held = HeldCalls()
 
     def escaping(self, spec: list) -> list[int]:
         """The objects a call's arguments refer to, where some may be this caller's
@@ -557,7 +562,7 @@ class PeerCaller:
 
     def forget(self, oid: int) -> bool:
         """The last ref to ``oid`` died in this process: True if it was a direct
-        result (``owns``), which this forgets.
+        result (``owns``), which this forgets, or is made by a held call.
 
         The thread reading the answers needs no lock of this one's: an answer
         is filed in ``results`` before it leaves ``pending``, so a call in
@@ -565,6 +570,8 @@ class PeerCaller:
         looked for again. Whichever of the two threads sees both the filing
         and the note lets go of the result (``_let_go``); when both do, the
         second finds nothing left."""
+        if self.held.returns and self.held.forget(oid):
+            return True
         if oid in self.pending:
             self.dropped.add(oid)
             if oid not in self.pending:   # answered meanwhile
