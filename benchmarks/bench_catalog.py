@@ -16,6 +16,8 @@ LARGE_BYTES = 100 * 2**20
 #: Batch sizes. Big enough that per-batch overhead (thread start, list build) is
 #: noise, small enough that a slow system still finishes a batch well inside a rep.
 ASYNC_BATCH = 1000
+#: Two-actor chains per batch of actor_chain.
+CHAIN_BATCH = 100
 SYNC_THREAD_BATCH = 200
 #: Calls per caller task in ``actor_nn_sync_long_tasks``: long enough that the
 #: callers' periodic reports to the head (every 256 calls) happen during the batch.
@@ -65,6 +67,9 @@ WORKLOADS = [
              f"1:1, get(a.half.remote(w)) in a loop, w and the result {ARRAY_FLOATS} float64s"),
     Workload("actor_async", "calls/s",
              f"1:1, get([a.m.remote() for _ in range({ASYNC_BATCH})])"),
+    Workload("actor_chain", "chains/s",
+             f"get([b.inc.remote(a.inc.remote(i)) for i in range({CHAIN_BATCH})]): each "
+             f"call of b takes the ref of a call of a still running"),
     Workload("actor_nn_sync", "calls/s",
              "n:n, 2 actors, 2 driver threads, each looping get(a_i.m.remote())"),
     Workload("actor_nn_async", "calls/s",

@@ -53,8 +53,8 @@ if HERE not in sys.path:  # mpi4py.futures workers re-import this file as their 
     sys.path.insert(0, HERE)
 
 from bench_catalog import (  # noqa: E402
-    ARRAY_FLOATS, ASYNC_BATCH, DEFAULT_SYSTEMS, LARGE_BYTES, LONG_CALLER_CALLS, MARK, NOISY,
-    SYNC_THREAD_BATCH, SYSTEMS, TREE_LEAVES, WAIT_REFS, WORKLOADS, applies)
+    ARRAY_FLOATS, ASYNC_BATCH, CHAIN_BATCH, DEFAULT_SYSTEMS, LARGE_BYTES, LONG_CALLER_CALLS,
+    MARK, NOISY, SYNC_THREAD_BATCH, SYSTEMS, TREE_LEAVES, WAIT_REFS, WORKLOADS, applies)
 
 
 # --- task bodies (module level: cloudpickled by value for Ray and hpc_ray, imported ---
@@ -79,6 +79,9 @@ class _Actor:
 
     def half(self, w):
         return w * 0.5
+
+    def inc(self, x):
+        return x + 1
 
 
 def _caller_sync(actor, n):
@@ -324,6 +327,19 @@ class RayLike:
             return measure(batch, ASYNC_BATCH, self.s)
         finally:
             self._kill([a])
+
+    def actor_chain(self):
+        rt = self.rt
+        a, b = self.actor_cls.remote(), self.actor_cls.remote()
+        rt.get([a.small_value.remote(), b.small_value.remote()])   # both are up
+
+        def batch():
+            return rt.get([b.inc.remote(a.inc.remote(i)) for i in range(CHAIN_BATCH)])
+        try:
+            _check(batch() == [i + 2 for i in range(CHAIN_BATCH)], "actor_chain")
+            return measure(batch, CHAIN_BATCH, self.s)
+        finally:
+            self._kill([a, b])
 
     def _nn(self, per_caller, n: int, name: str):
         actors = [self.actor_cls.remote() for _ in range(2)]
