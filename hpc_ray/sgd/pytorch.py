@@ -162,26 +162,38 @@ class PyTorchRunner:
         def rows(data):
             idx = getattr(data, "indices", range(len(data)))
             return [idx.start, idx.stop] if isinstance(idx, range) else list(idx)
-        return {"rank": self.rank, "train_rows": rows(self.train_data),
+        return {"rank": self.rank, "train_samples": len(self.train_data),
+                "train_rows": rows(self.train_data),
                 "validation_rows": rows(self.validation_data),
                 "train_reads": list(getattr(self.train_data, "reads", [])),
                 "validation_reads": list(getattr(self.validation_data, "reads", []))}
 
     # --- batches ------------------------------------------------------------------------
 
-    def _batches(self, data, shuffle: bool):
+    def _batches(self, data, shuffle: bool, total: int | None = None):
+        """Batches of ``data``; with ``total`` more than its length, its samples
+        again from the first of its order on, up to ``total`` (the padding of
+        torch's DistributedSampler)."""
         import torch
+        n = len(data)
         if hasattr(data, "arrays"):
             x, y = data.arrays()[:2]
-            n = len(x)
             order = (np.random.default_rng((self.seed, self.epoch, self.rank)).permutation(n)
                      if shuffle else np.arange(n))
-            for start in range(0, n, self.batch_size):
+            if total is not None and total > n:
+                order = np.resize(order, total)
+            for start in range(0, len(order), self.batch_size):
                 idx = order[start:start + self.batch_size]
                 yield torch.from_numpy(x[idx]), torch.from_numpy(y[idx])
             return
         gen = torch.Generator()
         gen.manual_seed(self.seed * 1_000_003 + self.epoch * 1009 + self.rank)
+        if total is not None and total > n:
+            order = torch.randperm(n, generator=gen).tolist() if shuffle else list(range(n))
+            order = (order * -(-total // n))[:total]
+            yield from torch.utils.data.DataLoader(data, batch_size=self.batch_size,
+                                                   sampler=order)
+            return
         loader = torch.utils.data.DataLoader(data, batch_size=self.batch_size,
                                              shuffle=shuffle, generator=gen)
         yield from loader
@@ -218,13 +230,13 @@ class PyTorchRunner:
         start = time.perf_counter()
         self.model.train()
         # Every replica must take the same number of steps, or an allreduce would
-        # wait forever: agree on the smallest shard's batch count.
-        local_steps = -(-len(self.train_data) // self.batch_size)
-        steps = int(self._agree([local_steps], "min")[0])
+        # wait forever: a shorter shard is padded with its own samples to the
+        # largest one's size, as torch's DistributedSampler pads (the trainer
+        # refuses an empty shard).
+        total = int(-self._agree([-len(self.train_data)], "min")[0])
+        steps = -(-total // self.batch_size)
         loss_sum, samples = 0.0, 0
-        batches = self._batches(self.train_data, shuffle=True)
-        for _ in range(steps):
-            x, y = next(batches)
+        for x, y in self._batches(self.train_data, True, total):
             self.optimizer.zero_grad(set_to_none=False)
             loss = self.criterion(self.model(x), y)
             loss.backward()
@@ -367,6 +379,11 @@ class PyTorchTrainer:
         self.failure: str | None = None
         self.shards = self._all([w.setup.remote(i, num_replicas, self.group)
                                  for i, w in enumerate(self.workers)])
+        sizes = [info["train_samples"] for info in self.shards]
+        if 0 in sizes:
+            self.shutdown()
+            raise ValueError(f"the training set has {sum(sizes)} samples, fewer than "
+                             f"num_replicas={num_replicas}: each replica needs one at least")
 
     def _replicas(self) -> list:
         if not self.workers:

@@ -141,14 +141,40 @@ with section("plain torch dataset, Adam checkpoint"):
     t2.train()
     t2.restore(ckpt)
     state = t2.apply_all_replicas(lambda runner: runner.optimizer.state_dict())
-    # 4 epochs when saved, each of the smallest shard's batch count.
-    steps = 4 * min(-(-(hi - lo) // 10) for lo, hi in shard_bounds(200, R))
+    # 4 epochs when saved, each of the largest shard's batch count.
+    steps = 4 * max(-(-(hi - lo) // 10) for lo, hi in shard_bounds(200, R))
     check(all(float(s["state"][0]["step"]) == steps for s in state),
           (steps, state[0]["state"][0]["step"]))
     check(t2.validate() == before, "Adam restore")
     t2.shutdown()
     err = expect_raises(ray.exceptions.RayError, t2.train)
     check("shut down" in str(err), err)
+
+def rows_data(n):
+    def data(config):
+        import torch
+        x = torch.arange(n * 8, dtype=torch.float32).reshape(n, 8) / (8 * n)
+        y = (torch.arange(n) % 2).long()
+        return torch.utils.data.TensorDataset(x, y), torch.utils.data.TensorDataset(x, y)
+    return data
+
+
+with section("uneven shards: the shorter ones padded, as DistributedSampler pads"):
+    n = 10 * R + 1                 # one replica's shard is a sample longer
+    t4 = PyTorchTrainer(small_model, rows_data(n), adam, num_replicas=R, batch_size=10)
+    longest = max(hi - lo for lo, hi in shard_bounds(n, R))
+    stats = t4.train()
+    # Before, every replica took the shortest shard's step count: the longest
+    # shard's last sample was never trained on.
+    check(stats["num_steps"] == -(-longest // 10) and stats["num_samples"] == R * longest,
+          (longest, stats))
+    check(same_weights(t4.get_replica_weights()), "replicas differ (uneven shards)")
+    t4.shutdown()
+
+with section("a training set smaller than the replicas"):
+    err = expect_raises(ValueError, PyTorchTrainer, small_model, rows_data(R - 1), adam,
+                        num_replicas=R)
+    check("fewer than num_replicas" in str(err), err)
 
 with section("a replica that fails while the others allreduce"):
     t3 = PyTorchTrainer(small_model, tensor_data, adam, num_replicas=R)
