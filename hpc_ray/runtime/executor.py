@@ -538,7 +538,11 @@ class ExecutorContext(context.ContextBase):
         while True:
             if not inbox:
                 self.flush()
-                self.transport.recv(None)
+                peer = self.peer
+                # An actor reports the direct calls it made by count and age
+                # (flush): idle, it wakes once they are old enough to go.
+                self.transport.recv(peer_calls.REPORT_AGE if peer is not None and
+                                    peer.finished else None)
             while inbox:
                 self.handle(inbox.pop(0))
 

@@ -114,6 +114,33 @@ with section("tasks and objects"):
     check(task_ref.hex() in json.dumps(objects, default=str)
           or task_ref.hex() in json.dumps(tasks, default=str), "the task's return object is not listed")
 
+with section("direct calls an actor made, then idle, are listed"):
+    @ray.remote
+    class Callee:
+        def hop(self):
+            return 1
+
+    @ray.remote
+    class Calling:
+        def __init__(self, callee):
+            self.callee = callee
+
+        def go(self):
+            return sum(ray.get([self.callee.hop.remote() for _ in range(3)]))
+
+    callee = Callee.remote()
+    ray.get(callee.hop.remote(), timeout=30)
+    calling = Calling.remote(callee)
+    ray.get(calling.go.remote(), timeout=30)
+    time.sleep(0.3)              # its calls to callee now go direct (it connected)
+    ray.get(calling.go.remote(), timeout=30)
+
+    def hops():
+        return json.dumps(ray.tasks(), default=str).count("Callee.hop")
+    # (Before, the actor's calls were reported only with its next 256 or its
+    # next call after a second: an idle actor's never.)
+    check(poll_for(lambda: hops() == 7, 10), f"{hops()} of 7 Callee.hop calls listed")
+
 # --- progress and as_completed --------------------------------------------------
 
 with section("progress"):
