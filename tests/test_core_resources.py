@@ -79,3 +79,14 @@ def test_zero_cpu_tasks_and_waiting_actors(run, mode, n):
     assert values["zero_cpu_waits"] == "ok"
     assert values["actor_keeps_cpu"] == "ok"
     assert values["extras_retired"] == "ok"
+
+
+@pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
+def test_work_waiting_for_cpus_actors_hold_is_warned_of(run, mode):
+    result = run("stalled.py", 3, mode=mode, timeout=90, env={"HPC_RAY_STALL_WARN_S": "1"})
+    result.assert_ok("stalled")
+    err = result.stderr
+    warning = "actors hold all 2 of the job's"
+    assert err.count(warning) == 1, result.output()
+    # Not while tasks merely queued behind running ones.
+    assert err.index("MARK backlog done") < err.index(warning), result.output()

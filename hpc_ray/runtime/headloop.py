@@ -296,6 +296,7 @@ class HeadLoop(threading.Thread):
                 last_check = now
                 with head.lock:
                     head.retry_pending_actors()
+                    head.placement.warn_stalled(now)
                     busy = head.in_rank_busy() if self.watch is not None else ()
                 if self.watch is not None and not self.stop_requested:
                     self.watch.check(now, self.comm, busy)

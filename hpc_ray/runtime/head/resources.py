@@ -11,10 +11,15 @@ from __future__ import annotations
 import collections
 import warnings
 
+from ... import _config
 from ...transport import messages as m
 from ...transport.serialization import SHM
 from .. import gpu_ids as gpus, scheduler
 from .tasks import READY, RUNNING, TaskEntry
+
+#: Work that has waited this long (seconds) for CPUs that actors hold, all of
+#: the job's, is warned of once (``HPC_RAY_STALL_WARN_S``; 0: never).
+STALL_WARN_S = _config.os_environ_get("STALL_WARN_S", 30.0, float)
 
 
 
@@ -188,6 +193,8 @@ class Placement:
 
     def __init__(self, head) -> None:
         self.head = head
+        #: Since when every CPU is held by actors while work waits (``warn_stalled``).
+        self.stalled_since: float | None = None
 
     def schedule(self) -> None:
         """Place ready tasks on workers (called after every batch of events).
@@ -287,6 +294,30 @@ class Placement:
             if e is not None and e.record is not None and e.record[0] == SHM:
                 sizes[e.record[1]] = sizes.get(e.record[1], 0) + e.record[3]
         return sizes or None
+
+    def warn_stalled(self, now: float) -> None:
+        """Warn once when tasks or actors have waited ``STALL_WARN_S`` for CPUs
+        that actors hold, every one of the job's: they start only when an actor
+        ends (Ray warns of this too). Once a second, from the comm loop; ``now``:
+        ``time.monotonic()``. O(worker ranks)."""
+        head = self.head
+        workers = head._alive
+        stalled = STALL_WARN_S > 0 and bool(workers) and all(
+            w.lending or 0 < w.total.get("CPU", 0) <= w.actor_cpus for w in workers) and (
+            head.ready.count or head.pending_actors or any(w.inflight for w in workers))
+        if not stalled:
+            self.stalled_since = None
+            return
+        if self.stalled_since is None:
+            self.stalled_since = now
+        if now - self.stalled_since < STALL_WARN_S or "stalled" in head._warned:
+            return
+        head._warned.add("stalled")
+        cpus = sum(w.total.get("CPU", 0) for w in workers)
+        warnings.warn(f"tasks or actors have waited {STALL_WARN_S:g} s for CPUs: actors hold "
+                      f"all {cpus:g} of the job's. They start when an actor gives its CPUs "
+                      f"back (its last handle goes, or kill()); or create fewer actors, give "
+                      f"them fewer CPUs (num_cpus), or ask init() for more.", stacklevel=2)
 
     def warn_unplaceable(self, what: str, resources: dict, until: str, key) -> None:
         """Warn once per kind of request that no worker rank can take."""
