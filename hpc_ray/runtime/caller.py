@@ -156,7 +156,8 @@ class Caller:
 
     # --- held calls (held_calls) ----------------------------------------------------
 
-    def _held_back(self, spec: list, target: int | None, send, args: tuple) -> bool:
+    def _held_back(self, spec: list, target: int | None, send, args: tuple,
+                   creates: bool = False) -> bool:
         """Hold a call that takes a direct result still in flight, or must stay
         behind a held call (``held_calls``); True if held. ``send(*args)`` sends it."""
         peer = self.peer
@@ -175,7 +176,7 @@ class Caller:
             if not peer.held.must_hold(refs, target, peer.pending):
                 return False
             peer.held.add(Held(lambda: send(*args), refs, target, spec[m.T_RETURNS],
-                               [context.ObjectRef(r) for r in refs]))
+                               [context.ObjectRef(r) for r in refs], creates))
         return True
 
     def _pump(self) -> None:
@@ -256,10 +257,14 @@ class Caller:
                 peer.unpin(res)
 
     def before_control(self, name: str, args: tuple) -> bool:
-        """Before a control call: later calls must not overtake what it starts,
-        and it must not overtake held calls it may concern. True: it is an
-        actor's creation, held itself (its arguments take results in flight);
-        ``peer.control`` makes it once they have come."""
+        """Before a control call: later calls must not overtake what it starts.
+        It waits for no held call (the answers they wait for may come only after
+        it: a kill() of the actor computing one, a get_actor() of the one that
+        lets it finish), so a held call it concerns leaves after it, except an
+        actor's creation, which the head must know first: a kill() of that actor
+        is held behind it, a collective group of it waits for it. True: the call
+        is held itself (an actor's creation whose arguments take results in
+        flight, or such a kill); ``peer.control`` makes it once it may leave."""
         peer = self.peer
         if peer is None:
             return False
@@ -267,18 +272,34 @@ class Caller:
             spec = args[0]
             # (A named one is not held: a taken name is an error of this call.)
             if args[3] is None and self._held_back(spec, spec[m.T_ACTOR], peer.control,
-                                                   (name,) + tuple(args)):
+                                                   (name,) + tuple(args), True):
                 return True
             refs = peer.escaping(spec)   # the constructor's arguments
             if refs:
                 self.promote(refs)
             return False
         if name in peer_calls.FENCING or name == "get_actor":
-            if peer.held:
-                self.flush_held()
+            held = peer.held
+            if held and self.releasing != threading.get_ident():
+                if name == "kill" and self._hold_kill(args):
+                    return True
+                if name == "collective_create":
+                    self.flush_held(lambda: not any(map(held.creating, args[1])))
+                else:
+                    self._pump()
             if name != "get_actor":
                 peer.fence(name, args)
         return False
+
+    def _hold_kill(self, args: tuple) -> bool:
+        """Hold a kill() of an actor whose creation is held, behind it; True if held."""
+        peer = self.peer
+        self._pump()
+        with self.held_lock:
+            if not peer.held.creating(args[0]):
+                return False
+            peer.held.add(Held(lambda: peer.control("kill", *args), [], args[0], [], []))
+        return True
 
     # --- get and wait -------------------------------------------------------------
 

@@ -5,9 +5,10 @@ direct actor call (``peer_calls``) not answered yet. Such a call cannot leave:
 the head has no object under that id to give it, and an actor taking it
 directly would need the value. So it waits here, not in the user's thread, and
 ``caller.Caller`` sends it when those answers have come (``ready``): whenever
-the caller reads answers, at the latest at the process's next get or wait, at
-the end of a task, and before a control call that later calls must not
-overtake. Held calls keep the caller's order per actor, and a call that takes a
+the caller reads answers, at the latest at the process's next get or wait, and
+at the end of a task. A control call does not wait for them (a kill() may be
+what ends the call they wait for): a kill() of an actor whose creation is held
+is held behind it (``creating``). Held calls keep the caller's order per actor, and a call that takes a
 held call's result, or calls its actor, is held behind it. A held call's
 results never leave the process before it does (``Caller.promote`` sends it
 first), so a process that dies with held calls leaves no object unmade at the
@@ -21,17 +22,19 @@ import threading
 class Held:
     """One held call: ``send()`` sends it; it takes ``refs``, goes to actor
     ``target`` (None: a task) and makes ``returns``. ``keep``: refs that keep the
-    arguments' objects alive while it is held (the user's may die meanwhile)."""
+    arguments' objects alive while it is held (the user's may die meanwhile).
+    ``creates``: it is ``target``'s creation."""
 
-    __slots__ = ("send", "refs", "target", "returns", "keep")
+    __slots__ = ("send", "refs", "target", "returns", "keep", "creates")
 
     def __init__(self, send, refs: list, target: int | None, returns: list,
-                 keep: list) -> None:
+                 keep: list, creates: bool = False) -> None:
         self.send = send
         self.refs = refs
         self.target = target
         self.returns = returns
         self.keep = keep
+        self.creates = creates
 
 
 class HeldCalls:
@@ -65,6 +68,11 @@ class HeldCalls:
             target = held.target
             if target is not None:
                 self.actors[target] = self.actors.get(target, 0) + 1
+
+    def creating(self, actor_id: int) -> bool:
+        """Whether ``actor_id``'s creation is held (the head does not know it yet)."""
+        return actor_id in self.actors and any(
+            held.creates and held.target == actor_id for held in self.entries)
 
     def ready(self, pending) -> list[Held]:
         """The held calls that may leave now, in order: none of their refs still

@@ -10,9 +10,10 @@ faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "
 
 import time
 
-from _harness import check, init_kwargs, ok, poll_for, section
+from _harness import check, expect_raises, init_kwargs, ok, poll_for, section
 
 import hpc_ray as ray
+from hpc_ray.exceptions import ActorDiedError
 
 ray.init(**init_kwargs())
 
@@ -117,13 +118,55 @@ with section("refs dropped while their calls are held"):
     check(poll_for(lambda: ray.get(log.seen_list.remote(), timeout=30) == [1, 1], 30),
           ray.get(log.seen_list.remote(), timeout=30))
 
-with section("kill() after a held call: the call goes first"):
+with section("kill() after a held call: the call goes first when it may"):
     flag, waiter, log = trio()
     pending = waiter.until.remote(flag, 5)
     out = plus_one.remote(log.add.remote(pending))
     flag.raise_it.remote()
+    ray.wait([pending], timeout=30)
     ray.kill(waiter)
     check(ray.get(out, timeout=30) == 6)
+
+# A control call waits for no held call: the answer it waits for may come only
+# after it. (Before, kill() and get_actor() sent every held call first, waiting
+# for those answers: each of these never returned.)
+with section("kill() of the actor computing a held call's argument"):
+    flag, waiter, log = trio()
+    pending = waiter.until.remote(flag, 5)     # the flag is never raised
+    step, task = log.add.remote(pending), plus_one.remote(pending)
+    ray.kill(waiter)
+    for ref in (pending, step, task):          # the held calls fail as their argument
+        check("killed by kill()" in str(expect_raises(ActorDiedError, ray.get, ref,
+                                                      timeout=30)))
+    check(ray.get(log.seen_list.remote(), timeout=30) == [])
+
+with section("kill() of the actor a held call goes to"):
+    flag, waiter, log = trio()
+    pending = waiter.until.remote(flag, 5)
+    step = log.add.remote(pending)
+    ray.kill(log)
+    flag.raise_it.remote()
+    expect_raises(ActorDiedError, ray.get, step, timeout=30)
+    check(ray.get(pending, timeout=30) == 5)
+
+with section("kill() of an actor whose creation is held: held behind it"):
+    flag, waiter, _ = trio()
+    pending = waiter.until.remote(flag, 5)
+    made = Log.remote(pending)
+    made.add.remote(6)
+    ray.kill(made)
+    after = made.add.remote(7)
+    flag.raise_it.remote()
+    expect_raises(ActorDiedError, ray.get, after, timeout=30)
+
+with section("get_actor() while calls are held: the actor it names lets them finish"):
+    flag, waiter, log = trio()
+    named = Flag.options(name="held-calls-flag").remote()
+    pending = waiter.until.remote(named, 5)
+    step = log.add.remote(pending)
+    ray.get_actor("held-calls-flag").raise_it.remote()
+    check(ray.get(step, timeout=30) == 5)
+    ray.kill(named)
 
 
 @ray.remote
@@ -142,7 +185,7 @@ with section("a task's held calls go out before it ends"):
                    30), ray.get(log.seen_list.remote(), timeout=30))
 
 with section("the head's tables end as they began"):
-    del flag, waiter, log, made, pending, step, task, in_list, after, out, done, _
+    del flag, waiter, log, made, pending, step, task, in_list, after, out, done, _, named, ref
     check(poll_for(lambda: len(ray.objects()) <= baseline, 30) or print(ray.objects()),
           f"{len(ray.objects())} objects left, {baseline} at the start")
 
