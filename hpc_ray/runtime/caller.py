@@ -175,7 +175,14 @@ class Caller:
             refs = peer_calls.refs_of(spec) if spec[m.T_DEPS] or spec[m.T_CONTAINED] else []
             if not peer.held.must_hold(refs, target, peer.pending):
                 return False
-            peer.held.add(Held(lambda: send(*args), refs, target, spec[m.T_RETURNS],
+            returns = spec[m.T_RETURNS]
+            if creates and args[-1] is not None:
+                # The actor's lifetime token (``control._create_actor``): its
+                # handle carries a ref to it, so a call or put that takes the
+                # handle stays behind the creation, and a handle dropped
+                # meanwhile lets go of it only once the head knows the actor.
+                returns = [*returns, args[-1]]
+            peer.held.add(Held(lambda: send(*args), refs, target, returns,
                                [context.ObjectRef(r) for r in refs], creates))
         return True
 
@@ -278,17 +285,16 @@ class Caller:
             if refs:
                 self.promote(refs)
             return False
-        if name in peer_calls.FENCING or name == "get_actor":
-            held = peer.held
-            if held and self.releasing != threading.get_ident():
-                if name == "kill" and self._hold_kill(args):
-                    return True
-                if name == "collective_create":
-                    self.flush_held(lambda: not any(map(held.creating, args[1])))
-                else:
-                    self._pump()
-            if name != "get_actor":
-                peer.fence(name, args)
+        held = peer.held
+        if held and self.releasing != threading.get_ident():
+            if name == "kill" and self._hold_kill(args):
+                return True
+            if name == "collective_create":
+                self.flush_held(lambda: not any(map(held.creating, args[1])))
+            else:
+                self._pump()    # (a driver polling resources() sends what may leave)
+        if name in peer_calls.FENCING:
+            peer.fence(name, args)
         return False
 
     def _hold_kill(self, args: tuple) -> bool:

@@ -8,8 +8,11 @@ directly would need the value. So it waits here, not in the user's thread, and
 the caller reads answers, at the latest at the process's next get or wait, and
 at the end of a task. A control call does not wait for them (a kill() may be
 what ends the call they wait for): a kill() of an actor whose creation is held
-is held behind it (``creating``). Held calls keep the caller's order per actor, and a call that takes a
-held call's result, or calls its actor, is held behind it. A held call's
+is held behind it (``creating``); the actor's lifetime token counts among
+the creation's results, so its handle does not leave the process before the
+creation does, nor is the token let go of. Held calls keep the caller's order
+per actor, and a call that takes a held call's result, or calls its actor, is
+held behind it. A held call's
 results never leave the process before it does (``Caller.promote`` sends it
 first), so a process that dies with held calls leaves no object unmade at the
 head. Pure state: no I/O.

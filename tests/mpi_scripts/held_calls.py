@@ -170,6 +170,28 @@ with section("get_actor() while calls are held: the actor it names lets them fin
 
 
 @ray.remote
+def seen_by(log):
+    return ray.get(log.seen_list.remote(), timeout=30)
+
+
+# The handle of an actor whose creation is held carries a ref to its lifetime
+# token: a call taking the handle is held behind the creation, and a handle
+# dropped meanwhile lets the token go once the head knows the actor. (Before,
+# the task's call found no such actor, and the dropped actor never ended.)
+with section("the handle of an actor whose creation is held, passed on or dropped"):
+    flag, waiter, _ = trio()
+    cpus = ray.available_resources().get("CPU", 0)
+    pending = waiter.until.remote(flag, 7)
+    made = Log.remote(pending)
+    seen = seen_by.remote(made)
+    Log.options(num_cpus=1).remote(pending)    # its handle dropped at once
+    flag.raise_it.remote()
+    check(ray.get(seen, timeout=30) == [7])
+    check(poll_for(lambda: ray.available_resources().get("CPU", 0) == cpus, 30),
+          f"{ray.available_resources()}: the dropped actor still holds its CPU")
+
+
+@ray.remote
 def chain(flag, waiter, log):
     """A task that holds calls and ends without waiting for them."""
     pending = waiter.until.remote(flag, "from a task")
@@ -185,7 +207,7 @@ with section("a task's held calls go out before it ends"):
                    30), ray.get(log.seen_list.remote(), timeout=30))
 
 with section("the head's tables end as they began"):
-    del flag, waiter, log, made, pending, step, task, in_list, after, out, done, _, named, ref
+    del flag, waiter, log, made, pending, step, task, in_list, after, out, done, _, named, ref, seen
     check(poll_for(lambda: len(ray.objects()) <= baseline, 30) or print(ray.objects()),
           f"{len(ray.objects())} objects left, {baseline} at the start")
 
