@@ -170,7 +170,7 @@ class Caller:
             if not pending or not (spec[m.T_DEPS] or spec[m.T_CONTAINED]) or \
                     not any(r in pending for r in peer_calls.refs_of(spec)):
                 return False     # (the common case: no lock)
-        self._pump()
+        self.pump()
         with self.held_lock:
             refs = peer_calls.refs_of(spec) if spec[m.T_DEPS] or spec[m.T_CONTAINED] else []
             if not peer.held.must_hold(refs, target, peer.pending):
@@ -186,7 +186,7 @@ class Caller:
                                [context.ObjectRef(r) for r in refs], creates))
         return True
 
-    def _pump(self) -> None:
+    def pump(self) -> None:
         """Read the answers held calls wait for that have come, and send the
         calls that may leave now."""
         peer = self.peer
@@ -292,7 +292,7 @@ class Caller:
             if name == "collective_create":
                 self.flush_held(lambda: not any(map(held.creating, args[1])))
             else:
-                self._pump()    # (a driver polling resources() sends what may leave)
+                self.pump()    # (a driver polling resources() sends what may leave)
         if name in peer_calls.FENCING:
             peer.fence(name, args)
         return False
@@ -300,7 +300,7 @@ class Caller:
     def _hold_kill(self, args: tuple) -> bool:
         """Hold a kill() of an actor whose creation is held, behind it; True if held."""
         peer = self.peer
-        self._pump()
+        self.pump()
         with self.held_lock:
             if not peer.held.creating(args[0]):
                 return False
@@ -403,7 +403,7 @@ class Caller:
         deadline = None if timeout is None else time.monotonic() + timeout
         ready: set = set()
         while True:
-            self._pump()
+            self.pump()
             held = peer.held
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not held:

@@ -44,7 +44,7 @@ from ..exceptions import RayError, TaskError
 from ..transport import messages as m
 from ..transport.serialization import ERROR, RAW, SHM, is_raw, loads
 from . import context, executor_exit, hooks, interrupts, peer_calls, taskspec, values
-from .caller import Caller
+from .caller import WAIT_SLICE, Caller
 from .executor_calls import ExecutorCallerHost
 from .executor_transport import ExecutorTransport, Output, noting_output
 from .peer_server import PeerServer
@@ -361,7 +361,7 @@ class ExecutorContext(context.ContextBase):
             msg = (m.TASK_DONE, tid, recs, contained or None, t0, time.time(), self.pid)
         finally:
             if self.peer is not None and self.peer.held:
-                self.caller.flush_held()   # calls the task made go out before it ends
+                self.caller.pump()   # what may leave now; ``serve`` sends the rest
             self.depth -= 1
             if Output.lines_open:
                 Output.end_lines()
@@ -539,10 +539,18 @@ class ExecutorContext(context.ContextBase):
             if not inbox:
                 self.flush()
                 peer = self.peer
-                # An actor reports the direct calls it made by count and age
-                # (flush): idle, it wakes once they are old enough to go.
-                self.transport.recv(peer_calls.REPORT_AGE if peer is not None and
-                                    peer.finished else None)
+                if peer is None:
+                    self.transport.recv(None)
+                elif peer.held:
+                    # Calls a finished task or method left held (their arguments'
+                    # answers may come only once its result is out): sent as the
+                    # answers come, while waiting for the next message.
+                    self.transport.recv(WAIT_SLICE)
+                    self.caller.pump()
+                else:
+                    # An actor reports the direct calls it made by count and age
+                    # (flush): idle, it wakes once they are old enough to go.
+                    self.transport.recv(peer_calls.REPORT_AGE if peer.finished else None)
             while inbox:
                 self.handle(inbox.pop(0))
 

@@ -5,17 +5,21 @@ direct actor call (``peer_calls``) not answered yet. Such a call cannot leave:
 the head has no object under that id to give it, and an actor taking it
 directly would need the value. So it waits here, not in the user's thread, and
 ``caller.Caller`` sends it when those answers have come (``ready``): whenever
-the caller reads answers, at the latest at the process's next get or wait, and
-at the end of a task. A control call does not wait for them (a kill() may be
-what ends the call they wait for): a kill() of an actor whose creation is held
-is held behind it (``creating``); the actor's lifetime token counts among
-the creation's results, so its handle does not leave the process before the
-creation does, nor is the token let go of. Held calls keep the caller's order
-per actor, and a call that takes a held call's result, or calls its actor, is
-held behind it. A held call's
-results never leave the process before it does (``Caller.promote`` sends it
-first), so a process that dies with held calls leaves no object unmade at the
-head. Pure state: no I/O.
+the caller reads answers, at the latest at the process's next get, wait or
+control call. A task's or actor's process also sends them while it waits for
+its next call, after the task that made them has ended (their answers may come
+only once its result is out); an in-rank actor's method sends them before it
+ends.
+
+Held calls keep the caller's order per actor, and a call that takes a held
+call's result, or calls its actor, is held behind it. A control call does not
+wait for them (a kill() may be what ends the call they wait for), but a kill()
+of an actor whose creation is held is held behind it (``creating``). The
+actor's lifetime token counts among its creation's results, so its handle does
+not leave the process before the creation does, nor is the token let go of.
+A held call's results never leave the process before it does
+(``Caller.promote`` sends it first), so a process that dies with held calls
+leaves no object unmade at the head. Pure state: no I/O.
 """
 from __future__ import annotations
 

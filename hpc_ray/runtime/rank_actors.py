@@ -123,6 +123,8 @@ class RankContext(ExecutorContext):
         self.actor = self.actors.get(actor_id)
         self.exiting = False
         self.execute(spec)
+        if self.peer is not None and self.peer.held:
+            self.caller.flush_held()   # (the rank's loop has no wait to send them in)
         self.flush()
 
     def actor_failed(self) -> None:

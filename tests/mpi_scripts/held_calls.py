@@ -192,19 +192,26 @@ with section("the handle of an actor whose creation is held, passed on or droppe
 
 
 @ray.remote
-def chain(flag, waiter, log):
-    """A task that holds calls and ends without waiting for them."""
+def chain(flag, waiter, log, raise_it):
+    """A task that holds a call and ends without waiting for it."""
+    ray.get([waiter.ping.remote(), log.seen_list.remote()], timeout=30)   # direct now
     pending = waiter.until.remote(flag, "from a task")
     log.add.remote(pending)
-    flag.raise_it.remote()
+    if raise_it:
+        flag.raise_it.remote()
     return "returned"
 
 
-with section("a task's held calls go out before it ends"):
-    flag, waiter, log = trio()
-    check(ray.get(chain.remote(flag, waiter, log), timeout=30) == "returned")
-    check(poll_for(lambda: ray.get(log.seen_list.remote(), timeout=30) == ["from a task"],
-                   30), ray.get(log.seen_list.remote(), timeout=30))
+with section("a task's held calls go out after it ends, as their answers come"):
+    for raise_it in (True, False):
+        flag, waiter, log = trio()
+        # (Not raised by the task: only once its caller has its result. Before,
+        # the task's process waited for the answer to send the call, and the
+        # task never ended.)
+        check(ray.get(chain.remote(flag, waiter, log, raise_it), timeout=30) == "returned")
+        flag.raise_it.remote()
+        check(poll_for(lambda: ray.get(log.seen_list.remote(), timeout=30) == ["from a task"],
+                       30), ray.get(log.seen_list.remote(), timeout=30))
 
 with section("the head's tables end as they began"):
     del flag, waiter, log, made, pending, step, task, in_list, after, out, done, _, named, ref, seen
