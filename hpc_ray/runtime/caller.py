@@ -9,9 +9,10 @@ It decides, with ``peer_calls.PeerCaller``, whether an actor call goes straight
 to the actor on this host or through the head; it owns the direct results, and
 it turns one into an object at the head (``promote``) before its ref leaves the
 process. A call that takes a direct result still in flight is held here until
-the answer comes (``held_calls``), so ``.remote()`` never waits. What differs between the processes is behind ``CallerHost``: how a
-request reaches the head, whether the head already has an object, how a wait
-reads the actors' sockets and the process's inbox.
+the answer comes (``held_calls``): ``.remote()`` does not wait for it. What
+differs between the processes is behind ``CallerHost``: how a request reaches
+the head, whether the head already has an object, how a wait reads the actors'
+sockets and the process's inbox.
 """
 from __future__ import annotations
 
