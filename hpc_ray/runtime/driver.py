@@ -114,7 +114,7 @@ class DriverContext(context.ContextBase):
             if peer.finished:
                 self.links.report(True)    # tasks(), timeline() see every answered call
             if self.caller.before_control(name, args):
-                return None     # an actor's creation, held (caller.before_control)
+                return None     # held: see caller.before_control
         with deferred(), self.head.lock:
             drain_refs(self.head)
             result = control.call(self.head, name, args)

@@ -210,7 +210,7 @@ class ExecutorContext(context.ContextBase):
 
     def control(self, name: str, *args) -> Any:
         if self.caller.before_control(name, args):
-            return None     # an actor's creation, held (caller.before_control)
+            return None     # held: see caller.before_control
         ok, result = self._request(m.CONTROL_CALL, name, args)
         if not ok:
             raise result
