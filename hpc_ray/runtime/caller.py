@@ -165,15 +165,11 @@ class Caller:
         releasing = self.releasing
         if releasing is not None and releasing == threading.get_ident():
             return False
-        held = peer.held
-        if not held and releasing is None:
-            pending = peer.pending
-            if not pending or not (spec[m.T_DEPS] or spec[m.T_CONTAINED]) or \
-                    not any(r in pending for r in peer_calls.refs_of(spec)):
-                return False     # (the common case: no lock)
+        refs = peer_calls.refs_of(spec) if spec[m.T_DEPS] or spec[m.T_CONTAINED] else []
+        if not peer.held and releasing is None and not any(r in peer.pending for r in refs):
+            return False     # (the common case: no lock)
         self.pump()
         with self.held_lock:
-            refs = peer_calls.refs_of(spec) if spec[m.T_DEPS] or spec[m.T_CONTAINED] else []
             if not peer.held.must_hold(refs, target, peer.pending):
                 return False
             returns = spec[m.T_RETURNS]

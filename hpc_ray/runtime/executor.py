@@ -44,7 +44,7 @@ from ..exceptions import RayError, TaskError
 from ..transport import messages as m
 from ..transport.serialization import ERROR, RAW, SHM, is_raw, loads
 from . import context, executor_exit, hooks, interrupts, peer_calls, taskspec, values
-from .caller import WAIT_SLICE, Caller
+from .caller import Caller
 from .executor_calls import ExecutorCallerHost
 from .executor_transport import ExecutorTransport, Output, noting_output
 from .peer_server import PeerServer
@@ -539,18 +539,15 @@ class ExecutorContext(context.ContextBase):
             if not inbox:
                 self.flush()
                 peer = self.peer
-                if peer is None:
-                    self.transport.recv(None)
-                elif peer.held:
+                # An actor reports the direct calls it made by count and age
+                # (flush): idle, it wakes once they are old enough to go.
+                self.transport.recv(peer_calls.REPORT_AGE if peer is not None and
+                                    peer.finished else None)
+                if peer is not None and peer.held:
                     # Calls a finished task or method left held (their arguments'
-                    # answers may come only once its result is out): sent as the
-                    # answers come, while waiting for the next message.
-                    self.transport.recv(WAIT_SLICE)
+                    # answers may come only once its result is out): an answer
+                    # on a link ends this wait as a message does (recv_select).
                     self.caller.pump()
-                else:
-                    # An actor reports the direct calls it made by count and age
-                    # (flush): idle, it wakes once they are old enough to go.
-                    self.transport.recv(peer_calls.REPORT_AGE if peer.finished else None)
             while inbox:
                 self.handle(inbox.pop(0))
 
