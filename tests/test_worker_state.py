@@ -171,7 +171,7 @@ class WorkerStateMachine(RuleBasedStateMachine):
             assert ex.serial not in retiring, "a task for an executor whose max_calls are done"
             assert len(new) <= EXECUTOR_BATCH
             if old:                                       # nested in a task waiting in get
-                assert ex.blocked and not ex.deep and len(new) == 1
+                assert ex.blocked > ex.closing and not ex.deep and len(new) == 1
             if ex in st_.executors:
                 assert ex.ready and all(not _zero(self.tasks[t]) for t in new)
                 if not old:
@@ -301,11 +301,24 @@ class WorkerStateMachine(RuleBasedStateMachine):
         self.loop()
 
     @rule(data=st.data())
-    @precondition(lambda self: self.live(lambda ex: ex.blocked))
+    @precondition(lambda self: self.live(lambda ex: ex.blocked > ex.closing))
     def executor_unblocks(self, data):
-        ex = data.draw(st.sampled_from(self.live(lambda ex: ex.blocked)))
+        # A waiting level's answer came: it closes (runs what was sent before the
+        # rank heard) with its CPU still lent, then resumes (executor_resumes).
+        ex = data.draw(st.sampled_from(self.live(lambda ex: ex.blocked > ex.closing)))
+        lent = cpus_lent(ex)
         self.state.on_executor(ex, [(m.UNBLOCK, 77)])
         assert (m.REPLY, 77, None) in ex.outbox
+        assert cpus_lent(ex) == lent
+        self.loop()
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.live(lambda ex: ex.closing))
+    def executor_resumes(self, data):
+        ex = data.draw(st.sampled_from(self.live(lambda ex: ex.closing)))
+        levels = (ex.blocked, ex.closing)
+        self.state.on_executor(ex, [(m.BLOCKED, -1)])
+        assert (ex.blocked, ex.closing) == (levels[0] - 1, levels[1] - 1)
         self.loop()
 
     @rule(data=st.data(), lend=st.booleans())
@@ -538,6 +551,40 @@ def test_a_cpu_lent_by_a_deep_wait_runs_its_task_in_a_spare():
     assert task[m.T_ID] in spare.assigned
 
 
+def test_a_level_that_closes_keeps_its_cpu_lent_until_it_resumes():
+    # A task whose get() had its answer runs the nested task sent before the
+    # rank heard (UNBLOCK), and that one waits for its own subtasks. With its CPU
+    # taken back at UNBLOCK, the head counted both tasks on the one CPU with one
+    # lent; two such levels left it no room for subtasks, and a tree of nested
+    # tasks hung (tree(5, 4) on two ranks in CI). The closing level lends its
+    # CPU until BLOCKED -1, and is sent no more nested tasks meanwhile.
+    state = _started()
+    [ex] = state.executors
+    state.on_executor(ex, [(m.EXEC_READY,)])
+    state.task_arrived(spec())
+    state.dispatch()
+    state.on_executor(ex, [(m.BLOCKED, 1)])
+    state.task_arrived(spec())
+    state.dispatch()
+    assert len(ex.assigned) == 2                      # nested: sent before UNBLOCK
+    state.out = []
+    state.on_executor(ex, [(m.UNBLOCK, 5)])
+    assert ex.outbox[-1] == (m.REPLY, 5, None)
+    assert state.out == []                            # still lent
+    later = spec()
+    state.task_arrived(later)
+    state.dispatch()
+    assert later[m.T_ID] not in ex.assigned           # nothing more for that level
+    state.on_executor(ex, [(m.BLOCKED, 1)])           # the nested task waits too
+    assert state.out == [(m.BLOCKED, 1)]              # two CPUs lent now
+    state.dispatch()
+    assert later[m.T_ID] in ex.assigned               # nested in the task that waits
+    state.out = []
+    state.on_executor(ex, [(m.UNBLOCK, 6), (m.BLOCKED, -1), (m.BLOCKED, -1)])
+    assert state.out == [(m.BLOCKED, -1), (m.BLOCKED, -1)]
+    assert ex.blocked == ex.closing == 0
+
+
 def test_an_actor_that_exited_is_watched_until_its_process_ends():
     # After ACTOR_DIED the executor runs its clean-up (atexit handlers, finalizers):
     # the loop keeps reading it (its printed lines, its RELEASEs) until its EOF,
@@ -557,3 +604,19 @@ def test_an_actor_that_exited_is_watched_until_its_process_ends():
     assert ex not in state.all_executors() and not state.leaving
     [ended] = [msg for msg in state.out if msg[0] == m.PROCESS_ENDED]
     assert ended[2] == [77] and ended[7] is None       # its hold goes back; no crash
+
+
+def test_an_executor_that_ends_with_messages_queued_is_not_written_to():
+    # Found by the machine: an actor given the started standby and killed in
+    # the same turn (ray.kill(A.remote())) ended with its CREATE_ACTOR queued;
+    # the executor stayed listed to be written to after it was gone.
+    state = _started(standby=True)
+    state.standby_started()
+    [standby] = state.standby
+    standby.proc, standby.pid = "process", 1000 + standby.serial
+    state.starts = []
+    ex = state.start_actor(spec(0, "Actor", actor=1), standby_alive=True)
+    assert ex is standby and ex in state.to_write
+    state.forget_actor(1)
+    state.executor_ended(ex)
+    assert ex.gone and ex not in state.to_write and not ex.outbox

@@ -12,8 +12,8 @@ the launcher's PMI variables are removed from its environment).
 An executor blocked in ``get()`` (with or without a timeout) keeps reading its
 pipe and runs the tasks the rank sends meanwhile (it tells the rank and head with
 BLOCKED), so nested tasks never deadlock a fixed pool of ranks. When its wait is
-over it sends UNBLOCK and runs the nested tasks the rank sent before hearing it:
-they arrive ahead of the rank's answer.
+over it sends UNBLOCK and runs the nested tasks the rank sent before hearing it
+(they arrive ahead of the rank's answer), then takes its CPU back (BLOCKED -1).
 
 The messages travel through ``executor_transport.ExecutorTransport`` (the pipe
 to the rank, the sockets of direct calls, and the waits on them, with their

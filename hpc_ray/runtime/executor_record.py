@@ -12,7 +12,8 @@ class Executor:
 
     __slots__ = ("serial", "proc", "pid", "known_fns", "assigned", "blocked", "actor_id",
                  "calls", "retiring", "ready", "holds", "unsealed", "extra", "idle_since",
-                 "cpus", "lending", "spare", "gone", "outbox", "for_actor", "deep")
+                 "cpus", "lending", "spare", "gone", "outbox", "for_actor", "deep",
+                 "closing")
 
     def __init__(self, serial: int, actor_id: int | None, now: float) -> None:
         self.serial = serial
@@ -22,8 +23,13 @@ class Executor:
         self.known_fns: set = set()
         #: Tasks sent and not finished, in order: task id -> (sent while blocked?, spec).
         self.assigned: collections.OrderedDict = collections.OrderedDict()
-        #: Nested levels of its main thread waiting in get() (BLOCKED/UNBLOCK).
+        #: Nested levels of its main thread waiting in get() (BLOCKED), closing
+        #: ones included.
         self.blocked = 0
+        #: Of those, levels whose wait is over (UNBLOCK) that still run the nested
+        #: tasks sent before the rank heard: each still lends its CPU (the level
+        #: cannot go on until they end) but is sent no more (BLOCKED -1 ends it).
+        self.closing = 0
         self.actor_id = actor_id
         #: It hosts an actor (``actor_id`` goes None when the actor ends cleanly).
         self.for_actor = actor_id is not None
@@ -93,5 +99,5 @@ def cpus_lent(ex: Executor) -> int:
 
 def takes_nested(ex: Executor) -> bool:
     """Whether a task may go to ``ex`` nested: its main thread waits in ``get``
-    below the nesting limit (a deep wait runs none)."""
-    return bool(ex.assigned and ex.blocked and not ex.deep)
+    below the nesting limit (a deep wait runs none), at a level not closing."""
+    return bool(ex.assigned and ex.blocked > ex.closing and not ex.deep)

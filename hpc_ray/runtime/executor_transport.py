@@ -328,10 +328,16 @@ class ExecutorTransport:
                     self.emit((m.BLOCKED, -1))   # an actor is sent no nested work
 
     def stop_lending(self) -> None:
-        """The main thread's wait that lent its CPU is over: tell the rank, and
-        run the nested tasks it sent before it heard. They arrive ahead of its
-        answer; left in the inbox they would wait until this task ends, and a
-        thread of this task waiting for one of them would never see it."""
+        """The main thread's wait that lent its CPU is over: tell the rank
+        (UNBLOCK), run the nested tasks it sent before it heard, then take the
+        CPU back (BLOCKED -1). They arrive ahead of its answer; left in the
+        inbox they would wait until this task ends, and a thread of this task
+        waiting for one of them would never see it. The CPU stays lent while
+        they run: this task cannot go on meanwhile. Taken back first, the head
+        counted this task on a CPU it could not use; one of them that waited
+        for subtasks lent one CPU for two tasks, and with two such levels on a
+        rank the head had no room left for the subtasks (a CI run of a nested
+        task tree hung so)."""
         req = next(self.req_ids)
         self.emit((m.UNBLOCK, req))
         replies = self.replies
@@ -342,6 +348,8 @@ class ExecutorTransport:
             self.owner.flush()
             self.recv(None)
         replies.pop(req)
+        self.emit((m.BLOCKED, -1))
+        self.owner.flush()
 
     def _handleable(self, nested: bool) -> int | None:
         """Where in the inbox the next message a waiting request handles is, or None.

@@ -328,14 +328,21 @@ class WorkerState:
             ex.lending += n
         elif kind == m.DEEP:
             ex.deep += n
+        elif kind == m.UNBLOCK:
+            ex.closing += 1
         else:
-            ex.blocked += n if kind == m.BLOCKED else -1
+            ex.blocked += n
+            if n < 0 and ex.closing:
+                ex.closing -= 1   # a task's level ends closing (an actor's never closes)
         delta = cpus_lent(ex) - was
         if delta:
             self.out.append((m.BLOCKED, delta))
         if kind == m.UNBLOCK:
-            # No nested task goes to ``ex`` after this (unless it blocks again);
-            # those sent before reach it ahead of the reply.
+            # No nested task goes to ``ex`` for this level after this; those sent
+            # before reach it ahead of the reply. Its CPU stays lent until it
+            # has run them (BLOCKED -1): it cannot go on before they end, and a
+            # task nested in it that waits too needs the head to count a CPU
+            # lent for each (the head's room for its subtasks).
             self.send(ex, [(m.REPLY, n, None)])
 
     def _sealed(self, ex: Executor, records) -> None:
@@ -470,6 +477,8 @@ class WorkerState:
         """
         ex.gone = True
         ex.outbox = []
+        if ex in self.to_write:
+            self.to_write.remove(ex)
         self.leaving.pop(ex, None)
         holds = [oid for oid, n in ex.holds.items() for _ in range(n)]
         ex.holds = {}
@@ -477,7 +486,7 @@ class WorkerState:
         ex.unsealed = {}
         reqs = self.requests.process_gone(ex)
         lent = cpus_lent(ex)
-        ex.blocked = ex.lending = ex.deep = 0
+        ex.blocked = ex.lending = ex.deep = ex.closing = 0
         self.out.append((m.PROCESS_ENDED, ex.pid, holds, blocks, reqs, lent, list(lost),
                          exitcode, actor_id))
 

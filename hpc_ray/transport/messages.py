@@ -314,9 +314,11 @@ class Blocked(NamedTuple):
 
 
 class Unblock(NamedTuple):
-    """The executor's get() that lent its CPU has its answer (BLOCKED -1 for the
-    head). Executor -> ``WorkerLoop.on_executor``, which answers with a REPLY:
-    every nested task the rank sent before it heard arrives ahead of that reply."""
+    """The executor's get() that lent its CPU has its answer: no more nested
+    tasks for that level. Executor -> ``WorkerLoop.on_executor``, which answers
+    with a REPLY: every nested task the rank sent before it heard arrives ahead
+    of that reply. The executor runs them, then sends BLOCKED -1 (the CPU comes
+    back to the head then)."""
     kind: int
     req_id: int
 
