@@ -337,9 +337,25 @@ class WorkerStateMachine(RuleBasedStateMachine):
         # Only a main thread that already waits (nested tasks on its stack) goes deep.
         ex = data.draw(st.sampled_from(self.live(lambda ex: ex.blocked)))
         if deep:
-            self.state.on_executor(ex, [(m.DEEP, 1)])
+            # What was sent nested before the rank hears comes back (RETURNED).
+            nested = [tid for tid, (was_nested, _) in ex.assigned.items() if was_nested]
+            back = data.draw(st.lists(st.sampled_from(nested), unique=True)) if nested else []
+            self.state.on_executor(ex, [(m.DEEP, 1)] + ([(m.RETURNED, back)] if back else []))
+            assert not set(back) & set(ex.assigned)
         elif ex.deep:
             self.state.on_executor(ex, [(m.DEEP, -1)])
+        self.loop()
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.live(_deep_with_nested))
+    def deep_executor_gives_back(self, data):
+        # Tasks sent nested before the rank heard DEEP: the deep wait returns them.
+        ex = data.draw(st.sampled_from(self.live(_deep_with_nested)))
+        tid = data.draw(st.sampled_from([t for t, (nested, _) in ex.assigned.items()
+                                         if nested]))
+        self.state.on_executor(ex, [(m.RETURNED, [tid])])
+        assert tid not in ex.assigned
+        assert tid in [s[m.T_ID] for s in (*self.state.queue, *self.state.zero_cpu_queue)]
         self.loop()
 
     @rule(data=st.data(), release=st.booleans())
@@ -464,6 +480,10 @@ class WorkerStateMachine(RuleBasedStateMachine):
         assert +self.head_holds == held
 
 
+def _deep_with_nested(ex) -> bool:
+    return ex.deep and any(nested for nested, _ in ex.assigned.values())
+
+
 def _zero(s: list) -> bool:
     """A task for extra executors: no whole CPU (``worker_state.no_cpu``)."""
     return s[m.T_RES][1].get("CPU", 0) < 1
@@ -549,6 +569,35 @@ def test_a_cpu_lent_by_a_deep_wait_runs_its_task_in_a_spare():
     state.on_executor(spare, [(m.EXEC_READY,)])
     state.dispatch()
     assert task[m.T_ID] in spare.assigned
+
+
+def test_a_task_sent_nested_as_the_wait_went_deep_is_given_back_to_run_in_a_spare():
+    # A tree of nested tasks in the suite failed with RecursionError: the tasks
+    # the rank sent nested before it heard DEEP all ran on the deep stack, one
+    # level each. The deep wait gives them back; the rank runs them elsewhere,
+    # with the function's blob again for an executor that never read it.
+    state = _started()
+    [ex] = state.executors
+    state.on_executor(ex, [(m.EXEC_READY,)])
+    state.task_arrived(spec())
+    state.dispatch()
+    state.on_executor(ex, [(m.BLOCKED, 1)])
+    late = spec(fn="late")
+    late[m.T_BLOB] = b"late's blob"
+    state.task_arrived(late)
+    state.dispatch()
+    assert late[m.T_ID] in ex.assigned and "late" in ex.known_fns
+    state.out = []
+    state.on_executor(ex, [(m.DEEP, 1), (m.RETURNED, [late[m.T_ID]])])
+    assert state.out == [(m.BLOCKED, 1)]
+    assert late[m.T_ID] not in ex.assigned and "late" not in ex.known_fns
+    state.dispatch()
+    [spare] = [e for e in state.executors if e.spare]
+    spare.proc, spare.pid = "process", 1000 + spare.serial
+    state.on_executor(spare, [(m.EXEC_READY,)])
+    state.dispatch()
+    [(_, sent)] = spare.outbox
+    assert sent[m.T_ID] == late[m.T_ID] and sent[m.T_BLOB] == b"late's blob"
 
 
 def test_a_level_that_closes_keeps_its_cpu_lent_until_it_resumes():

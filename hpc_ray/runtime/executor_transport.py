@@ -273,8 +273,8 @@ class ExecutorTransport:
         main = threading.get_ident() == self.main_thread
         deadline = None if timeout is None else time.monotonic() + timeout
         task = main and self.owner.actor_id is None
-        # At the nesting limit: what is already in the inbox (sent for this
-        # executor before the rank heard DEEP) still runs here, nothing more comes.
+        # At the nesting limit no task runs here: those sent before the rank
+        # heard DEEP go back to it (RETURNED), and it runs them in another executor.
         deep = task and self.owner.depth >= MAX_NESTED
         lends = (m.DEEP, 1) if deep else (m.BLOCKED, 1)
         nested = blocking and task
@@ -289,6 +289,12 @@ class ExecutorTransport:
                         # Running other work here: let the scheduler count our CPU as free.
                         blocked = True
                         self.emit(lends)
+                    if deep and msg[0] == m.EXECUTE:
+                        # Each one run here would be one more level, past what
+                        # Python's recursion limit allows when many come at once.
+                        self.emit((m.RETURNED, [msg[1][m.T_ID]]))
+                        self.owner.flush()
+                        continue
                     self.owner.handle(msg)
                     continue
                 self.owner.flush()

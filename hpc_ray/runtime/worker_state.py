@@ -298,6 +298,8 @@ class WorkerState:
                 for off, _size in blocks:
                     ex.unsealed.pop(off, None)
                 out.append(msg)
+            elif kind == m.RETURNED:
+                self._given_back(ex, msg[1])
             elif kind == m.BLOCKED or kind == m.LEND or kind == m.DEEP:
                 _, delta = msg
                 self._lend(ex, kind, delta)
@@ -344,6 +346,21 @@ class WorkerState:
             # task nested in it that waits too needs the head to count a CPU
             # lent for each (the head's room for its subtasks).
             self.send(ex, [(m.REPLY, n, None)])
+
+    def _given_back(self, ex: Executor, task_ids: list) -> None:
+        """Tasks sent to ``ex`` nested that it will not run (its main thread waits
+        at the nesting limit): first in the queue again, for another executor.
+        A function blob that came with one was never read there."""
+        for tid in reversed(task_ids):
+            entry = ex.assigned.pop(tid, None)
+            if entry is None:
+                continue
+            spec = entry[1]
+            if spec[m.T_BLOB] is not None:
+                ex.known_fns.discard(spec[m.T_FN])
+            if spec[m.T_MAX_CALLS]:
+                ex.calls[spec[m.T_FN]] -= 1
+            (self.zero_cpu_queue if no_cpu(spec) else self.queue).appendleft(spec)
 
     def _sealed(self, ex: Executor, records) -> None:
         for rec in records:

@@ -380,7 +380,10 @@ class Profile(NamedTuple):
 
 
 class Returned(NamedTuple):
-    """Answer to STEAL: tasks given back. Rank -> ``Head.tasks_returned``."""
+    """Tasks given back before they started: a rank's answer to STEAL (rank ->
+    ``Head.tasks_returned``), or tasks an executor was sent nested while its
+    main thread waits at ``MAX_NESTED`` (executor -> ``WorkerLoop.on_executor``,
+    which runs them in another executor)."""
     kind: int
     task_ids: list
 
