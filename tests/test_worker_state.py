@@ -1,9 +1,9 @@
 """A worker rank's state (``runtime/worker_state.py``) as a state machine, driven
 directly (no MPI, no processes) by random events: tasks (some ``num_cpus=0``,
 some under ``max_calls``) and actor calls arriving, executors starting, finishing
-tasks, blocking in ``get`` and unblocking, lending CPUs from other threads or
-from a wait at the nesting limit (DEEP),
-asking the head (get, wait, alloc) and getting its answers, dying at any step, actors created (on the standby executor or a new one), killed
+tasks, blocking in ``get``, closing (UNBLOCK) and resuming, lending CPUs from
+other threads or from a wait at the nesting limit (DEEP), which gives back what
+was sent to it nested (RETURNED), asking the head (get, wait, alloc) and getting its answers, dying at any step, actors created (on the standby executor or a new one), killed
 or ending (their executor then cleans up until its EOF, or is killed), the head
 taking queued tasks back, idle executors retiring.
 
@@ -16,7 +16,7 @@ after every step:
   reported lost, given back to the head, or with an actor that was killed;
 - nothing goes to an executor that is gone; CPU tasks only to CPU executors that
   are up, nested ones only to an executor waiting in ``get`` below the nesting
-  limit; a dispatch starts
+  limit at a level not closing; a dispatch starts
   no more CPU tasks than the CPUs that neither tasks nor actors hold;
 - the CPUs lent (BLOCKED sent, less what PROCESS_ENDED gave back) equal what the
   live CPU executors lend; the refs held at the head equal the live executors';
@@ -40,7 +40,7 @@ from hypothesis import HealthCheck, settings, strategies as st  # noqa: E402
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant,  # noqa: E402
                                  precondition, rule)
 
-from hpc_ray.runtime.executor_record import cpus_lent, thread_lent  # noqa: E402
+from hpc_ray.runtime.executor_record import Executor, cpus_lent, thread_lent  # noqa: E402
 from hpc_ray.runtime.worker_state import (EXECUTOR_BATCH, MAX_EXTRA_EXECUTORS,  # noqa: E402
                                           WorkerState)
 from hpc_ray.transport import messages as m  # noqa: E402
@@ -543,32 +543,42 @@ def test_an_actor_that_exits_while_a_thread_waits_gives_back_no_cpu():
     assert ended[5] == 0
 
 
-def test_a_cpu_lent_by_a_deep_wait_runs_its_task_in_a_spare():
-    # fib(n) on one CPU: the executor's tasks are nested down to the limit, and
-    # the deepest one waits (DEEP). Its CPU is lent to the head, and the task the
-    # head sends for it must start a spare executor, not queue on the deep stack.
+def _waiting_with_one_nested(nested: list) -> tuple[WorkerState, Executor]:
+    """One CPU: a task waits in get (BLOCKED), and ``nested`` was sent to run in it."""
     state = _started()
     [ex] = state.executors
     state.on_executor(ex, [(m.EXEC_READY,)])
     state.task_arrived(spec())
     state.dispatch()
     state.on_executor(ex, [(m.BLOCKED, 1)])
-    state.task_arrived(spec())
+    state.task_arrived(nested)
     state.dispatch()
-    assert len(ex.assigned) == 2                      # nested below the limit
+    assert nested[m.T_ID] in ex.assigned and len(ex.assigned) == 2
     state.out = []
+    return state, ex
+
+
+def _spare_up(state: WorkerState) -> Executor:
+    [spare] = [e for e in state.executors if e.spare]
+    assert spare in state.starts
+    spare.proc, spare.pid = "process", 1000 + spare.serial
+    state.on_executor(spare, [(m.EXEC_READY,)])
+    state.dispatch()
+    return spare
+
+
+def test_a_cpu_lent_by_a_deep_wait_runs_its_task_in_a_spare():
+    # fib(n) on one CPU: the executor's tasks are nested down to the limit, and
+    # the deepest one waits (DEEP). Its CPU is lent to the head, and the task the
+    # head sends for it must start a spare executor, not queue on the deep stack.
+    state, ex = _waiting_with_one_nested(spec())
     state.on_executor(ex, [(m.DEEP, 1)])
     assert state.out == [(m.BLOCKED, 1)]              # the deep wait lends its CPU
     task = spec()
     state.task_arrived(task)
     state.dispatch()
     assert task[m.T_ID] not in ex.assigned
-    [spare] = [e for e in state.executors if e.spare]
-    assert spare in state.starts
-    spare.proc, spare.pid = "process", 1000 + spare.serial
-    state.on_executor(spare, [(m.EXEC_READY,)])
-    state.dispatch()
-    assert task[m.T_ID] in spare.assigned
+    assert task[m.T_ID] in _spare_up(state).assigned
 
 
 def test_a_task_sent_nested_as_the_wait_went_deep_is_given_back_to_run_in_a_spare():
@@ -576,27 +586,15 @@ def test_a_task_sent_nested_as_the_wait_went_deep_is_given_back_to_run_in_a_spar
     # the rank sent nested before it heard DEEP all ran on the deep stack, one
     # level each. The deep wait gives them back; the rank runs them elsewhere,
     # with the function's blob again for an executor that never read it.
-    state = _started()
-    [ex] = state.executors
-    state.on_executor(ex, [(m.EXEC_READY,)])
-    state.task_arrived(spec())
-    state.dispatch()
-    state.on_executor(ex, [(m.BLOCKED, 1)])
     late = spec(fn="late")
     late[m.T_BLOB] = b"late's blob"
-    state.task_arrived(late)
-    state.dispatch()
-    assert late[m.T_ID] in ex.assigned and "late" in ex.known_fns
-    state.out = []
+    state, ex = _waiting_with_one_nested(late)
+    assert "late" in ex.known_fns
     state.on_executor(ex, [(m.DEEP, 1), (m.RETURNED, [late[m.T_ID]])])
     assert state.out == [(m.BLOCKED, 1)]
     assert late[m.T_ID] not in ex.assigned and "late" not in ex.known_fns
     state.dispatch()
-    [spare] = [e for e in state.executors if e.spare]
-    spare.proc, spare.pid = "process", 1000 + spare.serial
-    state.on_executor(spare, [(m.EXEC_READY,)])
-    state.dispatch()
-    [(_, sent)] = spare.outbox
+    [(_, sent)] = _spare_up(state).outbox
     assert sent[m.T_ID] == late[m.T_ID] and sent[m.T_BLOB] == b"late's blob"
 
 
@@ -607,16 +605,7 @@ def test_a_level_that_closes_keeps_its_cpu_lent_until_it_resumes():
     # lent; two such levels left it no room for subtasks, and a tree of nested
     # tasks hung (tree(5, 4) on two ranks in CI). The closing level lends its
     # CPU until BLOCKED -1, and is sent no more nested tasks meanwhile.
-    state = _started()
-    [ex] = state.executors
-    state.on_executor(ex, [(m.EXEC_READY,)])
-    state.task_arrived(spec())
-    state.dispatch()
-    state.on_executor(ex, [(m.BLOCKED, 1)])
-    state.task_arrived(spec())
-    state.dispatch()
-    assert len(ex.assigned) == 2                      # nested: sent before UNBLOCK
-    state.out = []
+    state, ex = _waiting_with_one_nested(spec())     # nested: sent before UNBLOCK
     state.on_executor(ex, [(m.UNBLOCK, 5)])
     assert ex.outbox[-1] == (m.REPLY, 5, None)
     assert state.out == []                            # still lent
