@@ -186,6 +186,16 @@ def test_chained_calls_prints_a_step_time():
     assert ms > 0, row
 
 
+def test_nested_tasks_prints_both_workloads():
+    cmd = [sys.executable, str(BENCH_DIR / "nested_tasks.py"), "--systems", "hpc_ray",
+           "--rounds", "1", "--reps", "1"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [ln for ln in res.stdout.splitlines() if "tasks/s |" in ln]
+    assert [r.split("|")[1].strip() for r in rows] == ["fib(12) tasks/s", "tree(5, 4) tasks/s"]
+    assert all(float(r.split("|")[2].replace(",", "")) > 0 for r in rows), res.stdout
+
+
 def test_collective_start_prints_every_window_of_both_systems():
     cmd = [sys.executable, str(BENCH_DIR / "collective_start.py"), "--windows", "3",
            "--ops", "5", "--size", "65536", "--repeat", "1"]
