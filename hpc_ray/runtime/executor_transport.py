@@ -342,8 +342,8 @@ class ExecutorTransport:
         they run: this task cannot go on meanwhile. Taken back first, the head
         counted this task on a CPU it could not use; one of them that waited
         for subtasks lent one CPU for two tasks, and with two such levels on a
-        rank the head had no room left for the subtasks (a CI run of a nested
-        task tree hung so)."""
+        rank the head had no room left for the subtasks (the likely cause of a
+        nested task tree's hang in CI)."""
         req = next(self.req_ids)
         self.emit((m.UNBLOCK, req))
         replies = self.replies
