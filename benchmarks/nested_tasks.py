@@ -82,9 +82,12 @@ def run_child(system: str, args) -> dict:
         cmd = [shutil.which("mpiexec") or "mpiexec", "-n", "3"] + cmd
     else:
         env["NESTED_EMBEDDED"] = "1"
+    cwd = None
     if system == "hpc_ray_base":
+        # Run from there too: executors start as ``python -m``, with the cwd first.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.base, env.get("PYTHONPATH")]))
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        cwd = args.base
+    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=900)
     for line in proc.stdout.splitlines():
         if line.startswith(MARK):
             return json.loads(line[len(MARK):])
