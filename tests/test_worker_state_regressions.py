@@ -18,15 +18,21 @@ def _started(cpus: int = 1, standby: bool = False) -> WorkerState:
     return state
 
 
-def test_calls_left_on_an_actor_that_exited_are_not_run_as_tasks():
-    # An actor calls exit() with a call queued behind: the head fails that call
-    # on ACTOR_DIED; when the process ends, the call must not be requeued as a
-    # task for the rank's CPU executors, nor the exit reported as a crash.
+def _actor_up() -> tuple[WorkerState, Executor]:
+    """Actor 1 up in an executor of its own (one CPU)."""
     state = _started()
     state.start_actor(spec(0, "Actor", actor=1), standby_alive=False)
     ex = state.actors[1]
     ex.proc, ex.pid = "process", 2000
     state.on_executor(ex, [(m.EXEC_READY,)])
+    return state, ex
+
+
+def test_calls_left_on_an_actor_that_exited_are_not_run_as_tasks():
+    # An actor calls exit() with a call queued behind: the head fails that call
+    # on ACTOR_DIED; when the process ends, the call must not be requeued as a
+    # task for the rank's CPU executors, nor the exit reported as a crash.
+    state, ex = _actor_up()
     call = spec(0, "method", actor=1)
     state.actor_call(call)
     state.on_executor(ex, [(m.ACTOR_DIED, 1, "exit() called in method", False)])
@@ -40,11 +46,7 @@ def test_calls_left_on_an_actor_that_exited_are_not_run_as_tasks():
 def test_an_actor_that_exits_while_a_thread_waits_gives_back_no_cpu():
     # An actor's waiting threads lend no CPU (LEND sends no BLOCKED): when the
     # actor then exits cleanly, its end must not give one back to the head.
-    state = _started()
-    state.start_actor(spec(0, "Actor", actor=1), standby_alive=False)
-    ex = state.actors[1]
-    ex.proc, ex.pid = "process", 2000
-    state.on_executor(ex, [(m.EXEC_READY,)])
+    state, ex = _actor_up()
     state.actor_call(spec(0, "method", actor=1))
     state.on_executor(ex, [(m.LEND, 1)])
     assert not [msg for msg in state.out if msg[0] == m.BLOCKED]

@@ -293,7 +293,6 @@ class ExecutorTransport:
                         # Each one run here would be one more level, past what
                         # Python's recursion limit allows when many come at once.
                         self.emit((m.RETURNED, [msg[1][m.T_ID]]))
-                        self.owner.flush()
                         continue
                     self.owner.handle(msg)
                     continue

@@ -304,8 +304,13 @@ class WorkerState:
                 _, delta = msg
                 self._lend(ex, kind, delta)
             elif kind == m.UNBLOCK:
-                _, req_id = msg
-                self._lend(ex, kind, req_id)
+                # That level's wait is over: no nested task goes to it after
+                # this; those sent before reach it ahead of the reply. Its CPU
+                # stays lent until it has run them (BLOCKED -1): it cannot go on
+                # before they end, and a task nested in it that waits too needs
+                # the head to count a CPU lent for each (room for its subtasks).
+                ex.closing += 1
+                self.send(ex, [(m.REPLY, msg[1], None)])
             elif kind == m.EXEC_READY:
                 ex.ready = True
                 if ex.actor_id is not None:
@@ -330,8 +335,6 @@ class WorkerState:
             ex.lending += n
         elif kind == m.DEEP:
             ex.deep += n
-        elif kind == m.UNBLOCK:
-            ex.closing += 1
         else:
             ex.blocked += n
             if n < 0 and ex.closing:
@@ -339,13 +342,6 @@ class WorkerState:
         delta = cpus_lent(ex) - was
         if delta:
             self.out.append((m.BLOCKED, delta))
-        if kind == m.UNBLOCK:
-            # No nested task goes to ``ex`` for this level after this; those sent
-            # before reach it ahead of the reply. Its CPU stays lent until it
-            # has run them (BLOCKED -1): it cannot go on before they end, and a
-            # task nested in it that waits too needs the head to count a CPU
-            # lent for each (the head's room for its subtasks).
-            self.send(ex, [(m.REPLY, n, None)])
 
     def _given_back(self, ex: Executor, task_ids: list) -> None:
         """Tasks sent to ``ex`` nested that it will not run (its main thread waits
