@@ -2,9 +2,13 @@
 
 Exceptions cross process boundaries (a task's error is stored as its result and
 re-raised by ``get`` in the driver), so each keeps its fields in ``args`` and
-pickles without custom state.
+pickles without custom state; the one exception is a ``TaskError`` that is also
+an instance of the task's exception class, whose ``args`` are the cause's and
+which pickles through ``__reduce__``.
 """
 from __future__ import annotations
+
+import types
 
 __all__ = [
     "RayError",
@@ -56,7 +60,10 @@ class TaskError(RayError):
         cause: the original exception, when it could be pickled.
 
     Other attributes are looked up on ``cause`` (as Ray's ``RayTaskError`` does), so
-    ``except MyError as e: e.code`` reads the task's ``MyError.code``.
+    ``except MyError as e: e.code`` reads the task's ``MyError.code``; the error that
+    is also an instance of the cause's class has the cause's ``args`` and built-in
+    fields too (``except KeyError as e: e.args[0]`` is the key, ``e.errno`` and
+    ``e.filename`` an ``OSError``'s).
     """
 
     def __init__(self, function_name: str = "", traceback_str: str = "",
@@ -119,7 +126,29 @@ def _also_instance_of(cls: type | None, fields: tuple) -> TaskError | None:
     err = _instantiate(_derived_class(cls))
     if err is not None:
         TaskError.__init__(err, *fields)
+        _take_cause_fields(err, fields[4])
     return err
+
+
+def _take_cause_fields(err: TaskError, cause: BaseException | None) -> None:
+    """Give ``err`` the cause's ``args`` and the fields that built-in exception types
+    keep in C slots (``OSError.errno``/``filename``, ``KeyError``'s key in ``args``,
+    ``SyntaxError.lineno``, ``ImportError.name``, ...): those exist on the derived
+    class, as None, so ``TaskError.__getattr__`` never forwards them."""
+    if cause is None:
+        return
+    err.args = cause.args
+    for klass in type(cause).__mro__:
+        if klass.__module__ != "builtins" or klass in (BaseException, object):
+            continue
+        for name, field in vars(klass).items():
+            if name.startswith("__") or not isinstance(
+                    field, (types.MemberDescriptorType, types.GetSetDescriptorType)):
+                continue
+            try:
+                setattr(err, name, getattr(cause, name))
+            except (AttributeError, TypeError, ValueError):
+                continue
 
 
 def _rebuild_task_error(cause_cls, fields):

@@ -98,3 +98,32 @@ def test_task_error_attribute_lookup_before_its_fields_are_set():
     bare = BaseException.__new__(derived)
     assert getattr(bare, "code", None) is None
     assert getattr(bare, "cause", None) is None
+
+
+def _raised(make):
+    try:
+        make()
+    except BaseException as e:   # noqa: BLE001 - the cause as a task would raise it
+        return e
+    raise AssertionError("nothing raised")
+
+
+@pytest.mark.parametrize("make,fields", [
+    (lambda: {}["k"], {"args": ("k",)}),
+    (lambda: open("/nonexistent-hpc-ray/x"),
+     {"errno": 2, "strerror": "No such file or directory", "filename": "/nonexistent-hpc-ray/x"}),
+    (lambda: compile("def (", "f.py", "exec"), {"filename": "f.py", "lineno": 1}),
+    (lambda: __import__("no_such_module_hpc_ray"), {"name": "no_such_module_hpc_ray"}),
+    (lambda: b"\xff".decode("utf-8"), {"encoding": "utf-8", "start": 0, "end": 1}),
+    (lambda: next(iter(())), {"args": ()}),
+], ids=["KeyError", "OSError", "SyntaxError", "ImportError", "UnicodeError", "StopIteration"])
+def test_task_error_has_the_causes_args_and_builtin_fields(make, fields):
+    """``except KeyError as e: e.args[0]`` is the key and ``e.filename`` an OSError's
+    file, as without hpc_ray: built-in exceptions keep these in C slots, which the
+    mixed class has too (as None), so they are copied, not forwarded."""
+    cause = _raised(make)
+    err = exc.TaskError("f", "tb", 1, "h", cause).as_instanceof_cause()
+    for copy in (err, roundtrip(err)):
+        assert isinstance(copy, type(cause))
+        assert {name: getattr(copy, name) for name in fields} == fields
+        assert copy.function_name == "f" and "f failed on worker rank 1" in str(copy)

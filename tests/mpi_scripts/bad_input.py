@@ -1,5 +1,5 @@
 """Bad input gives a clear exception in the caller, and the runtime keeps working."""
-import faulthandler, os
+import errno, faulthandler, os
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
 
 import pickle
@@ -256,6 +256,36 @@ with section("errors printed"):
     passed_on = [e["message"] for e in ray.errors() if e.get("function", "").endswith("downstream")]
     check(passed_on and all(m.startswith("task downstream failed before it ran;")
                             for m in passed_on), passed_on)
+
+
+@ray.remote
+def raises_builtin(kind):
+    if kind == "key":
+        return {}["E-KEY"]
+    if kind == "file":
+        return open("/nonexistent-hpc-ray/E-FILE")
+    raise StopIteration(7)
+
+
+def raised_by(kind, cls):
+    try:
+        ray.get(raises_builtin.remote(kind), timeout=30)
+    except cls as e:
+        return e
+    return None
+
+
+with section("built-in exceptions keep their fields"):
+    # `except KeyError as e: e.args[0]` is the missing key, as without hpc_ray;
+    # OSError's errno and filename and StopIteration's value live in C slots.
+    key = raised_by("key", KeyError)
+    check(key is not None and key.args == ("E-KEY",), key and key.args)
+    missing = raised_by("file", FileNotFoundError)
+    check(missing is not None and missing.errno == errno.ENOENT
+          and missing.filename == "/nonexistent-hpc-ray/E-FILE",
+          missing and (missing.errno, missing.filename))
+    stop = raised_by("stop", StopIteration)
+    check(stop is not None and stop.value == 7 and stop.args == (7,), stop and stop.args)
 
 ray.shutdown()
 ok("bad_input")
