@@ -84,6 +84,28 @@ def leave(ctx: Any, clean: bool = True) -> NoReturn:
     os_exit(0)
 
 
+def forked_child_ends(exc: BaseException | None) -> NoReturn:
+    """End a child that user code forked in a task and that came back out of the
+    task, returning (``exc`` None) or raising, instead of ending with ``os._exit``.
+    It ends as a forked Python process would, with the exit status of ``exc`` (0,
+    a ``SystemExit``'s code, or 1 after printing the traceback), and reports
+    nothing: the task, the socket and the buffers are its parent's, which goes on.
+    The parent's atexit handlers are not run here: they are the parent's clean-up."""
+    status = 0
+    if isinstance(exc, SystemExit):
+        if isinstance(exc.code, int):
+            status = exc.code
+        elif exc.code is not None:
+            print(exc.code, file=sys.stderr)
+            status = 1
+    elif exc is not None:
+        import traceback
+        traceback.print_exception(type(exc), exc, exc.__traceback__)
+        status = 1
+    _flush_output(None)
+    os_exit(status & 0xFF)
+
+
 def _drop_actor(ctx: Any) -> None:
     """Let go of the actor instance, so that its objects are finalized."""
     actor = ctx.actor

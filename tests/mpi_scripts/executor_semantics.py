@@ -341,6 +341,28 @@ def leaves_behind():
     return [child.pid, int(orphan)]
 
 
+@ray.remote(max_retries=0)
+def forks(child_ends):
+    """The parent's result, whatever the forked child does at the task's end."""
+    pid = os.fork()
+    if pid == 0:
+        if child_ends == "exit":
+            sys.exit(0)
+        if child_ends == "raise":
+            raise ValueError("raised in the forked child")
+        return "the child's"   # forgot os._exit
+    _, status = os.waitpid(pid, 0)
+    return ("the parent's", os.getpid(), os.waitstatus_to_exitcode(status))
+
+
+with section("a child forked in a task"):
+    # The child leaves as a forked Python process does, with its own status, and
+    # the task's result is the parent's.
+    for ends, status in (("exit", 0), ("raise", 1), ("return", 0)):
+        value = ray.get(forks.remote(ends), timeout=60)
+        check(value[0] == "the parent's" and value[2] == status, (ends, value))
+
+
 @ray.remote
 class Starter:
     def start(self):
