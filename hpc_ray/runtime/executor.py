@@ -47,6 +47,7 @@ from . import context, executor_exit, hooks, interrupts, peer_calls, taskspec, v
 from .caller import Caller
 from .executor_calls import ExecutorCallerHost
 from .executor_transport import ExecutorTransport, Output, noting_output
+from .nested_state import OuterState
 from .peer_server import PeerServer
 from .store import Arena
 from .task_failures import DepFailed, Where, failure_record, print_error
@@ -325,6 +326,8 @@ class ExecutorContext(context.ContextBase):
         if peer_call:
             Output.printed = False
         outer = self.current_task_name, self.current_task_id
+        # (A task run in another's wait: what it changes in the process is undone.)
+        outer_state = OuterState(self) if self.depth else None
         if outer[1] is None and self.peer is not None and self.actor_id is None:
             self.peer.new_task()
         self.current_task_name, self.current_task_id = name, tid
@@ -370,6 +373,8 @@ class ExecutorContext(context.ContextBase):
             if Output.lines_open:
                 Output.end_lines()
             self.current_task_name, self.current_task_id = outer
+            if outer_state is not None:
+                outer_state.restore(self)
             if pinning:
                 with transport.lock:
                     self.task_pins = outer_pins

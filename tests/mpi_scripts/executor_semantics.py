@@ -143,6 +143,33 @@ with section("timed get lends its CPU"):
 
 
 @ray.remote
+def moves_to(name):
+    os.makedirs(tmp_path(name), exist_ok=True)
+    os.chdir(tmp_path(name))
+    os.environ["HPC_RAY_TEST_PLACE"] = name
+    return os.getpid()
+
+
+@ray.remote
+def moves_then_waits(name):
+    os.makedirs(tmp_path(name), exist_ok=True)
+    os.chdir(tmp_path(name))
+    os.environ["HPC_RAY_TEST_PLACE"] = name
+    pids = ray.get([moves_to.remote(f"{name}-sub{i}") for i in range(4)], timeout=60)
+    return os.getpid() in pids, os.getcwd(), os.environ["HPC_RAY_TEST_PLACE"]
+
+
+with section("a task run in another's wait"):
+    # Both CPUs are taken by waiting tasks, so their subtasks run in the waiting
+    # processes; each subtask's chdir and environment are undone when it ends,
+    # as when it has a process of its own (Ray).
+    got = ray.get([moves_then_waits.remote("outer-a"), moves_then_waits.remote("outer-b")],
+                  timeout=90)
+    check([place[1:] for place in got] == [(os.path.realpath(tmp_path(name)), name)
+                                           for name in ("outer-a", "outer-b")], got)
+
+
+@ray.remote
 def thread_waits(n):
     out = []
     waiter = threading.Thread(target=lambda: out.append(
