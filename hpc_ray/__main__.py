@@ -1,4 +1,5 @@
-"""``mpiexec -n N python -m hpc_ray script.py [args]``: only rank 0 runs the script.
+"""``mpiexec -n N python -m hpc_ray script.py [args]``: only rank 0 runs the script
+(or ``-m module``, ``-c command``, ``-`` for standard input, as with ``python``).
 
 Like ``python -m mpi4py.futures``: worker ranks go straight into the worker loop
 and never import the script; rank 0 runs it as ``__main__`` (its ``init()``
@@ -13,15 +14,22 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+import types
+
+
+USAGE = "usage: mpiexec -n N python -m hpc_ray <script.py | -m module | -c command | -> [args...]\n"
 
 
 def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
-        sys.stderr.write("usage: mpiexec -n N python -m hpc_ray script.py [args...]\n")
+        sys.stderr.write(USAGE)
         sys.exit(2)
-    script = sys.argv[1]
-    if not os.path.exists(script):
-        sys.stderr.write(f"python -m hpc_ray: no such script: {script}\n")
+    first = sys.argv[1]
+    if first in ("-m", "-c") and len(sys.argv) < 3:
+        sys.stderr.write(f"python -m hpc_ray: argument expected for the {first} option\n{USAGE}")
+        sys.exit(2)
+    if first not in ("-m", "-c", "-") and not os.path.exists(first):
+        sys.stderr.write(f"python -m hpc_ray: no such script: {first}\n")
         sys.exit(2)
     from . import launch
     MPI = launch.mpi()
@@ -40,9 +48,31 @@ def main() -> None:
         _park_workers(world)
     from .runtime import script_env
     script_env.snapshot()
-    sys.argv = sys.argv[1:]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    runpy.run_path(script, run_name="__main__")
+    run_main(sys.argv[1:])
+
+
+def run_main(args: list[str]) -> None:
+    """Run what ``args`` name as ``__main__``, with ``sys.argv`` and ``sys.path[0]``
+    as ``python`` itself sets them (and ``python -m mpi4py.futures``): a script
+    (``__file__`` absolute, as Python 3.9+ makes it), ``-m module``, ``-c
+    command`` or ``-`` (the program on standard input, which the launcher gives
+    rank 0)."""
+    first = args[0]
+    if first == "-m":
+        sys.argv = ["-m"] + args[2:]   # run_module puts the module's file first
+        sys.path.insert(0, os.getcwd())
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    elif first in ("-c", "-"):
+        source, filename = (args[1], "<string>") if first == "-c" else (sys.stdin.read(), "<stdin>")
+        sys.argv = [first] + args[2 if first == "-c" else 1:]
+        sys.path.insert(0, "")
+        main_module = types.ModuleType("__main__")
+        sys.modules["__main__"] = main_module
+        exec(compile(source, filename, "exec"), main_module.__dict__)
+    else:
+        sys.argv = args
+        sys.path.insert(0, os.path.dirname(os.path.abspath(first)))
+        runpy.run_path(os.path.abspath(first), run_name="__main__")
 
 
 if __name__ == "__main__":

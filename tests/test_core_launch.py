@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shlex
 import sys
 
 import pytest
 
-from conftest import MODES, NONZERO, REPO_ROOT, SCRIPTS_DIR, run_mpi
+from conftest import MODES, NONZERO, REPO_ROOT, SCRIPTS_DIR, get_mpiexec, run_mpi
 
 pytestmark = pytest.mark.mpi
 
@@ -144,6 +145,28 @@ def test_driver_environ_reaches_tasks_and_actors(run, mode):
     values = result.assert_ok("driver_environ")
     assert values["task_env"]["MY_SETTING"] == "from-driver"
     assert values["actor_env_in_rank_True"]["HPC_RAY_TEST_ENV_DELETED"] is None
+
+
+@pytest.mark.parametrize("how", ["-m", "-c", "-"])
+def test_module_mode_takes_a_module_a_command_or_stdin(run, how):
+    # What python (and python -m mpi4py.futures) take: a module on sys.path (the
+    # rank scripts' folder is), a command, or the program on standard input.
+    script = SCRIPTS_DIR / "launch_basic.py"
+    source = {"-m": ["-m", "launch_basic"],
+              "-c": ["-c", f"exec(compile(open({str(script)!r}).read(), 'launch_basic', 'exec'))"],
+              "-": ["-"]}[how]
+    mpi = get_mpiexec()
+    if mpi is None:
+        pytest.skip("no mpiexec found")
+    argv = [*mpi.command(3), sys.executable, "-m", "hpc_ray", *source,
+            "alpha", "--beta=1"]
+    cmd = argv if how != "-" else ["bash", "-c", f"{shlex.join(argv)} < {shlex.quote(str(script))}"]
+    result = run("launch_basic.py", 3, mode="module", cmd=cmd, timeout=90)
+    values = result.assert_ok("launch_basic")
+    assert result.stdout.count("BEFORE_INIT") == 1, result.output()
+    assert values["argv"] == ["alpha", "--beta=1"]
+    assert values["argv0"] == {"-m": "launch_basic.py", "-c": "-c", "-": "-"}[how]
+    assert values["concurrent_workers"] == 2
 
 
 def test_hpc_ray_run_cli(run):
