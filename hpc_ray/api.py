@@ -260,9 +260,11 @@ def remote(*args, **kwargs):
     def make(obj, options):
         if inspect.isclass(obj):
             return ActorClass(obj, options)
-        if callable(obj):
+        if inspect.isroutine(obj):
             return RemoteFunction(obj, options)
-        raise TypeError(f"@remote takes a function or a class, got {type(obj).__name__}")
+        # (Ray 0.7's words; a functools.partial or a callable instance is neither.)
+        raise TypeError("The @ray.remote decorator must be applied to either a function or "
+                        f"to a class, got {type(obj).__name__} (wrap it in a def)")
 
     if len(args) == 1 and not kwargs and (callable(args[0]) or inspect.isclass(args[0])):
         return make(args[0], {})

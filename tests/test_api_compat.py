@@ -6,6 +6,7 @@ exit() in tasks and actors, init(num_cpus=0), local mode, profile categories, an
 driver started without mpiexec on PATH."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -59,6 +60,21 @@ def test_first_contact_without_mpiexec_on_path(run, case):
 def test_remote_with_empty_parentheses_is_rejected():
     with pytest.raises(TypeError, match="parentheses"):
         ray.remote()
+
+
+class _Callable:
+    def __call__(self, x):
+        return x
+
+
+@pytest.mark.parametrize("obj", [functools.partial(max, 1), _Callable()],
+                         ids=["partial", "callable instance"])
+def test_remote_of_a_callable_that_is_no_function_is_rejected(obj):
+    # Ray 0.7's check and words (it was an AttributeError: no '__name__').
+    with pytest.raises(TypeError, match="must be applied to either a function or to a class"):
+        ray.remote(obj)
+    with pytest.raises(TypeError, match="must be applied to either a function or to a class"):
+        ray.remote(num_cpus=1)(obj)
 
 
 def test_typed_remote_of_ray_first_api_sets_the_returns():
