@@ -11,7 +11,7 @@ from .remote_function import (_new_id, arg_check, check_options, num_returns_fro
 from .runtime import context
 from .runtime.taskspec import build_spec, method_meta as _method_meta
 from .transport import messages as m
-from .transport.serialization import dumps, register_by_name
+from .transport.serialization import dumps_definition, register_by_name
 
 #: Options an actor class accepts (0.7 names and modern ones).
 ACTOR_OPTIONS = ("num_cpus", "num_gpus", "resources", "max_restarts", "max_reconstructions",
@@ -176,11 +176,7 @@ class ActorClass:
             raise ValueError(f"max_restarts must be an int >= -1, got {restarts!r}")
         task_retries = opts.get("max_task_retries", 0)
         if self._blob is None:
-            try:
-                self._blob = dumps(self._cls)
-            except Exception as exc:
-                raise TypeError(f"could not serialize actor class {self.__name__}: "
-                                f"{type(exc).__name__}: {exc}") from exc
+            self._blob = dumps_definition(self._cls, "actor class", self.__name__, stacklevel=3)
         actor_id = _new_id()
         ctx.register_function(self._class_id, self._cls)
         keep: list = []

@@ -9,7 +9,7 @@ from typing import Any, Callable
 from .runtime import context
 from .runtime.taskspec import build_spec
 from .transport import messages as m
-from .transport.serialization import dumps
+from .transport.serialization import dumps_definition
 
 #: Options a remote function accepts (Ray 0.7 names and the modern ones).
 FUNCTION_OPTIONS = ("num_returns", "num_return_vals", "num_cpus", "num_gpus", "resources",
@@ -203,11 +203,8 @@ class RemoteFunction:
             return None
         ctx.register_function(self._fn_id, self._function)  # local mode calls it directly
         if self._blob is None:
-            try:
-                self._blob = dumps(self._function)
-            except Exception as exc:
-                raise TypeError(f"could not serialize remote function {self._name}: "
-                                f"{type(exc).__name__}: {exc}") from exc
+            self._blob = dumps_definition(self._function, "remote function", self._name,
+                                          stacklevel=4)
         return self._blob
 
     def remote(self, *args, **kwargs):

@@ -122,3 +122,38 @@ def test_an_instance_of_a_slotted_class_sent_by_value_comes_back(tmp_path):
                              capture_output=True, timeout=60, check=True)
         back = pickle.loads(out.stdout)
         assert type(back) is mod.Slotted and (back.a, back.b) == (1, 2)
+
+
+def test_a_large_remote_function_or_actor_class_is_warned_of():
+    """Ray 0.7 warns of a definition over 10 MB pickled: most often a large array
+    that it refers to, sent to every process that runs it."""
+    import warnings
+
+    import numpy as np
+
+    import hpc_ray as ray
+
+    big = np.ones(11 * 10 ** 6 // 8)
+
+    def uses_big():
+        return float(big[0])
+
+    class HoldsBig:
+        def first(self):
+            return float(big[0])
+
+    def small():
+        return 1
+
+    ray.init(local_mode=True)
+    try:
+        with pytest.warns(UserWarning, match=r"remote function \S*uses_big has size \d+ when "
+                                             r"pickled.*large array"):
+            assert ray.get(ray.remote(uses_big).remote()) == 1.0
+        with pytest.warns(UserWarning, match=r"actor class \S*HoldsBig has size \d+"):
+            assert ray.get(ray.remote(HoldsBig).remote().first.remote()) == 1.0
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert ray.get(ray.remote(small).remote()) == 1
+    finally:
+        ray.shutdown()

@@ -151,6 +151,31 @@ def dumps(value: Any) -> bytes:
     return _cloudpickle_dumps(value)
 
 
+#: A remote function or actor class larger than this, pickled, is warned of
+#: (Ray 0.7's PICKLE_OBJECT_WARNING_SIZE).
+DEFINITION_WARNING_BYTES = 10 ** 7
+
+
+def dumps_definition(obj: Any, kind: str, name: str, stacklevel: int) -> bytes:
+    """Pickle a remote function or actor class (``kind``, e.g. "remote function"):
+    a ``TypeError`` naming it if that fails, and a warning if it is large, as Ray
+    0.7 gives. It goes to every process that runs it, so a large one is most often
+    a large array or model its definition refers to. ``stacklevel``: the user's
+    call that sends it, for the warning."""
+    try:
+        blob = _cloudpickle_dumps(obj)
+    except Exception as exc:
+        raise TypeError(f"could not serialize {kind} {name}: "
+                        f"{type(exc).__name__}: {exc}") from exc
+    if len(blob) > DEFINITION_WARNING_BYTES:
+        import warnings
+        warnings.warn(f"The {kind} {name} has size {len(blob)} when pickled, and every "
+                      f"process that runs it loads it. This may mean that its definition "
+                      f"uses a large array or other object; pass that as an argument or "
+                      f"put() it once and pass the ref.", stacklevel=stacklevel)
+    return blob
+
+
 loads = pickle.loads
 
 
