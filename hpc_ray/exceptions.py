@@ -94,8 +94,10 @@ class TaskError(RayError):
         return getattr(cause, name)
 
     def as_instanceof_cause(self) -> "TaskError":
-        """Return a copy that is also an instance of the original exception class."""
-        cls = type(self.cause) if self.cause is not None else None
+        """Return a copy that is also an instance of the original exception class
+        (for a task that failed in ``get``, the class its subtask raised)."""
+        root = _root_cause(self.cause)
+        cls = type(root) if root is not None else None
         if cls is None or isinstance(self, cls):
             return self
         err = _also_instance_of(cls, (self.function_name, self.traceback_str, self.rank,
@@ -108,6 +110,14 @@ RayTaskError = TaskError
 
 
 _DERIVED: dict[type, type] = {}
+
+
+def _root_cause(cause: BaseException | None) -> BaseException | None:
+    """What a chain of tasks failing in ``get`` started from: the error of the
+    innermost task, not the TaskError each level above wraps it in."""
+    while isinstance(cause, TaskError) and cause.cause is not None:
+        cause = cause.cause
+    return cause
 
 
 def _can_subclass(cls: type) -> bool:
@@ -126,7 +136,7 @@ def _also_instance_of(cls: type | None, fields: tuple) -> TaskError | None:
     err = _instantiate(_derived_class(cls))
     if err is not None:
         TaskError.__init__(err, *fields)
-        _take_cause_fields(err, fields[4])
+        _take_cause_fields(err, _root_cause(fields[4]))
     return err
 
 
@@ -184,7 +194,7 @@ def _derived_class(cls: type) -> type:
     derived = _DERIVED.get(cls)
     if derived is None:
         def __reduce__(self):
-            return (_rebuild_task_error, (type(self.cause), (
+            return (_rebuild_task_error, (type(_root_cause(self.cause)), (
                 self.function_name, self.traceback_str, self.rank, self.host,
                 _portable_cause(self.cause))))
 

@@ -127,3 +127,13 @@ def test_task_error_has_the_causes_args_and_builtin_fields(make, fields):
         assert isinstance(copy, type(cause))
         assert {name: getattr(copy, name) for name in fields} == fields
         assert copy.function_name == "f" and "f failed on worker rank 1" in str(copy)
+
+
+def test_task_error_of_a_task_that_failed_in_get_is_also_the_subtasks_class():
+    """A task whose get() raised the TaskError(KeyError) of its subtask fails with
+    that error as its cause: the driver's error is a KeyError too, with its key."""
+    inner = exc.TaskError("inner", "tb", 1, "h", KeyError("k")).as_instanceof_cause()
+    outer = exc.TaskError("outer", "tb2", 2, "h", roundtrip(inner)).as_instanceof_cause()
+    for copy in (outer, roundtrip(outer), roundtrip(roundtrip(outer))):
+        assert isinstance(copy, exc.TaskError) and isinstance(copy, KeyError)
+        assert copy.args == ("k",) and copy.function_name == "outer" and copy.rank == 2

@@ -267,9 +267,14 @@ def raises_builtin(kind):
     raise StopIteration(7)
 
 
-def raised_by(kind, cls):
+@ray.remote
+def gets_builtin(kind):
+    return ray.get(raises_builtin.remote(kind), timeout=30)
+
+
+def raised_by(kind, cls, task=raises_builtin):
     try:
-        ray.get(raises_builtin.remote(kind), timeout=30)
+        ray.get(task.remote(kind), timeout=30)
     except cls as e:
         return e
     return None
@@ -286,6 +291,10 @@ with section("built-in exceptions keep their fields"):
           missing and (missing.errno, missing.filename))
     stop = raised_by("stop", StopIteration)
     check(stop is not None and stop.value == 7 and stop.args == (7,), stop and stop.args)
+    # Raised in a subtask that a task waited for: the same class and args.
+    deeper = raised_by("key", KeyError, gets_builtin)
+    check(deeper is not None and deeper.args == ("E-KEY",)
+          and deeper.function_name.endswith("gets_builtin"), deeper and deeper.args)
 
 ray.shutdown()
 ok("bad_input")
