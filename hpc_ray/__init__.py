@@ -18,8 +18,13 @@ from .api import (as_completed, available_resources, cluster_resources, error_in
                   tasks, timeline, wait)
 from .preempt import on_preempt
 from .reusable import Reusable, reusables
+from .runtime import launched as _launched
 from .runtime.context import ObjectRef
 from .worker import LOCAL_MODE, SCRIPT_MODE, WORKER_MODE
+
+# A rank of a launch notes so, before user code can start processes that inherit
+# its launcher's variables (runtime/launched.py).
+_launched.mark_rank()
 
 ObjectID = ObjectRef
 

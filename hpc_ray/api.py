@@ -176,7 +176,7 @@ def _warn_ignored(given: dict) -> None:
 def _launched_world():
     """COMM_WORLD where this process is one of several ranks of a launch, else
     None (a plain ``python`` run: local mode starts no MPI)."""
-    if "mpi4py.MPI" not in sys.modules and not launch.under_launcher():
+    if "mpi4py.MPI" not in sys.modules and not launch.launched.under_launcher():
         return None
     world = launch.mpi().COMM_WORLD
     return world if world.Get_size() > 1 else None

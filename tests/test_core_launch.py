@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shlex
+import subprocess
 import sys
 
 import pytest
@@ -169,6 +170,42 @@ def test_module_mode_takes_a_module_a_command_or_stdin(run, how):
     assert values["concurrent_workers"] == 2
 
 
+@pytest.mark.parametrize("mode", ["mpiexec", "module", "embedded"])
+def test_a_drivers_child_that_starts_a_session_is_a_driver_of_its_own(run, mode):
+    # The child inherits the rank's launcher variables: taken for a rank of the
+    # launch, its MPI_Init aborted (a pool replaced its dead workers for ever).
+    result = run("child_driver.py", 3, mode=mode, timeout=120)
+    values = result.assert_ok("child_driver")
+    assert values["pool"] == [9, 16]
+    assert "PMI_Init returned" not in result.output(), result.output()
+
+
+def test_launcher_variables_inherited_from_a_rank_are_not_a_launch(tmp_path):
+    # What a process sees with a rank's variables: its own (a launcher process
+    # stands between it and the rank: a launch started below it) or inherited.
+    ask = "from hpc_ray.runtime import launched; print(launched.under_launcher())"
+    sibling = subprocess.Popen(["sleep", "30"])
+    fake_launcher = tmp_path / "mpiexec-of-a-test"
+    fake_launcher.symlink_to(sys.executable)
+    try:
+        def under_launcher(marked_pid, through=None):
+            env = {**os.environ, "PMI_RANK": "0", "HPC_RAY_LAUNCHED_PID": str(marked_pid)}
+            cmd = [sys.executable, "-c", ask]
+            if through is not None:   # a python named as a launcher, which runs cmd
+                cmd = [through, "-c", f"import subprocess, sys; "
+                                      f"sys.exit(subprocess.run({cmd!r}).returncode)"]
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            return out.stdout.strip()
+
+        assert under_launcher(os.getpid()) == "False"          # a child of the rank
+        assert under_launcher(os.getpid(), str(fake_launcher)) == "True"
+        assert under_launcher(sibling.pid) == "True"           # not its rank's descendant
+    finally:
+        sibling.kill()
+        sibling.wait()
+
+
 def test_hpc_ray_run_cli(run):
     if importlib.util.find_spec("hpc_ray.cli") is None and not (
             REPO_ROOT / "hpc_ray" / "cli.py").exists():
@@ -191,9 +228,9 @@ def test_only_a_launchers_rank_variables_say_a_process_was_launched(monkeypatch,
     # confine_network sets OMPI_MCA_btl_tcp_if_include in the driver: a python
     # started from it (or after it) was taken for a launched rank, and an
     # embedded driver left MPI_Finalize to mpi4py.
-    from hpc_ray.runtime import launch
+    from hpc_ray.runtime import launched as launched_module
     for key in list(os.environ):
         if key.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_")):
             monkeypatch.delenv(key)
     monkeypatch.setenv(variable, "1")
-    assert launch.under_launcher() is launched
+    assert launched_module.under_launcher() is launched

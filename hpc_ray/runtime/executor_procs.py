@@ -19,11 +19,8 @@ from ..transport import messages as m
 from ..transport.channel import Channel
 from . import strays
 from .executor_record import Executor
+from .launched import LAUNCHER_PREFIXES
 
-#: Environment variables of the MPI launcher that an executor must not see: with
-#: them, an ``import mpi4py.MPI`` in user code would try to join the job as a rank.
-_LAUNCHER_ENV_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPIR_", "MPICH_INTERFACE",
-                          "PALS_", "I_MPI_HYDRA")
 
 #: Bytes read from an executor's stdout/stderr at once.
 OUTPUT_CHUNK = 1 << 16
@@ -84,7 +81,8 @@ class ExecutorPool:
     def start(self, ex: Executor) -> None:
         """Start the process of ``ex`` (a record of the rank's state)."""
         parent_sock, child_sock = socket.socketpair()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_ENV_PREFIXES)}
+        # (An import of mpi4py.MPI in user code must not join the job as a rank.)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_PREFIXES)}
         env[strays.MARK] = self.stray_mark
         env["HPC_RAY_EXECUTOR_CONFIG"] = json.dumps({
             "fd": child_sock.fileno(), "arena_fd": self.arena.fd,

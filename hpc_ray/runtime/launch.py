@@ -31,6 +31,7 @@ import sys
 import termios
 
 from .. import _config
+from . import launched
 
 logger = logging.getLogger(__name__)
 
@@ -97,14 +98,7 @@ def _single_node() -> bool:
             return env[local] == env[total]
     if "SLURM_STEP_NUM_NODES" in env or "SLURM_NNODES" in env:
         return env.get("SLURM_STEP_NUM_NODES", env.get("SLURM_NNODES")) == "1"
-    return not under_launcher()
-
-
-def under_launcher() -> bool:
-    """Whether a launcher (mpiexec, srun with an MPI plugin) started this process:
-    the variables it gives each rank, not settings (``OMPI_MCA_*``, which
-    ``confine_network`` sets, or a user's ``HYDRA_*`` for mpiexec)."""
-    return any(k.startswith(("PMI_", "PMIX_", "OMPI_COMM_WORLD_")) for k in os.environ)
+    return not launched.under_launcher()
 
 
 def confine_network() -> None:
@@ -137,7 +131,9 @@ def mpi():
     A process that starts MPI without a launcher (an embedded driver) calls
     MPI_Finalize itself, at exit (``finalize_at_exit``), instead of mpi4py.
     """
-    singleton = "mpi4py.MPI" not in sys.modules and not under_launcher()
+    singleton = "mpi4py.MPI" not in sys.modules and not launched.under_launcher()
+    if singleton and any(k.startswith(launched.RANK_PREFIXES) for k in os.environ):
+        launched.drop_inherited()   # (a process a rank started: not one of its ranks)
     confine_network()
     import mpi4py
     mpi4py.rc.recv_mprobe = True
