@@ -18,7 +18,7 @@ from .actors import ActorClass, ActorHandle, get_actor, kill, method  # noqa: F4
 from .custom_serializers import register_custom_serializer  # noqa: F401
 from .exceptions import RayError
 from .remote_function import RemoteFunction
-from .runtime import context
+from .runtime import context, launched
 from .runtime.context import ObjectRef
 from .transport.serialization import dumps
 
@@ -176,7 +176,7 @@ def _warn_ignored(given: dict) -> None:
 def _launched_world():
     """COMM_WORLD where this process is one of several ranks of a launch, else
     None (a plain ``python`` run: local mode starts no MPI)."""
-    if "mpi4py.MPI" not in sys.modules and not launch.launched.under_launcher():
+    if "mpi4py.MPI" not in sys.modules and not launched.under_launcher():
         return None
     world = launch.mpi().COMM_WORLD
     return world if world.Get_size() > 1 else None
