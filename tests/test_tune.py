@@ -210,6 +210,26 @@ def test_pbt_explore():
     assert out == {"lr": 5.0, "extra": 1}
 
 
+@pytest.mark.parametrize("population,fraction,exploit", [(5, 0.25, 2), (10, 0.25, 3),
+                                                          (7, 0.25, 2), (4, 0.5, 2), (3, 0.5, 1)])
+def test_pbt_quantiles_round_up_as_rays(population, fraction, exploit):
+    # Ray: ceil(n * quantile_fraction) trials at the bottom and at the top (at
+    # most half): 5 trials at 0.25 exploit 2, not round(1.25) = 1.
+    from hpc_ray.tune.schedulers import PopulationBasedTraining
+    from hpc_ray.tune.trial import Trial
+
+    pbt = PopulationBasedTraining(time_attr="t", metric="m", perturbation_interval=10 ** 9,
+                                  quantile_fraction=fraction, hyperparam_mutations={"x": [1]})
+    trials = [Trial("f", {"i": i}) for i in range(population)]
+    runner = _Runner(trials)
+    for i, trial in enumerate(trials):
+        pbt.on_trial_add(runner, trial)
+        pbt.on_trial_result(runner, trial, {"t": 1, "m": float(i)})
+    lower, upper = pbt._quantiles()
+    assert [t.config["i"] for t in lower] == list(range(exploit))
+    assert [t.config["i"] for t in upper] == list(range(population - exploit, population))
+
+
 def test_status_table_lists_trials_by_state():
     from hpc_ray.tune.progress import ProgressReporter
     from hpc_ray.tune.schedulers import FIFOScheduler

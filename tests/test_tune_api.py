@@ -533,6 +533,39 @@ class _Runner:
         return True
 
 
+def test_a_searcher_whose_on_trial_complete_skips_super_still_gets_every_trial(tmp_path):
+    # Ray 0.7's searchers override on_trial_complete without super() (its base
+    # kept no count): the run stopped at max_concurrent trials and hung.
+    from hpc_ray import tune
+    from hpc_ray.tune.suggest import SuggestionAlgorithm
+
+    class Learns(SuggestionAlgorithm):
+        def __init__(self):
+            super().__init__(max_concurrent=2)
+            self.n, self.heard = 0, []
+
+        def _suggest(self, trial_id):
+            self.n += 1
+            return {"x": self.n}
+
+        def on_trial_complete(self, trial_id, result=None, error=False, early_terminated=False):
+            self.heard.append(result["x"])
+
+    def trainable(config, reporter):
+        reporter(x=config["x"], done=True)
+
+    import hpc_ray as ray
+
+    searcher = Learns()
+    ray.init(local_mode=True)
+    try:
+        trials = tune.run(trainable, num_samples=5, search_alg=searcher, verbose=0,
+                          local_dir=str(tmp_path))
+    finally:
+        ray.shutdown()
+    assert len(trials) == 5 and sorted(searcher.heard) == [1, 2, 3, 4, 5]
+
+
 def test_median_rule_compares_with_trials_that_reached_the_same_time():
     from hpc_ray.tune.schedulers import MedianStoppingRule, TrialScheduler
 

@@ -47,6 +47,7 @@ from .progress import ProgressReporter
 from .resources import actor_options as _actor_options, demand as _demand, fits as _fits, held as _held
 from .resources import shape as _shape
 from .schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
+from .suggest.search import tell_complete
 from .trainable import unpack_dir
 from .trial import Trial, _jsonable
 from .trial_actor import TrialActor
@@ -410,7 +411,7 @@ class TrialRunner:
                 self.save_trial(trial)
             self._export(trial)
             self._scheduler.on_trial_complete(self, trial, result)
-            self._search_alg.on_trial_complete(trial.trial_id, result=result)
+            tell_complete(self._search_alg, trial.trial_id, result=result)
             self._finish(trial, Trial.TERMINATED)
             return False
         decision = self._scheduler.on_trial_result(self, trial, result)
@@ -438,7 +439,7 @@ class TrialRunner:
             if trial.checkpoint_at_end and checkpoint is None and not self._is_function(trial):
                 self.save_trial(trial)
             self._export(trial)
-            self._search_alg.on_trial_complete(trial.trial_id, result=result)
+            tell_complete(self._search_alg, trial.trial_id, result=result)
             self._finish(trial, Trial.TERMINATED)
             return False
         raise TuneError(f"unknown scheduler decision {decision!r} "
@@ -472,7 +473,7 @@ class TrialRunner:
         trial.status = Trial.ERROR
         self._record(trial)
         self._scheduler.on_trial_error(self, trial)
-        self._search_alg.on_trial_complete(trial.trial_id, error=True)
+        tell_complete(self._search_alg, trial.trial_id, error=True)
 
     # --- actors and checkpoints -----------------------------------------------------
 

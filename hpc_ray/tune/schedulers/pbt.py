@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import random
 from typing import Callable
 
@@ -134,7 +135,7 @@ class PopulationBasedTraining(FIFOScheduler):
         scored.sort(key=lambda t: self._state[t].last_score)
         if len(scored) <= 1 or self._quantile == 0:
             return [], []
-        n = max(1, int(round(len(scored) * self._quantile)))
+        n = math.ceil(len(scored) * self._quantile)   # (Ray's rounding: up)
         n = min(n, len(scored) // 2)
         if n == 0:
             return [], []

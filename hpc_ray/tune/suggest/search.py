@@ -6,7 +6,7 @@ import copy
 from ..sample import generate_variants
 from ..trial import Trial
 
-__all__ = ["SearchAlgorithm", "SuggestionAlgorithm"]
+__all__ = ["SearchAlgorithm", "SuggestionAlgorithm", "tell_complete"]
 
 
 class SearchAlgorithm:
@@ -128,6 +128,17 @@ class SuggestionAlgorithm(SearchAlgorithm):
 
     def _on_complete(self, trial_id: str, result: dict | None, error: bool) -> None:
         pass
+
+
+def tell_complete(search_alg: SearchAlgorithm, trial_id: str, **how) -> None:
+    """Tell ``search_alg`` that a trial ended (``how``: ``result=``, ``error=``),
+    freeing its place under ``max_concurrent`` first: a subclass whose
+    ``on_trial_complete`` is written as Ray 0.7's, without ``super()`` (0.7's base
+    kept no count), must not keep it taken; new trials stopped at the limit."""
+    live = getattr(search_alg, "_live", None)
+    if live is not None:
+        live.discard(trial_id)
+    search_alg.on_trial_complete(trial_id, **how)
 
 
 def _short(value) -> str:
