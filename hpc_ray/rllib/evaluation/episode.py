@@ -5,6 +5,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 __all__ = ["MultiAgentEpisode", "RolloutMetrics"]
 
 
@@ -45,10 +47,16 @@ class MultiAgentEpisode:
         self._policies = policies
         self._policy_mapping_fn = policy_mapping_fn
         self._agent_to_policy: dict = {}
+        # agent id -> value; the sampler writes these dicts directly (hot loop).
         self._last_obs: dict = {}
+        self._last_raw_obs: dict = {}
         self._last_actions: dict = {}
+        self._prev_actions: dict = {}
         self._last_infos: dict = {}
         self._last_rewards: dict = {}
+        self._prev_rewards: dict = {}
+        self._rnn_state: dict = {}
+        self._last_pi_info: dict = {}
 
     def policy_for(self, agent_id) -> str:
         """The policy id that controls ``agent_id`` (fixed for the episode)."""
@@ -79,8 +87,20 @@ class MultiAgentEpisode:
             self.total_reward += r
             key = (agent_id, self.policy_for(agent_id))
             self.agent_rewards[key] = self.agent_rewards.get(key, 0.0) + r
+            self._prev_rewards[agent_id] = self._last_rewards.get(agent_id, 0.0)
             self._last_rewards[agent_id] = r
 
     def _metrics(self) -> RolloutMetrics:
         return RolloutMetrics(self.length, self.total_reward, dict(self.agent_rewards),
                               dict(self.custom_metrics))
+
+
+def zero_action(space):
+    """Zeros shaped like an action of ``space``: the previous action an agent
+    has before its first (Ray 0.7 ``last_action_for`` at t=0)."""
+    name = type(space).__name__
+    if name == "Discrete":
+        return np.int64(0)
+    if name in ("Box", "MultiDiscrete", "MultiBinary"):
+        return np.zeros(space.shape, space.dtype)
+    return np.zeros_like(np.asarray(space.sample()))

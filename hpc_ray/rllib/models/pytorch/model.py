@@ -31,7 +31,7 @@ class TorchModel(nn.Module):
         obs = input_dict["obs"]
         if obs.dim() > 2 and len(getattr(self.obs_space, "shape", ())) <= 1:
             obs = obs.reshape(obs.shape[0], -1)
-        input_dict = dict(input_dict)
+        input_dict = input_dict.copy()  # a LazyInputDict stays lazy
         input_dict["obs"] = obs.float()
         return self._forward(input_dict, hidden_state)
 

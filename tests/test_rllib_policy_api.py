@@ -1,0 +1,105 @@
+"""Ray 0.7's documented Policy, model and episode interfaces, in-process.
+
+What the sampler passes to ``compute_actions`` (RNN state, previous actions and
+rewards, infos, episodes) and records in the batch, Dict observations reaching
+a custom model unflattened, ``MultiAgentEpisode``'s accessors, ``soft_horizon``
+and the like. Each test runs a ``RolloutWorker`` or a ``num_workers=0``
+trainer for a few steps.
+"""
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from hpc_ray.rllib.evaluation import MultiAgentEpisode, RolloutWorker
+from hpc_ray.rllib.policy.policy import Policy
+
+
+class CountEnv(gym.Env):
+    """obs = reward = info["t"] = the step count; episodes of ``length`` steps."""
+
+    observation_space = gym.spaces.Box(0.0, 100.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, config=None) -> None:
+        self.length = (config or {}).get("length", 5)
+        self.resets = 0
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        self.resets += 1
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        done = self.t >= self.length
+        return np.array([self.t], np.float32), float(self.t), done, False, {"t": self.t}
+
+
+class CounterPolicy(Policy):
+    """The docs' CustomPolicy ("RLlib Concepts"): the required ``state_batches``
+    argument, one RNN state that counts the episode's steps."""
+
+    def __init__(self, observation_space, action_space, config) -> None:
+        Policy.__init__(self, observation_space, action_space, config)
+        self.calls: list[dict] = []
+
+    def get_initial_state(self):
+        return [np.zeros(1, np.float32)]
+
+    def compute_actions(self, obs_batch, state_batches, prev_action_batch=None,
+                        prev_reward_batch=None, info_batch=None, episodes=None, **kwargs):
+        self.calls.append({"state": np.array(state_batches[0]),
+                           "prev_action": list(prev_action_batch),
+                           "prev_reward": list(prev_reward_batch),
+                           "info": list(info_batch), "episodes": list(episodes)})
+        state = np.asarray(state_batches[0])
+        actions = (state[:, 0] % 2).astype(np.int64)
+        return actions, [state + 1], {"custom_col": [7] * len(obs_batch)}
+
+    def get_weights(self):
+        return {}
+
+    def set_weights(self, weights):
+        pass
+
+
+def test_sampler_passes_and_records_state_prev_actions_rewards_infos_episodes():
+    worker = RolloutWorker(lambda c: CountEnv(c), CounterPolicy, batch_steps=10)
+    batch = worker.sample()
+    # Two 5-step episodes: the state restarts from get_initial_state() at each.
+    assert batch["state_in_0"][:, 0].tolist() == [0, 1, 2, 3, 4] * 2
+    assert batch["state_out_0"][:, 0].tolist() == [1, 2, 3, 4, 5] * 2
+    assert batch["actions"].tolist() == [0, 1, 0, 1, 0] * 2
+    assert batch["prev_actions"].tolist() == [0, 0, 1, 0, 1] * 2
+    assert batch["rewards"].tolist() == [1, 2, 3, 4, 5] * 2
+    assert batch["prev_rewards"].tolist() == [0, 1, 2, 3, 4] * 2
+    assert [i["t"] for i in batch["infos"]] == [1, 2, 3, 4, 5] * 2
+    assert batch["custom_col"].tolist() == [7] * 10
+    calls = worker.get_policy().calls
+    assert [c["prev_action"][0] for c in calls[:5]] == [0, 0, 1, 0, 1]
+    assert [c["prev_reward"][0] for c in calls[:5]] == [0, 1, 2, 3, 4]
+    assert calls[0]["info"] == [{}] and calls[3]["info"] == [{"t": 3}]
+    assert isinstance(calls[0]["episodes"][0], MultiAgentEpisode)
+    assert calls[0]["episodes"][0] is calls[4]["episodes"][0]
+    assert calls[5]["episodes"][0] is not calls[4]["episodes"][0]
+
+
+def test_truncated_trajectories_carry_prev_action_and_state_across_batches():
+    worker = RolloutWorker(lambda c: CountEnv({"length": 8}), CounterPolicy, batch_steps=3)
+    first, second = worker.sample(), worker.sample()
+    assert second["state_in_0"][:, 0].tolist() == [3, 4, 5]
+    assert second["prev_actions"].tolist() == [first["actions"][-1], 1, 0]
+    assert second["prev_rewards"].tolist() == [3, 4, 5]
+
+
+def test_builtin_policy_batches_have_the_new_columns():
+    from hpc_ray.rllib.agents import pg
+    trainer = pg.PGTrainer(env="CartPole-v0", config={"num_workers": 0, "seed": 0,
+                                                       "train_batch_size": 50,
+                                                       "sample_batch_size": 50})
+    batch = trainer.workers.local_worker().sample()
+    assert {"prev_actions", "prev_rewards", "infos"} <= set(batch.keys())
+    assert "state_in_0" not in batch.keys()
+    assert trainer.train()["timesteps_total"] == 50
+    trainer.stop()
