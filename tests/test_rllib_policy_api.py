@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+import torch
+import torch.nn as nn
 
+from hpc_ray.rllib.agents import pg
 from hpc_ray.rllib.evaluation import MultiAgentEpisode, RolloutWorker
+from hpc_ray.rllib.models import ModelCatalog
+from hpc_ray.rllib.models.pytorch.model import TorchModel
 from hpc_ray.rllib.policy.policy import Policy
 
 
@@ -94,7 +99,6 @@ def test_truncated_trajectories_carry_prev_action_and_state_across_batches():
 
 
 def test_builtin_policy_batches_have_the_new_columns():
-    from hpc_ray.rllib.agents import pg
     trainer = pg.PGTrainer(env="CartPole-v0", config={"num_workers": 0, "seed": 0,
                                                        "train_batch_size": 50,
                                                        "sample_batch_size": 50})
@@ -102,4 +106,75 @@ def test_builtin_policy_batches_have_the_new_columns():
     assert {"prev_actions", "prev_rewards", "infos"} <= set(batch.keys())
     assert "state_in_0" not in batch.keys()
     assert trainer.train()["timesteps_total"] == 50
+    trainer.stop()
+
+
+# --- Dict and Tuple observations reach custom models unflattened ----------------------
+
+
+class DictObsEnv(gym.Env):
+    action_space = gym.spaces.Discrete(2)
+    observation_space = gym.spaces.Dict({
+        "pos": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+        "flag": gym.spaces.Discrete(3),
+        "pair": gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Box(0, 1, (2, 2)))),
+    })
+
+    def __init__(self, config=None) -> None:
+        pass
+
+    def _obs(self):
+        return {"pos": np.array([0.5, -0.5], np.float32), "flag": 2,
+                "pair": (1, np.full((2, 2), 0.25, np.float32))}
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), 1.0, self.t >= 5, False, {}
+
+
+class DictObsModel(TorchModel):
+    seen: list = []
+
+    def __init__(self, obs_space, num_outputs, options) -> None:
+        TorchModel.__init__(self, obs_space, num_outputs, options)
+        DictObsModel.seen.append(("space", obs_space.original_space))
+        self.lin = nn.Linear(2 + 3 + 2 + 4, num_outputs)
+        self.v = nn.Linear(2 + 3 + 2 + 4, 1)
+
+    def _forward(self, input_dict, hidden_state):
+        obs = input_dict["obs"]
+        DictObsModel.seen.append((obs, input_dict["obs_flat"]))
+        flag, box = obs["pair"]
+        x = torch.cat([obs["pos"], obs["flag"], flag, box.reshape(len(box), -1)], -1)
+        return self.lin(x), x, self.v(x).squeeze(-1), hidden_state
+
+
+def test_dict_and_tuple_observations_reach_custom_models_unflattened():
+    ModelCatalog.register_custom_model("test_dict_obs_model", DictObsModel)
+    DictObsModel.seen.clear()
+    trainer = pg.PGTrainer(env=DictObsEnv, config={
+        "num_workers": 0, "train_batch_size": 20, "sample_batch_size": 20,
+        "model": {"custom_model": "test_dict_obs_model"}})
+    assert trainer.train()["timesteps_total"] == 20
+    assert trainer.compute_action(DictObsEnv()._obs()) in (0, 1)
+    assert type(DictObsModel.seen[0][1]).__name__ == "Dict"
+    obs, flat = DictObsModel.seen[-1]
+    assert obs["pos"].tolist() == [[0.5, -0.5]]
+    assert obs["flag"].tolist() == [[0.0, 0.0, 1.0]]  # Discrete: one-hot
+    assert obs["pair"][0].tolist() == [[0.0, 1.0]]
+    assert obs["pair"][1].shape == (1, 2, 2) and obs["pair"][1].sum() == 1.0
+    assert flat.shape == (1, 11)
+    trainer.stop()
+
+
+def test_builtin_model_reads_dict_observations_flat():
+    trainer = pg.PGTrainer(env=DictObsEnv, config={
+        "num_workers": 0, "train_batch_size": 20, "sample_batch_size": 20,
+        "model": {"fcnet_hiddens": [8]}})
+    assert trainer.train()["episode_reward_mean"] == 5.0
+    assert trainer.compute_action(DictObsEnv()._obs()) in (0, 1)
     trainer.stop()

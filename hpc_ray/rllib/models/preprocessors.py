@@ -68,6 +68,13 @@ class FlattenPreprocessor(Preprocessor):
         import gymnasium as gym
         return np.asarray(gym.spaces.flatten(self._obs_space, observation), np.float32)
 
+    @property
+    def observation_space(self):
+        space = super().observation_space
+        # What TorchModel unflattens Dict and Tuple observations into (Ray 0.7).
+        space.original_space = self._obs_space
+        return space
+
 
 def get_preprocessor(space) -> type[Preprocessor]:
     """The preprocessor class for an observation space."""
