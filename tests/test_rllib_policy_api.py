@@ -178,3 +178,20 @@ def test_builtin_model_reads_dict_observations_flat():
     assert trainer.train()["episode_reward_mean"] == 5.0
     assert trainer.compute_action(DictObsEnv()._obs()) in (0, 1)
     trainer.stop()
+
+
+# --- Trainer.compute_action ------------------------------------------------------------
+
+
+def test_compute_action_clips_box_actions_unless_clip_actions_is_false():
+    obs = np.array([1.0, 0.0, 0.0], np.float32)
+    ranges = {}
+    for clip in (True, False):
+        trainer = pg.PGTrainer(env="Pendulum-v0", config={
+            "num_workers": 0, "seed": 0, "clip_actions": clip, "model": {"fcnet_hiddens": [8]}})
+        acts = np.array([trainer.compute_action(obs) for _ in range(200)])
+        ranges[clip] = (float(acts.min()), float(acts.max()))
+        trainer.stop()
+    assert -2.0 <= ranges[True][0] and ranges[True][1] <= 2.0
+    assert ranges[True][0] == -2.0 or ranges[True][1] == 2.0  # clipped, not shrunk
+    assert ranges[False][0] < -2.0 or ranges[False][1] > 2.0

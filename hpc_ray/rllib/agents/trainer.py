@@ -231,6 +231,9 @@ class Trainer(Trainable):
             policy_id: which policy acts.
             full_fetch: also return the state and the extra outputs.
             explore: sample from the action distribution (False: its mode).
+
+        A ``Box`` action is clipped to the space's bounds when the config's
+        ``clip_actions`` is set (the default), as the env would get it in training.
         """
         local = self.workers.local_worker()
         if policy_id not in local.policy_map:
@@ -238,7 +241,8 @@ class Trainer(Trainable):
         obs = local.preprocessors[policy_id].transform(observation)
         obs = local.filters[policy_id](obs, update=False)
         action, state_out, extra = local.policy_map[policy_id].compute_single_action(
-            obs, state or [], prev_action, prev_reward, info, explore=explore)
+            obs, state or [], prev_action, prev_reward, info,
+            clip_actions=self.config.get("clip_actions", True), explore=explore)
         if full_fetch:
             return action, state_out, extra
         return action
