@@ -195,3 +195,78 @@ def test_compute_action_clips_box_actions_unless_clip_actions_is_false():
     assert -2.0 <= ranges[True][0] and ranges[True][1] <= 2.0
     assert ranges[True][0] == -2.0 or ranges[True][1] == 2.0  # clipped, not shrunk
     assert ranges[False][0] < -2.0 or ranges[False][1] > 2.0
+
+
+# --- spaces of the old gym package ------------------------------------------------------
+
+
+def _old_gym_spaces():
+    """Classes named and shaped as the ``gym`` package's spaces (not gymnasium's),
+    so the test needs no ``gym`` install."""
+
+    class Space:
+        pass
+
+    class Discrete(Space):
+        def __init__(self, n):
+            self.n, self.shape, self.dtype = n, (), np.int64
+
+    class Box(Space):
+        def __init__(self, low, high, shape, dtype):
+            self.low, self.high = np.full(shape, low, dtype), np.full(shape, high, dtype)
+            self.shape, self.dtype = shape, dtype
+
+    class Tuple(Space):
+        def __init__(self, spaces):
+            self.spaces = tuple(spaces)
+
+    class Dict(Space):
+        def __init__(self, spaces):
+            self.spaces = dict(sorted(spaces.items()))
+
+    return Discrete, Box, Tuple, Dict
+
+
+class OldGymCorridor:
+    """Ray 0.7's SimpleCorridor on old gym spaces and the old reset/step API."""
+
+    def __init__(self, config) -> None:
+        Discrete, Box, Tuple, Dict = _old_gym_spaces()
+        self.action_space = gym.spaces.Discrete(2)
+        self.kind = config["kind"]
+        pos, extra = Discrete(6), Box(0.0, 1.0, (2,), np.float32)
+        self.observation_space = (Tuple([pos, extra]) if self.kind == "tuple"
+                                  else Dict({"pos": pos, "extra": extra}))
+
+    def _obs(self):
+        extra = np.array([0.5, 0.25], np.float32)
+        return (self.pos, extra) if self.kind == "tuple" else {"pos": self.pos, "extra": extra}
+
+    def reset(self):
+        self.pos = 0
+        return self._obs()
+
+    def step(self, action):
+        self.pos = min(5, self.pos + 1) if action == 1 else max(0, self.pos - 1)
+        done = self.pos >= 5
+        return self._obs(), 1.0 if done else -0.1, done, {}
+
+
+def test_old_gym_tuple_and_dict_observation_spaces_are_flattened():
+    from hpc_ray.rllib.models.preprocessors import get_preprocessor
+    for kind in ("tuple", "dict"):
+        env = OldGymCorridor({"kind": kind})
+        prep = get_preprocessor(env.observation_space)(env.observation_space)
+        env.reset()
+        env.pos = 3
+        flat = prep.transform(env._obs())
+        # Dict keys in order ("extra", "pos"); Discrete one-hot.
+        expected = ([0, 0, 0, 1, 0, 0, 0.5, 0.25] if kind == "tuple"
+                    else [0.5, 0.25, 0, 0, 0, 1, 0, 0])
+        assert flat.tolist() == expected
+        trainer = pg.PGTrainer(env=OldGymCorridor, config={
+            "num_workers": 0, "env_config": {"kind": kind}, "train_batch_size": 40,
+            "sample_batch_size": 40, "model": {"fcnet_hiddens": [8]}})
+        assert trainer.train()["timesteps_total"] == 40
+        assert trainer.compute_action(env._obs()) in (0, 1)
+        trainer.stop()
