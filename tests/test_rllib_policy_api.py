@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 import torch.nn as nn
 
@@ -270,3 +271,40 @@ def test_old_gym_tuple_and_dict_observation_spaces_are_flattened():
         assert trainer.train()["timesteps_total"] == 40
         assert trainer.compute_action(env._obs()) in (0, 1)
         trainer.stop()
+
+
+# --- custom models under DQN and DDPG ---------------------------------------------------
+
+
+class CountingModel(TorchModel):
+    forwards = 0
+
+    def __init__(self, obs_space, num_outputs, options) -> None:
+        TorchModel.__init__(self, obs_space, num_outputs, options)
+        self.hidden = nn.Linear(int(np.prod(obs_space.shape)), 6)
+        self.out = nn.Linear(6, num_outputs)
+
+    def _forward(self, input_dict, hidden_state):
+        CountingModel.forwards += 1
+        features = torch.relu(self.hidden(input_dict["obs_flat"]))
+        return self.out(features), features, features.sum(-1), hidden_state
+
+
+def test_dqn_uses_the_custom_model_as_its_feature_network_and_ddpg_refuses_it():
+    from hpc_ray.rllib.agents import ddpg, dqn
+    ModelCatalog.register_custom_model("test_counting_model", CountingModel)
+    trainer = dqn.DQNTrainer(env="CartPole-v0", config={
+        "num_workers": 0, "seed": 0, "timesteps_per_iteration": 100, "learning_starts": 50,
+        "train_batch_size": 16, "buffer_size": 1000, "hiddens": [4],
+        "model": {"custom_model": "test_counting_model"}})
+    policy = trainer.get_policy()
+    assert isinstance(policy.model.custom, CountingModel)
+    assert isinstance(policy.target_model.custom, CountingModel)
+    assert policy.model.advantage[0].in_features == 6  # the Q head reads its features
+    before = CountingModel.forwards
+    assert trainer.train()["timesteps_total"] >= 100
+    assert CountingModel.forwards > before + 100
+    trainer.stop()
+    with pytest.raises(ValueError, match="custom_model.*test_counting_model"):
+        ddpg.DDPGTrainer(env="Pendulum-v0", config={
+            "num_workers": 0, "model": {"custom_model": "test_counting_model"}})
