@@ -308,3 +308,17 @@ def test_dqn_uses_the_custom_model_as_its_feature_network_and_ddpg_refuses_it():
     with pytest.raises(ValueError, match="custom_model.*test_counting_model"):
         ddpg.DDPGTrainer(env="Pendulum-v0", config={
             "num_workers": 0, "model": {"custom_model": "test_counting_model"}})
+
+
+def test_exploration_fraction_zero_gives_the_final_epsilon_at_once():
+    from hpc_ray.rllib.agents import dqn
+    trainer = dqn.DQNTrainer(env="CartPole-v0", config={
+        "num_workers": 0, "timesteps_per_iteration": 50, "learning_starts": 1000,
+        "exploration_fraction": 0, "exploration_final_eps": 0.05, "hiddens": [8],
+        "model": {"fcnet_hiddens": [8]}})
+    trainer.train()
+    assert trainer.get_policy().epsilon == pytest.approx(0.05)
+    trainer.stop()
+    with pytest.raises(ValueError, match=r"exploration_fraction'\] must be in \[0, 1\]"):
+        dqn.DQNTrainer(env="CartPole-v0", config={"num_workers": 0,
+                                                  "exploration_fraction": -0.1})
