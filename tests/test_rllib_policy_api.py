@@ -322,3 +322,16 @@ def test_exploration_fraction_zero_gives_the_final_epsilon_at_once():
     with pytest.raises(ValueError, match=r"exploration_fraction'\] must be in \[0, 1\]"):
         dqn.DQNTrainer(env="CartPole-v0", config={"num_workers": 0,
                                                   "exploration_fraction": -0.1})
+
+
+def test_export_policy_checkpoint_honours_filename_prefix(tmp_path):
+    trainer = pg.PGTrainer(env="CartPole-v0", config={"num_workers": 0,
+                                                       "model": {"fcnet_hiddens": [8]}})
+    trainer.export_policy_checkpoint(str(tmp_path), filename_prefix="my_policy")
+    trainer.export_policy_checkpoint(str(tmp_path / "default"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["default", "my_policy.pt"]
+    assert [p.name for p in (tmp_path / "default").iterdir()] == ["model.pt"]
+    state = torch.load(tmp_path / "my_policy.pt", weights_only=False)
+    weights = trainer.get_policy().get_weights()
+    assert all(np.array_equal(state["weights"][k], v) for k, v in weights.items())
+    trainer.stop()

@@ -263,7 +263,8 @@ class Trainer(Trainable):
 
     def export_policy_checkpoint(self, export_dir: str, filename_prefix: str = "model",
                                  policy_id: str = DEFAULT_POLICY_ID) -> None:
-        self.get_policy(policy_id).export_checkpoint(export_dir)
+        """Write the policy's state to ``<export_dir>/<filename_prefix>.pt``."""
+        self.get_policy(policy_id).export_checkpoint(export_dir, filename_prefix)
 
     # --- checkpoints -------------------------------------------------------------------------
 

@@ -97,7 +97,7 @@ class Policy:
     def export_model(self, export_dir: str) -> None:
         raise NotImplementedError
 
-    def export_checkpoint(self, export_dir: str) -> None:
+    def export_checkpoint(self, export_dir: str, filename_prefix: str = "model") -> None:
         raise NotImplementedError
 
 

@@ -170,10 +170,12 @@ class TorchPolicy(Policy):
         os.makedirs(export_dir, exist_ok=True)
         torch.save(self.model, os.path.join(export_dir, "model.pt"))
 
-    def export_checkpoint(self, export_dir: str) -> None:
+    def export_checkpoint(self, export_dir: str, filename_prefix: str = "model") -> None:
+        """Write the policy's state (weights and optimizer) to
+        ``<export_dir>/<filename_prefix>.pt`` (``torch.load`` reads it back)."""
         import os
         os.makedirs(export_dir, exist_ok=True)
-        torch.save(self.get_state(), os.path.join(export_dir, "checkpoint.pt"))
+        torch.save(self.get_state(), os.path.join(export_dir, f"{filename_prefix}.pt"))
 
     # --- hooks (build_torch_policy fills them) ------------------------------------------
 
