@@ -335,3 +335,26 @@ def test_export_policy_checkpoint_honours_filename_prefix(tmp_path):
     weights = trainer.get_policy().get_weights()
     assert all(np.array_equal(state["weights"][k], v) for k, v in weights.items())
     trainer.stop()
+
+
+# --- soft_horizon ----------------------------------------------------------------------------
+
+
+def test_soft_horizon_ends_episodes_without_resetting_the_env():
+    out = {}
+    for soft in (False, True):
+        worker = RolloutWorker(lambda c: CountEnv({"length": 1000}), CounterPolicy,
+                               batch_steps=12, episode_horizon=4, soft_horizon=soft)
+        batch = worker.sample()
+        out[soft] = (worker.env.resets, batch["obs"][:, 0].tolist(), batch["dones"].tolist(),
+                     [m.episode_length for m in worker.get_metrics()],
+                     len(set(batch["eps_id"].tolist())))
+        # The RNN state is kept across a soft reset, restarted at a real one.
+        assert batch["state_in_0"][:, 0].tolist() == (list(range(12)) if soft
+                                                      else [0, 1, 2, 3] * 3)
+    resets, obs, dones, lengths, episodes = out[False]
+    assert resets == 4 and obs == [0, 1, 2, 3] * 3 and dones == [False, False, False, True] * 3
+    assert lengths == [4, 4, 4] and episodes == 3
+    resets, obs, dones, lengths, episodes = out[True]
+    assert resets == 1 and obs == list(range(12)) and not any(dones)
+    assert lengths == [4, 4, 4] and episodes == 3

@@ -81,6 +81,17 @@ class MultiAgentEpisode:
     def prev_reward_for(self, agent_id="agent0"):
         return self._last_rewards.get(agent_id, 0.0)
 
+    def soft_reset(self) -> None:
+        """Start a new logical episode in the same env (``soft_horizon``): a new
+        id, length and rewards from zero; RNN state and last observations,
+        actions and infos are kept."""
+        self.episode_id = random.randrange(2 ** 60)
+        self.length = 0
+        self.total_reward = 0.0
+        self.agent_rewards = {}
+        self._last_rewards = {}
+        self._prev_rewards = {}
+
     def _add_rewards(self, rewards: dict) -> None:
         for agent_id, r in rewards.items():
             r = float(r)

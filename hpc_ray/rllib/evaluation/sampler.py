@@ -94,6 +94,9 @@ class Sampler:
         batch_steps: steps per env per ``sample()`` call.
         batch_mode: "truncate_episodes" or "complete_episodes".
         horizon: steps after which an episode is ended (None: the env decides).
+        soft_horizon: at the horizon, end the episode for metrics and
+            postprocessing (rows not marked done) but go on stepping the env
+            without a reset (Ray 0.7's ``soft_horizon``).
         clip_rewards: clip rewards to their sign.
         clip_actions: clip ``Box`` actions to the space's bounds.
         callbacks: the trainer's ``callbacks`` dict.
@@ -103,7 +106,7 @@ class Sampler:
     def __init__(self, base_env: BaseEnv, policies: dict, policy_mapping_fn: Callable,
                  preprocessors: dict, obs_filters: dict, batch_steps: int, batch_mode: str,
                  horizon: int | None, clip_rewards: bool, clip_actions: bool,
-                 callbacks: dict, worker=None) -> None:
+                 callbacks: dict, worker=None, soft_horizon: bool = False) -> None:
         self.env = base_env
         self.policies = policies
         self.policy_mapping_fn = policy_mapping_fn
@@ -112,6 +115,7 @@ class Sampler:
         self.batch_steps = batch_steps
         self.complete_episodes = batch_mode == "complete_episodes"
         self.horizon = horizon or float("inf")
+        self.soft_horizon = soft_horizon
         self.clip_rewards = clip_rewards
         self.clip_actions = clip_actions
         self.callbacks = callbacks or {}
@@ -218,7 +222,10 @@ class Sampler:
             ep.length += 1
             ep._add_rewards(rewards[i])
             ep._last_infos.update(infos[i])
-            all_done = bool(dones[i].get("__all__")) or ep.length >= self.horizon
+            env_done = bool(dones[i].get("__all__"))
+            all_done = env_done or ep.length >= self.horizon
+            soft = all_done and not env_done and self.soft_horizon
+            row_done = all_done and not soft
             new_obs = self._filter_obs(slot, obs[i])
             last_actions, prev_actions = ep._last_actions, ep._prev_actions
             pi_info = ep._last_pi_info
@@ -237,21 +244,25 @@ class Sampler:
                 rows[SampleBatch.CUR_OBS].append(slot.obs[agent_id])
                 rows[SampleBatch.ACTIONS].append(act)
                 rows[SampleBatch.REWARDS].append(rew)
-                rows[SampleBatch.DONES].append(all_done or bool(dones[i].get(agent_id, False)))
+                rows[SampleBatch.DONES].append(row_done or bool(dones[i].get(agent_id, False)))
                 rows[SampleBatch.INFOS].append(infos[i].get(agent_id) or {})
                 rows[SampleBatch.NEXT_OBS].append(new_obs.get(agent_id, slot.obs[agent_id]))
                 for k, v in pi_info[agent_id].items():
                     traj.extra.setdefault(k, []).append(v)
             self._callback("on_episode_step", env=self.env, episode=ep)
             slot.obs = {a: o for a, o in new_obs.items()
-                        if not dones[i].get(a, False) and not all_done}
+                        if not dones[i].get(a, False) and not row_done}
             if all_done:
                 self._flush(slot, episode_done=True)
                 self._callback("on_episode_end", env=self.env, episode=ep)
                 self.metrics.append(ep._metrics())
-                self._slots[i] = self._start_episode(i)
+                length = ep.length
+                if soft:
+                    ep.soft_reset()  # the env goes on from its current observation
+                else:
+                    self._slots[i] = self._start_episode(i)
                 if self.complete_episodes:
-                    self._ready_steps += ep.length - getattr(ep, "_counted", 0)
+                    self._ready_steps += length
                     continue
             if not self.complete_episodes:
                 counted += 1
