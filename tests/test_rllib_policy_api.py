@@ -358,3 +358,64 @@ def test_soft_horizon_ends_episodes_without_resetting_the_env():
     resets, obs, dones, lengths, episodes = out[True]
     assert resets == 1 and obs == list(range(12)) and not any(dones)
     assert lengths == [4, 4, 4] and episodes == 3
+
+
+# --- SampleBatchBuilder ---------------------------------------------------------------------
+
+
+def test_docs_external_experiences_example_writes_batches_json_reader_reads(tmp_path):
+    # The docs' "Converting external experiences to batch format", shortened.
+    from hpc_ray.rllib.evaluation.sample_batch_builder import SampleBatchBuilder
+    from hpc_ray.rllib.models.preprocessors import get_preprocessor
+    from hpc_ray.rllib.offline.json_reader import JsonReader
+    from hpc_ray.rllib.offline.json_writer import JsonWriter
+    batch_builder = SampleBatchBuilder()
+    writer = JsonWriter(str(tmp_path))
+    env = CountEnv({"length": 3})
+    prep = get_preprocessor(env.observation_space)(env.observation_space)
+    for eps_id in range(2):
+        obs, _ = env.reset()
+        prev_action, prev_reward, done, t = 0, 0.0, False, 0
+        while not done:
+            action = 1
+            new_obs, rew, done, _, info = env.step(action)
+            batch_builder.add_values(
+                t=t, eps_id=eps_id, agent_index=0, obs=prep.transform(obs), actions=action,
+                action_prob=1.0, rewards=rew, prev_actions=prev_action,
+                prev_rewards=prev_reward, dones=done, infos=info,
+                new_obs=prep.transform(new_obs))
+            obs, prev_action, prev_reward, t = new_obs, action, rew, t + 1
+        writer.write(batch_builder.build_and_reset())
+    writer.close()
+    first, second = JsonReader(str(tmp_path)).next(), JsonReader(str(tmp_path)).next()
+    assert first.count == second.count == 3
+    batch = first if first["eps_id"][0] == 0 else second
+    assert batch["rewards"].tolist() == [1, 2, 3] and batch["t"].tolist() == [0, 1, 2]
+    assert batch["prev_rewards"].tolist() == [0, 1, 2] and batch["dones"].tolist()[-1]
+    assert [i["t"] for i in batch["infos"]] == [1, 2, 3]
+
+
+def test_multi_agent_builder_postprocesses_per_agent_and_returns_per_policy():
+    from hpc_ray.rllib.evaluation import (MultiAgentSampleBatchBuilder, PolicyGraph,
+                                          TorchPolicyGraph)
+    from hpc_ray.rllib.policy import TorchPolicy
+
+    class Marking(CounterPolicy):
+        def postprocess_trajectory(self, batch, other_agent_batches=None, episode=None):
+            batch["seen_others"] = np.full(batch.count, len(other_agent_batches))
+            return batch
+
+    space = CountEnv.observation_space
+    policies = {"a": Marking(space, CountEnv.action_space, {}),
+                "b": Marking(space, CountEnv.action_space, {})}
+    builder = MultiAgentSampleBatchBuilder(policies, clip_rewards=True)
+    for t in range(2):
+        builder.add_values("x", "a", obs=[t], rewards=-5.0)
+        builder.add_values("y", "b", obs=[t], rewards=3.0)
+        builder.count += 1
+    out = builder.build_and_reset()
+    assert out.count == 2 and sorted(out.policy_batches) == ["a", "b"]
+    assert out.policy_batches["a"]["rewards"].tolist() == [-1, -1]
+    assert out.policy_batches["b"]["seen_others"].tolist() == [1, 1]
+    assert not builder.has_pending_agent_data() and builder.total() == 0
+    assert PolicyGraph is Policy and TorchPolicyGraph is TorchPolicy
