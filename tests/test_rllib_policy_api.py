@@ -419,3 +419,42 @@ def test_multi_agent_builder_postprocesses_per_agent_and_returns_per_policy():
     assert out.policy_batches["b"]["seen_others"].tolist() == [1, 1]
     assert not builder.has_pending_agent_data() and builder.total() == 0
     assert PolicyGraph is Policy and TorchPolicyGraph is TorchPolicy
+
+
+# --- MultiAgentEpisode ----------------------------------------------------------------------
+
+
+def test_episode_accessors_have_ray_07_semantics_and_extra_batches_join_the_sample():
+    from hpc_ray.rllib.evaluation import MultiAgentSampleBatchBuilder
+    seen = []
+
+    def on_episode_step(info):
+        ep = info["episode"]
+        seen.append((ep.last_raw_obs_for().tolist(), ep.last_observation_for().tolist(),
+                     int(ep.last_action_for()), int(ep.prev_action_for()),
+                     ep.prev_reward_for(), ep.rnn_state_for()[0].tolist(),
+                     sorted(ep.last_pi_info_for()), ep.policy_for()))
+
+    def on_episode_start(info):
+        ep = info["episode"]
+        assert int(ep.last_action_for()) == 0 and ep.rnn_state_for()[0].tolist() == [0.0]
+        assert isinstance(ep.new_batch_builder(), MultiAgentSampleBatchBuilder)
+        assert isinstance(ep.batch_builder, MultiAgentSampleBatchBuilder)
+
+    def on_postprocess_traj(info):
+        info["episode"].add_extra_batch(info["post_batch"].copy())
+
+    worker = RolloutWorker(lambda c: CountEnv(c), CounterPolicy, batch_steps=5, callbacks={
+        "on_episode_step": on_episode_step, "on_episode_start": on_episode_start,
+        "on_postprocess_traj": on_postprocess_traj})
+    batch = worker.sample()
+    assert batch.count == 10  # the 5 sampled rows and their copy
+    assert batch["rewards"].tolist() == [1, 2, 3, 4, 5] * 2
+    assert [s[0] for s in seen] == [[1.0], [2.0], [3.0], [4.0], [5.0]]
+    assert [s[1] for s in seen] == [[1.0], [2.0], [3.0], [4.0], [5.0]]
+    assert [s[2] for s in seen] == [0, 1, 0, 1, 0]  # last action
+    assert [s[3] for s in seen] == [0, 0, 1, 0, 1]  # the one before
+    assert [s[4] for s in seen] == [0, 1, 2, 3, 4]  # the reward before the last
+    assert [s[5] for s in seen] == [[1.0], [2.0], [3.0], [4.0], [5.0]]
+    assert seen[0][6] == ["custom_col", "state_in_0", "state_out_0"]
+    assert {s[7] for s in seen} == {"default_policy"}

@@ -21,8 +21,9 @@ from typing import Any, Callable
 import numpy as np
 
 from ..env.base_env import BaseEnv
-from ..policy.sample_batch import MultiAgentBatch, SampleBatch
+from ..policy.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 from .episode import MultiAgentEpisode, RolloutMetrics, zero_action
+from .sample_batch_builder import MultiAgentSampleBatchBuilder
 
 __all__ = ["Sampler"]
 
@@ -125,6 +126,8 @@ class Sampler:
         self._ready: dict[str, list[SampleBatch]] = {}
         self._ready_steps = 0
         self._slots: list[_Slot] = []
+        #: What episodes gave ``add_extra_batch``: joins the next ``sample()``.
+        self._extra_batches: list = []
         self._bounds = {}
         #: policy id -> its RNN state at an episode's start ([] for none).
         self._initial_state: dict[str, list] = {}
@@ -140,7 +143,8 @@ class Sampler:
     # --- episodes -------------------------------------------------------------------
 
     def _start_episode(self, index: int) -> _Slot:
-        slot = _Slot(MultiAgentEpisode(self.policies, self.policy_mapping_fn))
+        slot = _Slot(MultiAgentEpisode(self.policies, self.policy_mapping_fn,
+                                       self._new_batch_builder, self._extra_batches.append))
         self._callback("on_episode_start", env=self.env, episode=slot.episode)
         slot.obs = self._filter_obs(slot, self.env.reset_at(index))
         return slot
@@ -169,6 +173,10 @@ class Sampler:
             self._ready.setdefault(traj.policy_id, []).append(post)
         slot.trajectories = {}
 
+    def _new_batch_builder(self) -> MultiAgentSampleBatchBuilder:
+        return MultiAgentSampleBatchBuilder(self.policies, self.clip_rewards,
+                                            self.callbacks.get("on_postprocess_traj"))
+
     def _next_unroll(self) -> int:
         self._unroll_id += 1
         return self._unroll_id
@@ -192,6 +200,9 @@ class Sampler:
         self._ready, self._ready_steps = {}, 0
         batches = {pid: SampleBatch.concat_samples(bs) for pid, bs in ready.items()}
         out = MultiAgentBatch.wrap_as_needed(batches, count)
+        if self._extra_batches:
+            extra, self._extra_batches = self._extra_batches, []
+            out = _with_extra(out, extra)
         self._callback("on_sample_end", worker=self.worker, samples=out)
         return out
 
@@ -334,3 +345,20 @@ class Sampler:
     def get_metrics(self) -> list[RolloutMetrics]:
         out, self.metrics = self.metrics, []
         return out
+
+
+def _with_extra(out, extra: list):
+    """``out`` followed by the episodes' extra batches: one ``SampleBatch`` when
+    all are the default policy's, else a ``MultiAgentBatch``."""
+    parts = [out] + extra
+    if all(isinstance(b, SampleBatch) for b in parts):
+        keys = set(out.keys())
+        for b in extra:
+            if set(b.keys()) != keys:
+                raise ValueError(f"add_extra_batch: a batch with columns {sorted(b.keys())} "
+                                 f"cannot join the sampled ones {sorted(keys)}; give it "
+                                 f"the same columns")
+        return SampleBatch.concat_samples(parts)
+    return MultiAgentBatch.concat_samples(
+        [b if isinstance(b, MultiAgentBatch) else MultiAgentBatch({DEFAULT_POLICY_ID: b}, b.count)
+         for b in parts])
