@@ -214,13 +214,17 @@ def _with_placeholders(given: Any) -> Any:
 
 
 def _resources(run: Any, config: dict, given: Any) -> dict:
+    request = getattr(run, "default_resource_request", None)
+    default = request(config) if callable(request) and isinstance(run, type) else None
+    if given is not None and default:
+        # Ray 0.7's Trial.__init__: the trainable sizes itself (RLlib's trainers
+        # from num_workers...); a second answer would be ignored or conflict.
+        raise ValueError(f"Resources for {run} have been automatically set to {default} "
+                         f"by its `default_resource_request()` method. Please clear the "
+                         f"`resources_per_trial` option.")
     if _has_functions(given):
         given = _with_placeholders(given)
-    if given is None:
-        request = getattr(run, "default_resource_request", None)
-        given = request(config) if callable(request) and isinstance(run, type) else None
-        given = given or {"cpu": 1, "gpu": 0}
-    return _res.normalize(given)
+    return _res.normalize(given if given is not None else default or {"cpu": 1, "gpu": 0})
 
 
 def convert_to_experiment_list(experiments) -> list[Experiment]:

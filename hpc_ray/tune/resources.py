@@ -11,7 +11,8 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-__all__ = ["Resources", "normalize", "actor_options", "demand", "held", "fits", "shape"]
+__all__ = ["Resources", "normalize", "actor_options", "demand", "held", "fits", "shape",
+           "resource_help"]
 
 _BUILTIN = ("cpu", "gpu", "extra_cpu", "extra_gpu")
 _EXTRA_CUSTOM = "extra_custom/"
@@ -121,3 +122,16 @@ def fits(resources: dict, used: dict, total: dict) -> bool:
 
 def shape(resources: dict) -> tuple:
     return tuple(sorted((k, float(v)) for k, v in resources.items()))
+
+
+def resource_help(trainable_name: str, config: dict) -> str:
+    """How a trial of ``trainable_name`` asks for less: the trainable's own
+    ``resource_help`` (RLlib's names ``num_workers``), else ``resources_per_trial``."""
+    from .error import TuneError
+    from .registry import get_trainable
+    try:
+        cls = get_trainable(trainable_name)
+        text = cls.resource_help(config) if isinstance(cls, type) else ""
+    except (TuneError, AttributeError):
+        text = ""
+    return f", or ask for less: {text.strip()}" if text else " or lower resources_per_trial"

@@ -110,7 +110,10 @@ class TrialActor:
             else:
                 if self._trainable is not None:
                     self._stop_quietly()
-                self._trainable = self._cls(dict(config))
+                # As in Ray 0.7, logdir is the trial's before _setup runs: an RLlib
+                # trainer's "output": "logdir" and monitor files go there.
+                self._trainable = self._cls(dict(config),
+                                            logger_creator=lambda _c: _TrialDir(workdir))
             self._trainable.logdir = workdir
             if checkpoint is not None:
                 self._trainable.restore_from_object(checkpoint)
@@ -202,3 +205,17 @@ def _stops(result: dict, criterion) -> bool:
     if callable(criterion):
         return False  # decided on the driver, which then asks for a save
     return any(key in result and result[key] >= bound for key, bound in criterion.items())
+
+
+class _TrialDir:
+    """What a trainable's ``logger_creator`` gives in a trial: its ``logdir``
+    only (the driver logs the trial's results)."""
+
+    def __init__(self, logdir: str) -> None:
+        self.logdir = logdir
+
+    def on_result(self, result: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

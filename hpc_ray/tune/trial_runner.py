@@ -45,7 +45,7 @@ from .experiment_state import JOURNAL_FILE, STATE_FILE, StateJournal, load_exper
 from .logger import TrialLogger, truncate_results
 from .progress import ProgressReporter
 from .resources import actor_options as _actor_options, demand as _demand, fits as _fits, held as _held
-from .resources import shape as _shape
+from .resources import resource_help as _resource_help, shape as _shape
 from .schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 from .suggest.search import tell_complete
 from .trainable import unpack_dir
@@ -152,8 +152,8 @@ class TrialRunner:
             if v and v > self._total.get(name, 0.0) + 1e-9:
                 raise TuneError(
                     f"trial {trial} needs {name}={v:g} but the whole job has "
-                    f"{self._total.get(name, 0):g} ({self._total}); lower "
-                    f"resources_per_trial or start more ranks")
+                    f"{self._total.get(name, 0):g} ({self._total}); start more ranks"
+                    f"{_resource_help(trial.trainable_name, trial.config)}")
         self._scheduler.on_trial_add(self, trial)
         self._record(trial)
 

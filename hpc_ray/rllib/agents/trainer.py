@@ -231,6 +231,9 @@ class Trainer(Trainable):
             policy_id: which policy acts.
             full_fetch: also return the state and the extra outputs.
             explore: sample from the action distribution (False: its mode).
+
+        A ``Box`` action is clipped to the space's bounds when the config's
+        ``clip_actions`` is set (the default), as the env would get it in training.
         """
         local = self.workers.local_worker()
         if policy_id not in local.policy_map:
@@ -238,7 +241,8 @@ class Trainer(Trainable):
         obs = local.preprocessors[policy_id].transform(observation)
         obs = local.filters[policy_id](obs, update=False)
         action, state_out, extra = local.policy_map[policy_id].compute_single_action(
-            obs, state or [], prev_action, prev_reward, info, explore=explore)
+            obs, state or [], prev_action, prev_reward, info,
+            clip_actions=self.config.get("clip_actions", True), explore=explore)
         if full_fetch:
             return action, state_out, extra
         return action
@@ -259,7 +263,8 @@ class Trainer(Trainable):
 
     def export_policy_checkpoint(self, export_dir: str, filename_prefix: str = "model",
                                  policy_id: str = DEFAULT_POLICY_ID) -> None:
-        self.get_policy(policy_id).export_checkpoint(export_dir)
+        """Write the policy's state to ``<export_dir>/<filename_prefix>.pt``."""
+        self.get_policy(policy_id).export_checkpoint(export_dir, filename_prefix)
 
     # --- checkpoints -------------------------------------------------------------------------
 

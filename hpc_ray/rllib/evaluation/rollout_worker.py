@@ -37,6 +37,8 @@ class RolloutWorker:
         batch_steps: steps per env per ``sample()``.
         batch_mode: "truncate_episodes" or "complete_episodes".
         episode_horizon: steps after which an episode ends.
+        soft_horizon: at ``episode_horizon``, end the episode without resetting
+            the env (its rows are not marked done).
         num_envs: envs stepped together on this worker.
         observation_filter: "NoFilter" or "MeanStdFilter".
         clip_rewards: clip rewards to their sign.
@@ -113,7 +115,8 @@ class RolloutWorker:
         self.sampler = Sampler(
             self.async_env, self.policy_map, self.policy_mapping_fn, self.preprocessors,
             self.filters, batch_steps, batch_mode, episode_horizon or _env_horizon(self.env),
-            bool(clip_rewards), clip_actions, self.callbacks, worker=self)
+            bool(clip_rewards), clip_actions, self.callbacks, worker=self,
+            soft_horizon=soft_horizon)
         self.batch_steps = batch_steps
         self._setup_offline(log_dir, input_creator, input_evaluation, output_creator)
 

@@ -6,6 +6,9 @@
         ▲                              │ one compute_actions call per policy,
         │ actions                      ▼ batched over every slot and agent
         └──────────────── policy.compute_actions ── extra columns (vf_preds, logp)
+    the call also gets each agent's RNN state (``get_initial_state()`` at an
+    episode's start, then the policy's last state out), previous action and
+    reward, last info and episode, as Ray 0.7's sampler passes them;
     each step appends one row per acting agent to that agent's trajectory;
     an episode's end (or the batch's end, in "truncate_episodes" mode) runs
     policy.postprocess_trajectory on each trajectory (GAE and the like) and the
@@ -18,24 +21,31 @@ from typing import Any, Callable
 import numpy as np
 
 from ..env.base_env import BaseEnv
-from ..policy.sample_batch import MultiAgentBatch, SampleBatch
-from .episode import MultiAgentEpisode, RolloutMetrics
+from ..policy.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
+from .episode import MultiAgentEpisode, RolloutMetrics, zero_action
+from .sample_batch_builder import MultiAgentSampleBatchBuilder
 
 __all__ = ["Sampler"]
 
 _COLUMNS = (SampleBatch.CUR_OBS, SampleBatch.ACTIONS, SampleBatch.REWARDS,
-            SampleBatch.DONES, SampleBatch.NEXT_OBS)
+            SampleBatch.DONES, SampleBatch.INFOS, SampleBatch.NEXT_OBS)
 
 
 class _Trajectory:
     """One agent's rows since its last postprocessing."""
 
-    __slots__ = ("agent_id", "policy_id", "agent_index", "rows", "extra")
+    __slots__ = ("agent_id", "policy_id", "agent_index", "rows", "extra", "prev_action",
+                 "prev_reward")
 
-    def __init__(self, agent_id, policy_id: str, agent_index: int) -> None:
+    def __init__(self, agent_id, policy_id: str, agent_index: int, prev_action,
+                 prev_reward: float) -> None:
         self.agent_id = agent_id
         self.policy_id = policy_id
         self.agent_index = agent_index
+        #: The agent's action and reward before this trajectory's first row:
+        #: ``prev_actions``/``prev_rewards`` are the columns shifted by one.
+        self.prev_action = prev_action
+        self.prev_reward = prev_reward
         self.rows: dict[str, list] = {k: [] for k in _COLUMNS}
         self.extra: dict[str, list] = {}
 
@@ -45,7 +55,19 @@ class _Trajectory:
     def to_batch(self, eps_id: int, unroll_id: int) -> SampleBatch:
         n = len(self)
         cols = {k: np.asarray(v) for k, v in self.rows.items()}
-        cols[SampleBatch.REWARDS] = cols[SampleBatch.REWARDS].astype(np.float32)
+        cols[SampleBatch.REWARDS] = rewards = cols[SampleBatch.REWARDS].astype(np.float32)
+        actions = cols[SampleBatch.ACTIONS]
+        prev_actions = np.empty_like(actions)
+        prev_actions[0] = self.prev_action
+        prev_actions[1:] = actions[:-1]
+        cols[SampleBatch.PREV_ACTIONS] = prev_actions
+        prev_rewards = np.empty_like(rewards)
+        prev_rewards[0] = self.prev_reward
+        prev_rewards[1:] = rewards[:-1]
+        cols[SampleBatch.PREV_REWARDS] = prev_rewards
+        infos = np.empty(n, object)  # dicts: np.asarray would try to broadcast them
+        infos[:] = self.rows[SampleBatch.INFOS]
+        cols[SampleBatch.INFOS] = infos
         cols.update({k: np.asarray(v) for k, v in self.extra.items()})
         cols[SampleBatch.EPS_ID] = np.full(n, eps_id, np.int64)
         cols[SampleBatch.AGENT_INDEX] = np.full(n, self.agent_index, np.int64)
@@ -73,6 +95,9 @@ class Sampler:
         batch_steps: steps per env per ``sample()`` call.
         batch_mode: "truncate_episodes" or "complete_episodes".
         horizon: steps after which an episode is ended (None: the env decides).
+        soft_horizon: at the horizon, end the episode for metrics and
+            postprocessing (rows not marked done) but go on stepping the env
+            without a reset (Ray 0.7's ``soft_horizon``).
         clip_rewards: clip rewards to their sign.
         clip_actions: clip ``Box`` actions to the space's bounds.
         callbacks: the trainer's ``callbacks`` dict.
@@ -82,7 +107,7 @@ class Sampler:
     def __init__(self, base_env: BaseEnv, policies: dict, policy_mapping_fn: Callable,
                  preprocessors: dict, obs_filters: dict, batch_steps: int, batch_mode: str,
                  horizon: int | None, clip_rewards: bool, clip_actions: bool,
-                 callbacks: dict, worker=None) -> None:
+                 callbacks: dict, worker=None, soft_horizon: bool = False) -> None:
         self.env = base_env
         self.policies = policies
         self.policy_mapping_fn = policy_mapping_fn
@@ -91,6 +116,7 @@ class Sampler:
         self.batch_steps = batch_steps
         self.complete_episodes = batch_mode == "complete_episodes"
         self.horizon = horizon or float("inf")
+        self.soft_horizon = soft_horizon
         self.clip_rewards = clip_rewards
         self.clip_actions = clip_actions
         self.callbacks = callbacks or {}
@@ -100,16 +126,25 @@ class Sampler:
         self._ready: dict[str, list[SampleBatch]] = {}
         self._ready_steps = 0
         self._slots: list[_Slot] = []
+        #: What episodes gave ``add_extra_batch``: joins the next ``sample()``.
+        self._extra_batches: list = []
         self._bounds = {}
+        #: policy id -> its RNN state at an episode's start ([] for none).
+        self._initial_state: dict[str, list] = {}
+        #: policy id -> the previous action before an agent's first (zeros).
+        self._zero_action: dict[str, Any] = {}
         for pid, policy in policies.items():
             space = policy.action_space
             if clip_actions and type(space).__name__ == "Box":
                 self._bounds[pid] = (space.low, space.high)
+            self._initial_state[pid] = list(policy.get_initial_state())
+            self._zero_action[pid] = zero_action(space)
 
     # --- episodes -------------------------------------------------------------------
 
     def _start_episode(self, index: int) -> _Slot:
-        slot = _Slot(MultiAgentEpisode(self.policies, self.policy_mapping_fn))
+        slot = _Slot(MultiAgentEpisode(self.policies, self.policy_mapping_fn,
+                                       self._new_batch_builder, self._extra_batches.append))
         self._callback("on_episode_start", env=self.env, episode=slot.episode)
         slot.obs = self._filter_obs(slot, self.env.reset_at(index))
         return slot
@@ -119,7 +154,8 @@ class Sampler:
         for agent_id, ob in raw.items():
             pid = slot.episode.policy_for(agent_id)
             out[agent_id] = self.obs_filters[pid](self.preprocessors[pid].transform(ob))
-            slot.episode._last_obs[agent_id] = ob
+        slot.episode._last_raw_obs.update(raw)
+        slot.episode._last_obs.update(out)
         return out
 
     def _flush(self, slot: _Slot, episode_done: bool) -> None:
@@ -136,6 +172,10 @@ class Sampler:
                            pre_batch=(policy, batch), post_batch=post, all_pre_batches=others)
             self._ready.setdefault(traj.policy_id, []).append(post)
         slot.trajectories = {}
+
+    def _new_batch_builder(self) -> MultiAgentSampleBatchBuilder:
+        return MultiAgentSampleBatchBuilder(self.policies, self.clip_rewards,
+                                            self.callbacks.get("on_postprocess_traj"))
 
     def _next_unroll(self) -> int:
         self._unroll_id += 1
@@ -160,6 +200,9 @@ class Sampler:
         self._ready, self._ready_steps = {}, 0
         batches = {pid: SampleBatch.concat_samples(bs) for pid, bs in ready.items()}
         out = MultiAgentBatch.wrap_as_needed(batches, count)
+        if self._extra_batches:
+            extra, self._extra_batches = self._extra_batches, []
+            out = _with_extra(out, extra)
         self._callback("on_sample_end", worker=self.worker, samples=out)
         return out
 
@@ -168,20 +211,15 @@ class Sampler:
         trajectories ("truncate_episodes"; "complete_episodes" counts whole
         episodes into ``_ready_steps`` as they end)."""
         # Act: one batched forward pass per policy over every slot and agent.
+        slots = self._slots
         by_policy: dict[str, list[tuple[int, Any]]] = {}
-        for i, slot in enumerate(self._slots):
+        for i, slot in enumerate(slots):
             for agent_id in slot.obs:
                 by_policy.setdefault(slot.episode.policy_for(agent_id), []).append(
                     (i, agent_id))
-        actions: list[dict] = [{} for _ in self._slots]
-        extras: dict[tuple, dict] = {}
+        actions: list[dict] = [{} for _ in slots]
         for pid, where in by_policy.items():
-            obs = np.stack([self._slots[i].obs[a] for i, a in where])
-            acts, _, extra = self.policies[pid].compute_actions(obs)
-            for row, (i, agent_id) in enumerate(where):
-                act = acts[row]
-                actions[i][agent_id] = act
-                extras[(i, agent_id)] = {k: v[row] for k, v in extra.items()}
+            self._act(pid, where, actions)
         env_actions = actions
         if self._bounds:
             env_actions = [{a: self._clip(self._slots[i].episode.policy_for(a), x)
@@ -189,45 +227,111 @@ class Sampler:
         obs, rewards, dones, infos = self.env.step_all(env_actions)
         # Record one row per acting agent.
         counted = 0
-        for i, slot in enumerate(self._slots):
+        clip_rewards = self.clip_rewards
+        for i, slot in enumerate(slots):
             ep = slot.episode
             ep.length += 1
             ep._add_rewards(rewards[i])
             ep._last_infos.update(infos[i])
-            ep._last_actions.update(actions[i])
-            all_done = bool(dones[i].get("__all__")) or ep.length >= self.horizon
+            env_done = bool(dones[i].get("__all__"))
+            all_done = env_done or ep.length >= self.horizon
+            soft = all_done and not env_done and self.soft_horizon
+            row_done = all_done and not soft
             new_obs = self._filter_obs(slot, obs[i])
+            last_actions, prev_actions = ep._last_actions, ep._prev_actions
+            pi_info = ep._last_pi_info
             for agent_id, act in actions[i].items():
+                prev_act = last_actions.get(agent_id)
+                if prev_act is not None:
+                    prev_actions[agent_id] = prev_act
+                last_actions[agent_id] = act
                 traj = slot.trajectories.get(agent_id)
                 if traj is None:
-                    pid = ep.policy_for(agent_id)
-                    traj = slot.trajectories[agent_id] = _Trajectory(
-                        agent_id, pid, len(slot.trajectories))
+                    traj = self._new_trajectory(slot, agent_id, prev_act)
                 rew = float(rewards[i].get(agent_id, 0.0))
-                if self.clip_rewards:
+                if clip_rewards:
                     rew = float(np.sign(rew))
                 rows = traj.rows
                 rows[SampleBatch.CUR_OBS].append(slot.obs[agent_id])
                 rows[SampleBatch.ACTIONS].append(act)
                 rows[SampleBatch.REWARDS].append(rew)
-                rows[SampleBatch.DONES].append(all_done or bool(dones[i].get(agent_id, False)))
+                rows[SampleBatch.DONES].append(row_done or bool(dones[i].get(agent_id, False)))
+                rows[SampleBatch.INFOS].append(infos[i].get(agent_id) or {})
                 rows[SampleBatch.NEXT_OBS].append(new_obs.get(agent_id, slot.obs[agent_id]))
-                for k, v in extras[(i, agent_id)].items():
+                for k, v in pi_info[agent_id].items():
                     traj.extra.setdefault(k, []).append(v)
             self._callback("on_episode_step", env=self.env, episode=ep)
             slot.obs = {a: o for a, o in new_obs.items()
-                        if not dones[i].get(a, False) and not all_done}
+                        if not dones[i].get(a, False) and not row_done}
             if all_done:
                 self._flush(slot, episode_done=True)
                 self._callback("on_episode_end", env=self.env, episode=ep)
                 self.metrics.append(ep._metrics())
-                self._slots[i] = self._start_episode(i)
+                length = ep.length
+                if soft:
+                    ep.soft_reset()  # the env goes on from its current observation
+                else:
+                    self._slots[i] = self._start_episode(i)
                 if self.complete_episodes:
-                    self._ready_steps += ep.length - getattr(ep, "_counted", 0)
+                    self._ready_steps += length
                     continue
             if not self.complete_episodes:
                 counted += 1
         return counted
+
+    def _new_trajectory(self, slot: _Slot, agent_id, prev_action) -> _Trajectory:
+        ep = slot.episode
+        pid = ep.policy_for(agent_id)
+        prev_reward = ep._prev_rewards.get(agent_id, 0.0)
+        if self.clip_rewards:
+            prev_reward = float(np.sign(prev_reward))
+        traj = slot.trajectories[agent_id] = _Trajectory(
+            agent_id, pid, len(slot.trajectories),
+            self._zero_action[pid] if prev_action is None else prev_action, prev_reward)
+        return traj
+
+    def _act(self, pid: str, where: list[tuple[int, Any]], actions: list[dict]) -> None:
+        """``compute_actions`` of policy ``pid`` for the agents ``where`` (slot
+        index, agent id), with Ray 0.7's arguments; fills ``actions`` and each
+        episode's last policy info (extra columns, RNN state in and out)."""
+        slots = self._slots
+        zero = self._zero_action[pid]
+        episodes, obs, prev_actions, prev_rewards, infos = [], [], [], [], []
+        for i, a in where:
+            slot = slots[i]
+            ep = slot.episode
+            episodes.append(ep)
+            obs.append(slot.obs[a])
+            prev_actions.append(ep._last_actions.get(a, zero))
+            prev_rewards.append(ep._last_rewards.get(a, 0.0))
+            infos.append(ep._last_infos.get(a) or {})
+        obs = np.stack(obs)
+        if self.clip_rewards:
+            prev_rewards = np.sign(prev_rewards).tolist()
+        initial = self._initial_state[pid]
+        if initial:
+            per_agent = [ep._rnn_state.get(a) or initial for ep, (_, a) in zip(episodes, where)]
+            state_in = [np.asarray([s[j] for s in per_agent]) for j in range(len(initial))]
+        else:
+            state_in = []
+        acts, state_out, extra = self.policies[pid].compute_actions(
+            obs, state_in, prev_action_batch=prev_actions, prev_reward_batch=prev_rewards,
+            info_batch=infos, episodes=episodes)
+        if len(state_out or ()) != len(initial):
+            raise ValueError(
+                f"policy {pid!r}: compute_actions returned {len(state_out or ())} RNN state "
+                f"outputs for {len(initial)} inputs (get_initial_state() has "
+                f"{len(initial)}); return the new state of each")
+        if initial:
+            extra = dict(extra)
+            for j in range(len(initial)):
+                extra[f"state_in_{j}"] = state_in[j]
+                extra[f"state_out_{j}"] = state_out[j]
+        for row, (ep, (i, agent_id)) in enumerate(zip(episodes, where)):
+            actions[i][agent_id] = acts[row]
+            ep._last_pi_info[agent_id] = {k: v[row] for k, v in extra.items()}
+            if initial:
+                ep._rnn_state[agent_id] = [s[row] for s in state_out]
 
     def _clip(self, pid: str, action):
         bounds = self._bounds.get(pid)
@@ -241,3 +345,20 @@ class Sampler:
     def get_metrics(self) -> list[RolloutMetrics]:
         out, self.metrics = self.metrics, []
         return out
+
+
+def _with_extra(out, extra: list):
+    """``out`` followed by the episodes' extra batches: one ``SampleBatch`` when
+    all are the default policy's, else a ``MultiAgentBatch``."""
+    parts = [out] + extra
+    if all(isinstance(b, SampleBatch) for b in parts):
+        keys = set(out.keys())
+        for b in extra:
+            if set(b.keys()) != keys:
+                raise ValueError(f"add_extra_batch: a batch with columns {sorted(b.keys())} "
+                                 f"cannot join the sampled ones {sorted(keys)}; give it "
+                                 f"the same columns")
+        return SampleBatch.concat_samples(parts)
+    return MultiAgentBatch.concat_samples(
+        [b if isinstance(b, MultiAgentBatch) else MultiAgentBatch({DEFAULT_POLICY_ID: b}, b.count)
+         for b in parts])

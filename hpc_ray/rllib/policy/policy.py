@@ -41,11 +41,23 @@ class Policy:
     def compute_single_action(self, obs, state=None, prev_action=None, prev_reward=None,
                               info=None, episode=None, clip_actions: bool = False,
                               **kwargs) -> tuple[Any, list, dict]:
-        """``compute_actions`` for one observation."""
+        """``compute_actions`` for one observation.
+
+        Args:
+            clip_actions: clip a ``Box`` action to the space's bounds (what the
+                sampler does before an env sees it).
+        """
         actions, states, extra = self.compute_actions(
             np.asarray(obs)[None], [np.asarray(s)[None] for s in (state or [])],
-            **kwargs)
-        return actions[0], [s[0] for s in states], {k: v[0] for k, v in extra.items()}
+            prev_action_batch=None if prev_action is None else [prev_action],
+            prev_reward_batch=None if prev_reward is None else [prev_reward],
+            info_batch=None if info is None else [info],
+            episodes=None if episode is None else [episode], **kwargs)
+        action = actions[0]
+        space = self.action_space
+        if clip_actions and type(space).__name__ == "Box":
+            action = np.clip(action, space.low, space.high)
+        return action, [s[0] for s in states], {k: v[0] for k, v in extra.items()}
 
     def postprocess_trajectory(self, sample_batch, other_agent_batches=None, episode=None):
         """Add columns (advantages...) to one agent's trajectory; return it."""
@@ -85,7 +97,7 @@ class Policy:
     def export_model(self, export_dir: str) -> None:
         raise NotImplementedError
 
-    def export_checkpoint(self, export_dir: str) -> None:
+    def export_checkpoint(self, export_dir: str, filename_prefix: str = "model") -> None:
         raise NotImplementedError
 
 

@@ -22,7 +22,7 @@ import torch
 from .policy import Policy
 from .sample_batch import SampleBatch
 
-__all__ = ["TorchPolicy"]
+__all__ = ["TorchPolicy", "LazyInputDict"]
 
 #: Set by ``WorkerSet`` in its local worker's policy config only: the trainer's
 #: ``num_gpus``, so that the learner in the driver trains on the GPU.
@@ -71,13 +71,12 @@ class TorchPolicy(Policy):
                         prev_reward_batch=None, info_batch=None, episodes=None,
                         explore: bool = True, **kwargs):
         with self.lock, torch.inference_mode():
-            input_dict = {SampleBatch.CUR_OBS: _tensor(np.asarray(obs_batch), self.device)}
+            input_dict = LazyInputDict(
+                self.device, {SampleBatch.CUR_OBS: _tensor(np.asarray(obs_batch), self.device)})
             if prev_action_batch is not None:
-                input_dict[SampleBatch.PREV_ACTIONS] = _tensor(
-                    np.asarray(prev_action_batch), self.device)
+                input_dict[SampleBatch.PREV_ACTIONS] = prev_action_batch
             if prev_reward_batch is not None:
-                input_dict[SampleBatch.PREV_REWARDS] = _tensor(
-                    np.asarray(prev_reward_batch), self.device)
+                input_dict[SampleBatch.PREV_REWARDS] = prev_reward_batch
             state = [_tensor(np.asarray(s), self.device) for s in (state_batches or [])]
             model_out = self.model(input_dict, state)
             logits, _, _, state_out = model_out
@@ -160,17 +159,23 @@ class TorchPolicy(Policy):
             self.set_weights(state)
 
     def get_initial_state(self) -> list:
-        return [s.detach().cpu().numpy() for s in self.model.state_init()]
+        # DQN's, DDPG's and QMIX's networks are plain nn.Modules, without state.
+        state_init = getattr(self.model, "state_init", None)
+        if state_init is None:
+            return []
+        return [s.detach().cpu().numpy() for s in state_init()]
 
     def export_model(self, export_dir: str) -> None:
         import os
         os.makedirs(export_dir, exist_ok=True)
         torch.save(self.model, os.path.join(export_dir, "model.pt"))
 
-    def export_checkpoint(self, export_dir: str) -> None:
+    def export_checkpoint(self, export_dir: str, filename_prefix: str = "model") -> None:
+        """Write the policy's state (weights and optimizer) to
+        ``<export_dir>/<filename_prefix>.pt`` (``torch.load`` reads it back)."""
         import os
         os.makedirs(export_dir, exist_ok=True)
-        torch.save(self.get_state(), os.path.join(export_dir, "checkpoint.pt"))
+        torch.save(self.get_state(), os.path.join(export_dir, f"{filename_prefix}.pt"))
 
     # --- hooks (build_torch_policy fills them) ------------------------------------------
 
@@ -185,6 +190,32 @@ class TorchPolicy(Policy):
     def extra_grad_info(self, batch) -> dict:
         """Learner stats after a loss computation."""
         return {}
+
+
+class LazyInputDict(dict):
+    """A model's ``input_dict`` whose values become tensors when first read
+    (``d[key]`` or ``d.get(key)``), as Ray 0.7's ``UsageTrackingDict`` does: the
+    sampler passes ``prev_actions``/``prev_rewards`` every step, and a model
+    that never reads them should not pay for their conversion. ``items()`` and
+    ``values()`` show values not read yet as given (lists or arrays).
+    """
+
+    def __init__(self, device, *args) -> None:
+        super().__init__(*args)
+        self._device = device
+
+    def __getitem__(self, key):
+        value = dict.__getitem__(self, key)
+        if not isinstance(value, torch.Tensor) and not isinstance(value, (dict, tuple)):
+            value = _tensor(np.asarray(value), self._device)
+            dict.__setitem__(self, key, value)
+        return value
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def copy(self) -> "LazyInputDict":
+        return LazyInputDict(self._device, self)
 
 
 def _to_cpu(obj):

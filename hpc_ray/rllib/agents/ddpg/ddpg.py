@@ -160,6 +160,11 @@ def validate_ddpg_config(config: dict) -> None:
     if config["parameter_noise"]:
         raise ValueError("parameter_noise is not supported by hpc_ray.rllib's DDPG; use "
                          "exploration_noise_type 'ou' or 'gaussian'")
+    if (config.get("model") or {}).get("custom_model"):
+        raise ValueError(f"DDPG and TD3 build their actor and critic from actor_hiddens "
+                         f"and critic_hiddens and do not use model.custom_model "
+                         f"({config['model']['custom_model']!r}); drop it, or use PPO, PG, "
+                         f"A2C or DQN (its feature network) for a custom model")
     if config["use_state_preprocessor"]:
         raise ValueError("use_state_preprocessor is not supported by hpc_ray.rllib's DDPG "
                          "(the actor and critic read flat observations)")

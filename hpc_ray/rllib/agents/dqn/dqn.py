@@ -115,8 +115,9 @@ def validate_dqn_config(config: dict) -> None:
     if not 0.0 <= config["exploration_final_eps"] <= 1.0:
         raise ValueError(f"config['exploration_final_eps'] must be in [0, 1], got "
                          f"{config['exploration_final_eps']!r}")
-    if not 0.0 < config["exploration_fraction"] <= 1.0:
-        raise ValueError(f"config['exploration_fraction'] must be in (0, 1], got "
+    # 0: the final epsilon from the first step (the docs' offline DQN config).
+    if not 0.0 <= config["exploration_fraction"] <= 1.0:
+        raise ValueError(f"config['exploration_fraction'] must be in [0, 1], got "
                          f"{config['exploration_fraction']!r}")
     if not isinstance(config["buffer_size"], int) or config["buffer_size"] < 1:
         raise ValueError(f"config['buffer_size'] must be an int >= 1, got "

@@ -59,18 +59,23 @@ def _head(in_size: int, hiddens: list[int], out: int, noisy: bool, sigma0: float
 
 
 class QNetwork(nn.Module):
-    """Observations -> ``fcnet_hiddens`` -> a Q head with ``hiddens``, dueling
-    (value and advantage streams) and distributional (``num_atoms`` per action)
-    as configured.
+    """Observations -> ``fcnet_hiddens`` (or the ``custom_model``'s features, as
+    in Ray 0.7) -> a Q head with ``hiddens``, dueling (value and advantage
+    streams) and distributional (``num_atoms`` per action) as configured.
 
     ``forward(obs)`` returns ``(q_values [B, A], atom_logits [B, A, atoms] or None)``.
     """
 
-    def __init__(self, obs_dim: int, num_actions: int, config: dict) -> None:
+    def __init__(self, obs_dim: int, num_actions: int, config: dict,
+                 obs_space=None) -> None:
         super().__init__()
         model = config.get("model", {})
-        self.base, feat = _mlp(obs_dim, list(model.get("fcnet_hiddens", [256, 256])),
-                               model.get("fcnet_activation", "tanh"))
+        self.custom = None
+        if model.get("custom_model"):
+            self.custom, feat = _custom_features(obs_space, num_actions, model)
+        else:
+            self.base, feat = _mlp(obs_dim, list(model.get("fcnet_hiddens", [256, 256])),
+                                   model.get("fcnet_activation", "tanh"))
         self.num_actions = num_actions
         self.num_atoms = int(config["num_atoms"])
         self.dueling = bool(config["dueling"])
@@ -83,7 +88,10 @@ class QNetwork(nn.Module):
             float(config["v_min"]), float(config["v_max"]), self.num_atoms))
 
     def forward(self, obs: torch.Tensor):
-        x = self.base(obs.reshape(obs.shape[0], -1).float())
+        if self.custom is not None:
+            x = self.custom({SampleBatch.CUR_OBS: obs}, [])[1]
+        else:
+            x = self.base(obs.reshape(obs.shape[0], -1).float())
         adv = self.advantage(x).view(-1, self.num_actions, self.num_atoms)
         if self.dueling:
             value = self.value(x).view(-1, 1, self.num_atoms)
@@ -92,6 +100,24 @@ class QNetwork(nn.Module):
             return adv.squeeze(-1), None
         q = (F.softmax(adv, dim=-1) * self.support).sum(-1)
         return q, adv
+
+
+def _custom_features(obs_space, num_actions: int, model_config: dict):
+    """The registered ``custom_model`` and the size of its features (the second
+    output of a ``TorchModel``), which feed the Q head."""
+    from ...models.catalog import ModelCatalog
+    net = ModelCatalog.get_torch_model(obs_space, num_actions, model_config)
+    if net.state_init():
+        raise ValueError(f"custom_model {model_config['custom_model']!r} has RNN state; "
+                         "DQN's Q-network is feed-forward (use a model without state_init)")
+    with torch.no_grad():
+        probe = torch.zeros((1,) + tuple(obs_space.shape))
+        features = net({SampleBatch.CUR_OBS: probe}, [])[1]
+    if features is None or features.dim() != 2:
+        raise ValueError(f"custom_model {model_config['custom_model']!r} must return "
+                         f"features of shape [B, n] as its second output (DQN's Q head "
+                         f"reads them), got {None if features is None else tuple(features.shape)}")
+    return net, int(features.shape[1])
 
 
 # --- postprocessing -------------------------------------------------------------------------
@@ -136,8 +162,8 @@ class DQNTorchPolicy(TorchPolicy):
                              "use DDPG or TD3 for continuous actions")
         self.config = config
         obs_dim = int(np.prod(observation_space.shape))
-        model = QNetwork(obs_dim, int(action_space.n), config)
-        self.target_model = QNetwork(obs_dim, int(action_space.n), config)
+        model = QNetwork(obs_dim, int(action_space.n), config, observation_space)
+        self.target_model = QNetwork(obs_dim, int(action_space.n), config, observation_space)
         self.target_model.load_state_dict(model.state_dict())
         self.epsilon = 1.0
         TorchPolicy.__init__(self, observation_space, action_space, model,

@@ -49,7 +49,7 @@ class FullyConnectedNetwork(TorchModel):
         self.free_log_std = bool(options.get("free_log_std", False))
 
     def _forward(self, input_dict, hidden_state):
-        obs = input_dict["obs"]
+        obs = input_dict["obs_flat"]
         features = self.hidden(obs)
         logits = self.logits(features)
         vf_in = features if self.value_hidden is None else self.value_hidden(obs)

@@ -4,13 +4,17 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..model import restore_original_dimensions
+
 __all__ = ["TorchModel"]
 
 
 class TorchModel(nn.Module):
     """A policy network: observations in; logits, features, values and state out.
 
-    Subclasses implement ``_forward``. Calling the model as
+    Subclasses implement ``_forward`` (Dict and Tuple observations arrive
+    unflattened in ``input_dict["obs"]``, flat in ``input_dict["obs_flat"]``).
+    Calling the model as
     ``model({"obs": obs}, state)`` returns ``(outputs, features, values, state)``
     of shapes ``[B, num_outputs]``, ``[B, feature_size]``, ``[B]``, and a list.
 
@@ -27,12 +31,16 @@ class TorchModel(nn.Module):
         self.options = options
 
     def forward(self, input_dict: dict, hidden_state: list):
-        """Flatten ``obs`` to ``[B, -1]`` and call ``_forward``."""
+        """Call ``_forward`` with ``input_dict["obs_flat"]``, the observations
+        as ``[B, -1]`` floats, and ``input_dict["obs"]``: the same, or for a Dict
+        or Tuple observation space the dict or tuple of tensors it was (Ray 0.7's
+        ``restore_original_dimensions``; ``obs_space.original_space`` is it)."""
         obs = input_dict["obs"]
         if obs.dim() > 2 and len(getattr(self.obs_space, "shape", ())) <= 1:
             obs = obs.reshape(obs.shape[0], -1)
-        input_dict = dict(input_dict)
-        input_dict["obs"] = obs.float()
+        input_dict = input_dict.copy()  # a LazyInputDict stays lazy
+        input_dict["obs_flat"] = obs = obs.float()
+        input_dict["obs"] = restore_original_dimensions(obs, self.obs_space)
         return self._forward(input_dict, hidden_state)
 
     def _forward(self, input_dict: dict, hidden_state: list):
