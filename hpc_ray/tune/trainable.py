@@ -139,9 +139,10 @@ class Trainable:
         if result.get(R.MEAN_LOSS) is not None:
             # 0.7: spares a "min" mode (or a double negative) to schedulers that maximize
             result.setdefault(R.NEG_MEAN_LOSS, -result[R.MEAN_LOSS])
+        # (As Ray's: a training_iteration of the user's own, e.g. epochs, stands.)
+        result.setdefault(R.TRAINING_ITERATION, self._iteration)
         now = datetime.datetime.now()
         result.update({
-            R.TRAINING_ITERATION: self._iteration,
             R.EXPERIMENT_ID: self._experiment_id,
             "date": now.strftime("%Y-%m-%d_%H-%M-%S"),
             "timestamp": int(time.time()),

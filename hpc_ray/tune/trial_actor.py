@@ -19,6 +19,7 @@ is raised again by the ``train`` behind it, where the driver is waiting.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -62,6 +63,8 @@ class TrialActor:
         self._trainable: Trainable | None = None
         #: The setup's error (its class and text), raised again by train().
         self._error: tuple[type, str] | None = None
+        #: What the trainable raised after the results a train() call returned.
+        self._raised: Exception | None = None
         # Trainables run in their trial's directory; this is where the actor began,
         # and relative import paths ("" or PYTHONPATH=.) keep meaning what they did.
         os.environ.setdefault("TUNE_ORIG_WORKING_DIR", os.getcwd())
@@ -80,7 +83,7 @@ class TrialActor:
         user's that says no fails the run when the actor moves to another trial
         (``reuse_actors``); for the same trial's new config (PBT) the trainable
         is made anew from the checkpoint, as Ray 0.7 restarts it."""
-        self._error = None
+        self._error = self._raised = None
         self._live = True
         self._checkpoint_freq = checkpoint_freq
         self._checkpoint_at_end = checkpoint_at_end
@@ -90,6 +93,7 @@ class TrialActor:
             # land beside its results (on a node that does not see the driver's
             # disk: in the temporary directory).
             workdir = logdir if logdir and os.path.isdir(logdir) else tempfile.gettempdir()
+            previous = os.getcwd()
             os.chdir(workdir)
             reset = False
             if self._trainable is not None and reuse:
@@ -109,7 +113,11 @@ class TrialActor:
                 t._timesteps_since_restore = 0
             else:
                 if self._trainable is not None:
+                    # In its own trial's directory: relative paths in _stop mean that.
+                    with contextlib.suppress(OSError):
+                        os.chdir(previous)
                     self._stop_quietly()
+                    os.chdir(workdir)
                 # As in Ray 0.7, logdir is the trial's before _setup runs: an RLlib
                 # trainer's "output": "logdir" and monitor files go there.
                 self._trainable = self._cls(dict(config),
@@ -132,11 +140,22 @@ class TrialActor:
         if self._error is not None:
             kind, text = self._error
             raise kind(f"the trial could not be set up:\n{text}")
+        if self._raised is not None:
+            raised, self._raised = self._raised, None
+            raise raised
         t = self._trainable
         out = []
         start = time.monotonic()
         while True:
-            result = t.train()
+            try:
+                result = t.train()
+            except Exception as err:
+                if not out:
+                    raise
+                # The results before it go to the driver first (logged, as Ray logs
+                # each as it comes); the next call raises it.
+                self._raised = err
+                return out
             checkpoint = None
             stops = _stops(result, self._stop_criterion)
             if not result.get(R.RESULT_DUPLICATE):

@@ -318,5 +318,55 @@ with section("suggest"):
     check(len(walk.completed) == 4 and all(v is not None for v in walk.completed),
           walk.completed)
 
+
+class RaisesAtThree(tune.Trainable):
+    def _train(self):
+        if self._iteration == 2:
+            raise ValueError("diverged at the third iteration")
+        return {"mean_accuracy": self._iteration + 1}
+
+
+class Epochs(tune.Trainable):
+    """Ten epochs a call, counted in the user's own training_iteration."""
+
+    def _train(self):
+        return {"training_iteration": 10 * (self._iteration + 1)}
+
+
+class StopsInItsDirectory(tune.Trainable):
+    """No reset_config: under reuse_actors each trial gets a new instance."""
+
+    def _train(self):
+        return {"done": True}
+
+    def _stop(self):
+        with open("stopped.txt", "a") as f:   # relative: its trial's directory
+            f.write(f"{self.config['n']}\n")
+
+
+with section("results_and_hooks"):
+    # The results reported before a trainable raised are logged (they were lost
+    # with the batch the raise ended).
+    (failed,) = tune.run(RaisesAtThree, name="raises", local_dir=LOCAL, verbose=0,
+                         raise_on_failed_trial=False)
+    with open(os.path.join(failed.logdir, "result.json")) as f:
+        logged = [json.loads(line)["mean_accuracy"] for line in f]
+    check(failed.status == "ERROR" and logged == [1, 2]
+          and failed.last_result["mean_accuracy"] == 2, (failed.status, logged))
+    # A training_iteration of the user's stands, as in Ray: the stop counts it.
+    (epochs,) = tune.run(Epochs, name="epochs", local_dir=LOCAL, verbose=0,
+                         stop={"training_iteration": 30})
+    with open(os.path.join(epochs.logdir, "result.json")) as f:
+        iterations = [json.loads(line)["training_iteration"] for line in f]
+    check(iterations == [10, 20, 30], iterations)
+    # A reused actor's old trainable stops in its own trial's directory.
+    stopped = tune.run(StopsInItsDirectory, name="stops", local_dir=LOCAL, verbose=0,
+                       reuse_actors=True, config={"n": tune.grid_search([1, 2, 3, 4])})
+    found = {}
+    for trial in stopped:
+        with open(os.path.join(trial.logdir, "stopped.txt")) as f:
+            found[trial.config["n"]] = f.read().split()
+    check(found == {n: [str(n)] for n in (1, 2, 3, 4)}, found)
+
 ray.shutdown()
 ok("tune_api")
