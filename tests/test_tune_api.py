@@ -600,3 +600,14 @@ def test_paused_trials_resume_in_the_order_they_were_paused():
         order.append(trial.config["i"])
         trial.status = Trial.RUNNING
     assert order == [1, 2, 0]
+
+
+def test_trial_name_creator_names_the_trial_directory():
+    # Ray 0.7 makes the directory from str(trial): a trial_name_creator's name
+    # is what a researcher looks for in ~/ray_results (it showed in the table only).
+    from hpc_ray.tune import checkpoints
+
+    named = Trial("f", {"k": 1}, trial_name_creator=lambda t: f"custom/k{t.config['k']}")
+    assert checkpoints.dirname(named) == f"custom_k1_{named.trial_id}"
+    plain = Trial("f", {"k": 1}, experiment_tag="0_k=1")
+    assert checkpoints.dirname(plain) == f"f_0_k=1_{plain.trial_id}"

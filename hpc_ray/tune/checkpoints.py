@@ -99,6 +99,7 @@ def iteration_of(path: str) -> int:
 
 
 def dirname(trial: Trial) -> str:
-    """The name of a trial's directory: Ray 0.7's (``Trial.identifier``, cut to
-    100 characters), then the trial's id, which keeps it unique."""
-    return f"{trial.identifier()[:100]}_{trial.trial_id}"
+    """The name of a trial's directory: Ray 0.7's (the trial's name, its
+    ``trial_name_creator``'s where given, cut to 100 characters), then the
+    trial's id, which keeps it unique."""
+    return f"{str(trial).replace(os.sep, '_')[:100]}_{trial.trial_id}"
