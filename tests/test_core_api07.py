@@ -20,6 +20,14 @@ def test_core_api07(run):
     assert "Inheriting from actor classes is not currently supported" in values["subclass_error"]
 
 
+@pytest.mark.mpi
+@pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
+def test_signals_keep_arriving_past_the_history_budget(run, mode):
+    result = run("signals_budget.py", 3, mode=mode, timeout=90,
+                 env={"HPC_RAY_HEAD_HISTORY_BYTES": str(1 << 20)})
+    assert result.assert_ok("signals_budget")["heard"] == 400
+
+
 def test_state_calls_before_init_say_to_call_init():
     import hpc_ray as ray
 

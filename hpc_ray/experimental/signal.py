@@ -73,8 +73,8 @@ def receive(sources: list, timeout: float | None = None) -> list:
     while True:
         got = ctx.control("signal_poll", [(k, cursors.get(k, 0)) for k in keys])
         out = []
-        for (key, blobs), source in zip(got, sources):
-            cursors[key] = cursors.get(key, 0) + len(blobs)
+        for (key, blobs, after), source in zip(got, sources):
+            cursors[key] = after
             out.extend((source, loads(b)) for b in blobs)
         if out or (deadline is not None and time.monotonic() >= deadline):
             return out
@@ -87,8 +87,8 @@ def forget(sources: list) -> None:
     ctx = context.current()
     cursors = _entity_cursors(ctx)
     got = ctx.control("signal_poll", [(k, cursors.get(k, 0)) for k in keys])
-    for key, blobs in got:
-        cursors[key] = cursors.get(key, 0) + len(blobs)
+    for key, _blobs, after in got:
+        cursors[key] = after
 
 
 def reset() -> None:

@@ -210,12 +210,7 @@ def _signal_source(head: Head, key) -> tuple:
 
 def _signal_poll(head: Head, keyed: list) -> list:
     signals = head.history.signals
-    return [(key, signals.get(_signal_source(head, key))[cursor:]) for key, cursor in keyed]
-
-
-def _signal_forget(head: Head, keys: list) -> None:
-    for key in keys:
-        head.history.signals.forget(_signal_source(head, key))
+    return [(key, *signals.since(_signal_source(head, key), cursor)) for key, cursor in keyed]
 
 
 def _collective_create(head: Head, name: str, actor_ids: list[int]) -> None:
@@ -330,7 +325,6 @@ _CALLS = {
     "collective_create": _collective_create,
     "signal_send": _signal_send,
     "signal_poll": _signal_poll,
-    "signal_forget": _signal_forget,
     "create_actor": _create_actor,
     "get_actor": _get_actor,
     "kill": _kill,

@@ -193,13 +193,10 @@ class LocalContext(context.ContextBase):
         if name in ("tasks", "objects"):
             return {}
         if name == "signal_poll":
-            return [(key, self.signals.get(self._signal_source(key), [])[cursor:])
+            sent = [(key, self.signals.get(self._signal_source(key), [])[cursor:], cursor)
                     for key, cursor in args[0]]
+            return [(key, blobs, cursor + len(blobs)) for key, blobs, cursor in sent]
         if name == "signal_send":
             self._signal(*args)
-            return None
-        if name == "signal_forget":
-            for key in args[0]:
-                self.signals.pop(self._signal_source(key), None)
             return None
         raise ValueError(f"unknown control call {name!r}")

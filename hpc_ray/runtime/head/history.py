@@ -9,6 +9,7 @@ length of its strings and blobs — cheap enough for the task hot path.
 from __future__ import annotations
 
 import collections
+import itertools
 
 #: Default budget for all of history together (setting: HPC_RAY_HEAD_HISTORY_BYTES).
 DEFAULT_BUDGET = 64 << 20
@@ -61,8 +62,26 @@ class BoundedLog:
         return len(self.items)
 
 
+class _Sent:
+    """One source's signals kept: ``blobs[0]`` is number ``start`` of its signals.
+    A source's numbers follow on from each other; they begin where the numbers of
+    all signals added so far stood, so a source dropped and then heard again
+    starts past every cursor into its old numbers."""
+
+    __slots__ = ("start", "blobs")
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.blobs: collections.deque = collections.deque()
+
+
 class Signals:
-    """Signals by source (("task", id) or ("actor", id)), oldest sources dropped first."""
+    """Signals by source (("task", id) or ("actor", id)). Over the budget, the
+    oldest signals of the source that sent least recently go first, and a source
+    left with none goes too. A source's signals keep their numbers (``_Sent``),
+    so a receiver's cursor into them stays right: a busy actor's were dropped
+    whole, and its new ones then started again at 0, behind every receiver's
+    cursor, and were never heard again."""
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
@@ -71,28 +90,50 @@ class Signals:
         self.returns_of: dict[int, tuple] = {}  # task id -> its return ids
         self.bytes = 0
         self.dropped = 0
+        self.added = 0
 
     def add(self, source: tuple, blob: bytes, return_ids=()) -> None:
-        sigs = self.by_source.get(source)
-        if sigs is None:
-            sigs = self.by_source[source] = []
-        sigs.append(blob)
+        sent = self.by_source.get(source)
+        self.added += 1
+        if sent is None:
+            sent = self.by_source[source] = _Sent(self.added)
+            self.bytes += SIGNAL_BYTES
+        else:
+            self.by_source.move_to_end(source)
+        sent.blobs.append(blob)
         self.bytes += SIGNAL_BYTES + len(blob)
-        if return_ids:
+        if return_ids and source[1] not in self.returns_of:
             self.returns_of[source[1]] = tuple(return_ids)
             for oid in return_ids:
                 self.task_of[oid] = source[1]
                 self.bytes += SIGNAL_BYTES
-        while self.bytes > self.budget and len(self.by_source) > 1:
-            self.dropped += len(self.forget(next(iter(self.by_source))))
+        while self.bytes > self.budget:
+            oldest, kept = next(iter(self.by_source.items()))
+            if oldest == source and len(kept.blobs) <= 1:
+                break   # (the newest signal stays)
+            if not kept.blobs:
+                self.forget(oldest)
+                continue
+            self.bytes -= SIGNAL_BYTES + len(kept.blobs.popleft())
+            kept.start += 1
+            self.dropped += 1
 
-    def get(self, source: tuple) -> list:
-        return self.by_source.get(source, [])
+    def since(self, source: tuple, cursor: int) -> tuple[list, int]:
+        """The signals ``source`` sent from its ``cursor``-th on that are kept, and
+        the cursor after them."""
+        sent = self.by_source.get(source)
+        if sent is None:
+            return [], cursor
+        first = max(cursor - sent.start, 0)
+        blobs = list(itertools.islice(sent.blobs, first, None))
+        return blobs, max(cursor, sent.start + len(sent.blobs))
 
     def forget(self, source: tuple) -> list:
         """Drop ``source``'s signals (and its return ids' entries); returns them."""
-        sigs = self.by_source.pop(source, None) or []
-        self.bytes -= sum(SIGNAL_BYTES + len(b) for b in sigs)
+        sent = self.by_source.pop(source, None)
+        sigs = list(sent.blobs) if sent is not None else []
+        if sent is not None:
+            self.bytes -= SIGNAL_BYTES + sum(SIGNAL_BYTES + len(b) for b in sigs)
         if source[0] == "task":
             for oid in self.returns_of.pop(source[1], ()):
                 self.task_of.pop(oid, None)
