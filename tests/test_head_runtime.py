@@ -99,6 +99,12 @@ def test_many_driver_threads_share_rank_0s_mpi(run, mode):
 
 
 @pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
+def test_ended_actors_leave_no_socket_open_in_the_driver(run, mode):
+    values = run("ended_actors_fds.py", 3, mode=mode, timeout=120).assert_ok("ended_actors_fds")
+    assert values["terminated"] <= 6 and values["named"] <= 6
+
+
+@pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
 def test_actors_end_with_their_last_handle(run, mode):
     values = run("actor_lifetime.py", 3, mode=mode, timeout=120).assert_ok("actor_lifetime")
     assert values["second_gpu_actor"] == [0]

@@ -111,6 +111,8 @@ class DriverContext(context.ContextBase):
         if peer is not None:
             if peer.pending:
                 self.links.read_answers()
+            if peer.links:
+                self.links.close_ended()
             if peer.finished:
                 self.links.report(True)    # tasks(), timeline() see every answered call
             if self.caller.before_control(name, args):

@@ -29,6 +29,9 @@ from .interrupts import deferred
 #: Longest a waiting thread blocks on the sockets at a time (a Ctrl-C, a
 #: deadline and the other threads' wake-ups are looked at in between).
 POLL_SLICE = 0.05
+#: Least seconds between two looks at the idle links for actors that ended
+#: (``close_ended``): one poll of every such socket.
+ENDED_LOOK = 1.0
 
 
 class DriverLinks:
@@ -47,6 +50,7 @@ class DriverLinks:
         #: Threads in ``arrived.wait`` (a turn that ends wakes them).
         self.waiting = 0
         self.spinners = threading.local()
+        self.ended_looked = 0.0
 
     def wait(self, done, deadline: float | None, need) -> bool:
         """Read the direct sockets until ``done()``; False at the deadline, after
@@ -86,6 +90,20 @@ class DriverLinks:
         while the driver waits for something else."""
         links = self.peer.links
         self.turn(0, lambda: [link for link in list(links.values()) if link.inflight])
+
+    def close_ended(self) -> None:
+        """Close the links of actors that ended while no call of the driver's was
+        in flight there (``__ray_terminate__``, ``exit_actor``, a kill from another
+        process): nothing reads such a link otherwise, and a program that goes
+        through many actors kept a socket for each until it ran out of file
+        descriptors. A read of each idle link that has something (``turn``): EOF
+        closes it (``PeerCaller._lost``). At most every ENDED_LOOK seconds."""
+        now = time.monotonic()
+        if now - self.ended_looked < ENDED_LOOK:
+            return
+        self.ended_looked = now
+        links = self.peer.links
+        self.turn(0, lambda: [link for link in list(links.values()) if not link.inflight])
 
     def turn(self, span: float, need) -> None:
         """Read the sockets of ``need()`` once (up to ``span`` seconds), or wait for
