@@ -528,14 +528,20 @@ def errors(all_jobs: bool = False) -> list[dict]:
 
     Each has ``type`` ("task"), ``message`` (the error with its traceback, as
     ``get`` raises it; the newest 1,000 are kept, else a line saying where it
-    failed), ``task_id``, ``function`` and ``timestamp``.
+    failed), ``task_id``, ``function`` and ``timestamp``, for every failed task
+    the head's history still holds (``HPC_RAY_HEAD_HISTORY_BYTES``).
     Other errors follow, with ``type``, ``message`` and ``timestamp``: an actor's
     constructor that raised (type "task", its traceback in ``message``) and a
     Checkpointable actor's hook that raised (type "checkpoint").
     """
     out = []
     texts = _state_context().control("failure_texts")
-    for tid, t in tasks().items():
+    with warnings.catch_warnings():
+        # (tasks()' warning that the oldest are gone is about tasks(): the list
+        # here is what the history keeps, as the docstring says.)
+        warnings.filterwarnings("ignore", message="tasks\\(\\): the ")
+        table = tasks()
+    for tid, t in table.items():
         # An actor ended on purpose (``__ray_terminate__``) is no error.
         if t.get("State") == "FAILED" and not t["FunctionName"].endswith(".__ray_terminate__"):
             rank = t["Rank"]

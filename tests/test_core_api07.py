@@ -22,10 +22,12 @@ def test_core_api07(run):
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
-def test_signals_keep_arriving_past_the_history_budget(run, mode):
-    result = run("signals_budget.py", 3, mode=mode, timeout=90,
+def test_signals_and_errors_past_the_history_budget(run, mode):
+    result = run("history_budget.py", 3, mode=mode, timeout=90,
                  env={"HPC_RAY_HEAD_HISTORY_BYTES": str(1 << 20)})
-    assert result.assert_ok("signals_budget")["heard"] == 400
+    values = result.assert_ok("history_budget")
+    assert values["heard"] == 400
+    assert 0 < values["errors_listed"] < 1600   # what the history keeps
 
 
 def test_state_calls_before_init_say_to_call_init():

@@ -1,10 +1,13 @@
-"""Signals past the head's history budget: a long-lived actor's newest signals
-keep arriving while its oldest are dropped (they were dropped whole, and its new
-ones were never heard again). Run with a small HPC_RAY_HEAD_HISTORY_BYTES."""
+"""Past the head's history budget (run with a small HPC_RAY_HEAD_HISTORY_BYTES):
+a long-lived actor's newest signals keep arriving while its oldest are dropped
+(they were dropped whole, and its new ones were never heard again); errors()
+lists the failed tasks kept, without tasks()' warning that the oldest are gone."""
 import faulthandler, os
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
 
 from _harness import check, init_kwargs, ok, report, section
+
+import warnings
 
 import hpc_ray as ray
 import hpc_ray.experimental.signal as signal
@@ -46,5 +49,23 @@ with section("budget"):
     check(heard == list(range(1, 401)), (len(heard), heard[-5:]))
     report("heard", len(heard))
 
+
+@ray.remote(max_retries=0)
+def fails(i):
+    raise ValueError(f"E-{i}")
+
+
+with section("errors"):
+    for start in range(0, 1600, 400):
+        ray.wait([fails.remote(i) for i in range(start, start + 400)], num_returns=400,
+                 timeout=60)
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        listed = ray.errors()
+    check(not warned, [str(w.message) for w in warned])
+    # The newest failures carry their tracebacks.
+    check(any("ValueError: E-1599" in e["message"] for e in listed), listed[-3:])
+    report("errors_listed", len(listed))
+
 ray.shutdown()
-ok("signals_budget")
+ok("history_budget")
