@@ -149,9 +149,17 @@ class Arena:
             logger.debug("pretouch stopped: %s", exc)
 
     def close(self) -> None:
-        # Views handed to the user may still export the mapping; the kernel
-        # unmaps it when the process exits. Closing the fd is what matters.
+        """Close the store's fd and unmap it: an embedded driver that starts and
+        stops sessions in a loop kept every store mapped (and its fd) until the
+        garbage collector found the arena. Views handed to the user may still
+        export the mapping: then it stays until they go (or the process exits)."""
         try:
             os.close(self.fd)
         except OSError:
             pass
+        if self._mmap is not None:
+            self._bytes = np.empty(0, np.uint8)
+            try:
+                self._mmap.close()
+            except BufferError:
+                pass
