@@ -98,9 +98,10 @@ def test_many_driver_threads_share_rank_0s_mpi(run, mode):
     assert values["iterations"] == 8 * 150
 
 
-@pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
-def test_ended_actors_leave_no_socket_open_in_the_driver(run, mode):
-    values = run("ended_actors_fds.py", 3, mode=mode, timeout=120).assert_ok("ended_actors_fds")
+def test_ended_actors_leave_no_socket_open_in_the_driver(run):
+    # (The driver's links are the same in every mode: embedded only.)
+    values = run("ended_actors_fds.py", 3, mode="embedded",
+                 timeout=120).assert_ok("ended_actors_fds")
     assert values["terminated"] <= 6 and values["named"] <= 6
 
 
