@@ -351,11 +351,11 @@ class ExecutorContext(context.ContextBase):
                 args, kwargs = taskspec.load_args(spec[m.T_PAYLOAD], spec[m.T_DEPS],
                                                   self._read_dep)
                 result = fn(*args, **kwargs)
-            if os.getpid() != self.pid:
+            if executor_exit.forked:
                 executor_exit.forked_child_ends(None)
             recs, contained = self._results(spec, result, peer_call)
         except BaseException as exc:  # user code: everything is reported, nothing escapes
-            if os.getpid() != self.pid:
+            if executor_exit.forked:
                 executor_exit.forked_child_ends(exc)
             record, text = failure_record(exc, spec, self.where)
             if text is not None:

@@ -84,6 +84,19 @@ def leave(ctx: Any, clean: bool = True) -> NoReturn:
     os_exit(0)
 
 
+#: True in a child that user code forked (``os.fork``, a ``multiprocessing``
+#: fork) in this process: a flag per task, where ``os.getpid()`` is a system call.
+forked = False
+
+
+def _note_forked() -> None:
+    global forked
+    forked = True
+
+
+os.register_at_fork(after_in_child=_note_forked)
+
+
 def forked_child_ends(exc: BaseException | None) -> NoReturn:
     """End a child that user code forked in a task and that came back out of the
     task, returning (``exc`` None) or raising, instead of ending with ``os._exit``.

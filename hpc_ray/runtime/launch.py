@@ -132,8 +132,8 @@ def mpi():
     MPI_Finalize itself, at exit (``finalize_at_exit``), instead of mpi4py.
     """
     singleton = "mpi4py.MPI" not in sys.modules and not launched.under_launcher()
-    if singleton and any(k.startswith(launched.RANK_PREFIXES) for k in os.environ):
-        launched.drop_inherited()   # (a process a rank started: not one of its ranks)
+    if singleton:
+        launched.drop_inherited()   # (a process a rank started is not one of its ranks)
     confine_network()
     import mpi4py
     mpi4py.rc.recv_mprobe = True

@@ -39,9 +39,11 @@ def under_launcher() -> bool:
     gives each rank (not settings such as ``OMPI_MCA_*``, which
     ``launch.confine_network`` sets, or a user's ``HYDRA_*`` for mpiexec), and
     they are its own, not inherited from a rank it descends from."""
-    if not any(k.startswith(RANK_PREFIXES) for k in os.environ):
-        return False
-    return not _inherited_from_a_rank()
+    return _has_rank_variables() and not _inherited_from_a_rank()
+
+
+def _has_rank_variables() -> bool:
+    return any(k.startswith(RANK_PREFIXES) for k in os.environ)
 
 
 def _inherited_from_a_rank() -> bool:
@@ -69,7 +71,11 @@ def mark_rank() -> None:
 
 
 def drop_inherited() -> None:
-    """Remove the launcher variables of a process that is no rank (embedded mode
-    starts MPI on its own, and would otherwise join the job of the rank above)."""
+    """In a process that is no rank (``under_launcher`` said no) but has a rank's
+    variables, inherited: remove the launcher's variables, or embedded mode's
+    MPI_Init would join the job of the rank above. Nothing where it has none (a
+    plain ``python``: its ``OMPI_MCA_*`` settings stay)."""
+    if not _has_rank_variables():
+        return
     for name in [k for k in os.environ if k.startswith(LAUNCHER_PREFIXES)]:
         del os.environ[name]
