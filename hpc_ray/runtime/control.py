@@ -209,6 +209,7 @@ def _signal_source(head: Head, key) -> tuple:
 
 
 def _signal_poll(head: Head, keyed: list) -> list:
+    head.settle_direct_reports()    # (direct calls' ErrorSignals)
     signals = head.history.signals
     return [(key, *signals.since(_signal_source(head, key), cursor)) for key, cursor in keyed]
 
@@ -286,6 +287,7 @@ def _pushed_errors(head: Head) -> list:
 
 def _failure_texts(head: Head) -> dict:
     """Failed tasks' error texts, keyed as ``tasks()`` keys them."""
+    head.settle_direct_reports()
     return {f"{tid:040x}": text for tid, text in head.history.failures.items()}
 
 

@@ -460,7 +460,7 @@ class PeerCaller:
         sent = self.pending.get(oid)
         if sent is not None:
             self._report(task_id, sent[3], "FINISHED" if done else "FAILED", link.rank, oid,
-                         sent[4], t_start, t_end, pid)
+                         sent[4], t_start, t_end, pid, None if done else (link.actor_id, error))
         if self.dropped and oid in self.dropped:
             self.dropped.discard(oid)
             self.pending.pop(oid, None)
@@ -485,7 +485,8 @@ class PeerCaller:
         for tid, oid in link.inflight.items():
             sent = self.pending.get(oid)
             if sent is not None:
-                self._report(tid, sent[3], "FAILED", link.rank, oid, sent[4], None, None, 0)
+                self._report(tid, sent[3], "FAILED", link.rank, oid, sent[4], None, None, 0,
+                             (link.actor_id, None))
             self.results[oid] = Result(None, None, None, None, tid,
                                        (link.actor_id, link.pid, sent and sent[3]))
             self.pending.pop(oid, None)
@@ -521,12 +522,17 @@ class PeerCaller:
             res.record = values.error_record(ActorDiedError(text))
         return res.record
 
-    def _report(self, tid, name, state, rank, oid, t_submit, t_start, t_end, pid) -> None:
-        """Keep a summary for the head, in its history's form (head/tasks.py summary)."""
+    def _report(self, tid, name, state, rank, oid, t_submit, t_start, t_end, pid,
+                failure=None) -> None:
+        """Keep a summary for the head, in its history's form (head/tasks.py summary);
+        a call that failed adds (actor id, its error's record, or None for a call
+        lost with the actor's process), for ``errors()`` and the actor's
+        ErrorSignal or ActorDiedSignal (``Head.direct_calls_done``)."""
         finished = self.finished
         if not finished:
             self.finished_since = time.monotonic()
-        finished.append((tid, name, state, rank, 1, (oid,), t_submit, t_start, t_end, pid))
+        summary = (tid, name, state, rank, 1, (oid,), t_submit, t_start, t_end, pid)
+        finished.append(summary if failure is None else summary + (failure,))
 
     def report_due(self, idle: bool) -> list | None:
         """The summaries to send now: many, old, or the caller is between tasks."""

@@ -119,5 +119,40 @@ with section("actors ended on purpose"):
     errs = ray.errors()
     check([e["function"].rsplit(".", 1)[-1] for e in errs] == ["fails"], errs)
 
+with section("an actor method that raised, called straight from the driver and a task"):
+    from hpc_ray.experimental import signal
+
+    @ray.remote
+    class Flaky:
+        def ok(self):
+            return 1
+
+        def fails(self, why):
+            raise KeyError(why)
+
+    @ray.remote
+    def call_fails(actor):
+        ray.get([actor.ok.remote() for _ in range(3)])
+        try:
+            ray.get(actor.fails.remote("from a task"))
+        except KeyError:
+            return "raised"
+
+    flaky = Flaky.remote()
+    for _ in range(3):      # (by then its calls go straight to its process)
+        ray.get([flaky.ok.remote() for _ in range(3)])
+    expect_raises(KeyError, ray.get, flaky.fails.remote("from the driver"))
+    check(ray.get(call_fails.remote(flaky)) == "raised")
+    def flaky_errors():
+        texts = [e["message"] for e in ray.errors() if e["function"].endswith("Flaky.fails")]
+        return texts if len(texts) >= 2 else None
+
+    texts = poll_for(flaky_errors, 30) or ray.errors()
+    check(len(texts) == 2 and all("Traceback" in t and "KeyError" in t for t in texts), texts)
+    check(sorted("from a task" in t for t in texts) == [False, True], texts)
+    got = signal.receive([flaky], timeout=10)
+    check([type(s) for _, s in got] == [signal.ErrorSignal] * 2, got)
+    check(all("KeyError" in str(s.get_error()) for _, s in got), got)
+
 ray.shutdown()
 ok("core_api07")

@@ -13,6 +13,7 @@ import faulthandler, os, sys
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
 
 import signal as os_signal
+import time
 
 from _harness import check, expect_raises, init_kwargs, ok, report, section, tmp_path
 
@@ -311,6 +312,9 @@ with section("a failed construction sends one ErrorSignal"):
 
     restart_fails = FailsOnRestart.remote(tmp_path("fails_on_restart_marker"))
     check(ray.get(restart_fails.ping.remote()) == "pong")
+    for _ in range(5):   # (then its calls go straight to its process: the lost one too)
+        time.sleep(0.1)
+        check(ray.get(restart_fails.ping.remote()) == "pong")
     expect_raises(ray.exceptions.RayActorError, ray.get, restart_fails.die.remote(),
                   timeout=30)
     # The lost call's ActorDiedSignal (0.7: a crashed actor signals when called),

@@ -195,11 +195,23 @@ class Head:
         """Calls that went straight from their caller to an actor (``peer_calls``):
         the head saw nothing else of them; ``tasks()`` and the timeline show them."""
         history = self.history
+        if any(len(s) > 10 for s in summaries):
+            summaries = [self._direct_failure(s) if len(s) > 10 else s for s in summaries]
         history.tasks_finished(summaries)
         # (A call lost with its actor's process has no end time: no event.)
         events = [(s[1], s[3], s[7], s[8], s[9], s[0]) for s in summaries if s[8]]
         if events:
             history.events_added(events)
+
+    def _direct_failure(self, summary: tuple) -> tuple:
+        """A direct call that failed: its error as ``task_failed`` notes one, or
+        the signal of a call lost with its actor's process."""
+        actor_id, error = summary[10]
+        if error is None:
+            self.task_events.direct_call_lost(actor_id, summary[0], summary[1])
+        else:
+            self.task_events.error_noted(summary[0], actor_id, error)
+        return summary[:10]
 
     # --- workers ------------------------------------------------------------------
 

@@ -271,7 +271,7 @@ class TaskLifecycle:
         if task is None or task.state is not RUNNING:
             return
         self._finish(task, t_start, t_end, pid)
-        self._error_signal(task, error)
+        self.error_noted(task.spec[m.T_ID], task.spec[m.T_ACTOR], error)
         self.fail_task(task, error)
 
     def _finish(self, task: TaskEntry, t0: float, t1: float, pid: int) -> None:
@@ -350,11 +350,21 @@ class TaskLifecycle:
     def fail_actor_call(self, task: TaskEntry, err: ActorDiedError) -> None:
         """A call fails because its actor is gone: the actor signals it too."""
         from ..signals import ActorDiedSignal
-        self._add_signal(task, ActorDiedSignal(err))
+        self._signal_from(task.spec[m.T_ACTOR], task.spec[m.T_ID], ActorDiedSignal(err))
         self.fail_task(task, (ERROR, dumps(err)))
 
-    def _error_signal(self, task: TaskEntry, err: tuple) -> None:
-        """The task's error: its text for ``errors()``, and its ErrorSignal."""
+    def direct_call_lost(self, actor_id: int, task_id: int, name: str) -> None:
+        """A call that went straight to its actor was lost with the actor's
+        process: the actor signals it as for a call through the head."""
+        from ..signals import ActorDiedSignal
+        actor = self.head.actors.get(actor_id)
+        what = f"actor {actor.class_name}" if actor is not None else "the actor"
+        self._signal_from(actor_id, task_id, ActorDiedSignal(ActorDiedError(
+            f"{what}'s process ended; the call {name} was lost")))
+
+    def error_noted(self, task_id: int, actor_id: int | None, err: tuple) -> None:
+        """A task's or actor call's error (also one that went straight to its actor,
+        ``direct_calls_done``): its text for ``errors()``, and its ErrorSignal."""
         from ..values import error_from_record
         from ..signals import ErrorSignal
         try:
@@ -362,17 +372,16 @@ class TaskLifecycle:
             text = str(error)
         except Exception:
             return
-        self.head.history.task_failed(task.spec[m.T_ID], text)
-        self._add_signal(task, ErrorSignal(error))
+        self.head.history.task_failed(task_id, text)
+        self._signal_from(actor_id, task_id, ErrorSignal(error))
 
-    def _add_signal(self, task: TaskEntry, signal) -> None:
-        """``signal`` from the task's source: its actor, else the task."""
+    def _signal_from(self, actor_id: int | None, task_id: int, signal) -> None:
+        """``signal`` from a task's source: its actor, else the task."""
         try:
             blob = dumps(signal)
         except Exception:
             return
-        actor_id = task.spec[m.T_ACTOR]
-        self.head.add_signal(actor_id, None if actor_id is not None else task.spec[m.T_ID], blob)
+        self.head.add_signal(actor_id, None if actor_id is not None else task_id, blob)
 
 
 def describe_exit(code: int | None) -> str:
