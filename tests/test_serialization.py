@@ -88,6 +88,9 @@ def test_a_class_sent_inside_a_value_keeps_its_file_in_another_process(by_value_
 
 
 SLOTTED = '''
+import typing
+
+
 class Slotted:
     __slots__ = ("a", "b")
 
@@ -99,8 +102,17 @@ class OneSlot:
     __slots__ = "a"
 
 
+class Point(typing.NamedTuple):
+    x: float
+    y: float = 0.0
+
+
 def make():
     return Slotted(1, 2)
+
+
+def make_point():
+    return Point(1.5)
 '''
 
 MAKE_AND_SEND_BACK = """
@@ -122,6 +134,19 @@ def test_an_instance_of_a_slotted_class_sent_by_value_comes_back(tmp_path):
                              capture_output=True, timeout=60, check=True)
         back = pickle.loads(out.stdout)
         assert type(back) is mod.Slotted and (back.a, back.b) == (1, 2)
+
+
+def test_a_typing_namedtuple_sent_by_value_comes_back(tmp_path):
+    # Its class has empty __slots__, which typing.NamedTuple's metaclass refuses
+    # when they are given at the class's making: every put, argument and result
+    # of one defined in the script raised AttributeError.
+    with module_by_value(tmp_path, "namedtuple_by_value", SLOTTED) as (mod, _):
+        assert pickle.loads(dumps([mod.Point(1.0, 2.0)])) == [(1.0, 2.0)]
+        out = subprocess.run([sys.executable, "-c", MAKE_AND_SEND_BACK],
+                             input=dumps(mod.make_point), capture_output=True, timeout=60,
+                             check=True)
+        back = pickle.loads(out.stdout)
+        assert type(back) is mod.Point and back == (1.5, 0.0) and back.y == 0.0
 
 
 def test_a_large_remote_function_or_actor_class_is_warned_of():

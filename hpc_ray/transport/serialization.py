@@ -118,7 +118,10 @@ def _slotted_class_reduce(cls: type):
     makes nothing of them: instances of the copy get a ``__dict__``, their state
     goes back as a dict, and the sender's own class (with slots) cannot take it
     (a ``__main__`` class with ``__slots__`` returned from a task). None: as
-    cloudpickle does it."""
+    cloudpickle does it, also for empty slots, which give instances no state
+    (a ``typing.NamedTuple`` has them, and its metaclass refuses them given)."""
+    if not cls.__dict__["__slots__"]:
+        return None
     reduced = _class_reduce(cls) if _class_reduce is not None else NotImplemented
     if not isinstance(reduced, tuple) or reduced[0] is not _make_skeleton_class:
         return None
