@@ -90,6 +90,13 @@ REPORT_AGE = 1.0
 #: caller's socket (their calls wait there, then in the callers).
 INFLIGHT_READ = 1024
 INBOX_HIGH = 1024
+#: A result larger than this, pickled, sends its method's later calls from this
+#: caller through the head, whose results of that size go through the node's
+#: store: one copy in, none out, and within ``object_store_memory``. Over the
+#: socket it is copied five times and moves a socket buffer (~200 KiB) per wake-up
+#: of each side (16 MiB: 125 ms against 3.5 ms through the head; the crossing
+#: is between 256 KiB and 1 MiB: see benchmarks/results/session-2026-11-29c.md).
+LARGE_RESULT = 512 << 10
 #: ``HPC_RAY_DIRECT_CALLS=0`` sends every call through the head.
 ENABLED = bool(_config.os_environ_get("DIRECT_CALLS", 1, int))
 
@@ -145,13 +152,13 @@ def serve(fd: int, ev: int, readers: dict, channels: dict, lock) -> list:
     return []
 
 
-def small_record(record: tuple) -> bool:
+def small_record(record: tuple, limit: int = INLINE_MAX) -> bool:
     """Whether a value's record may go with a call: RAW, or INLINE up to
-    INLINE_MAX bytes (not an error: the actor fails a call whose argument
+    ``limit`` bytes (not an error: the actor fails a call whose argument
     failed as the head does, on a record it fetched)."""
     kind = record[0]
     return kind == RAW or (kind == INLINE and len(record[1]) + sum(map(len, record[2]))
-                           <= INLINE_MAX)
+                           <= limit)
 
 
 def with_records(spec: list, record_of) -> None:
@@ -187,7 +194,7 @@ class Link:
     """A caller's socket to one actor and the calls in flight on it."""
 
     __slots__ = ("actor_id", "channel", "inflight", "rank", "pid", "sent", "reading",
-                 "poller", "rank_poller")
+                 "poller", "rank_poller", "large")
 
     def __init__(self, actor_id: int, channel: Channel) -> None:
         self.actor_id = actor_id
@@ -207,6 +214,8 @@ class Link:
         self.pid = 0
         #: task id -> return id, for calls sent and not answered yet.
         self.inflight: dict[int, int] = {}
+        #: Methods that returned a LARGE_RESULT here: their calls go through the head.
+        self.large: set[str] = set()
 
 
 class Result:
@@ -339,6 +348,7 @@ class PeerCaller:
         actor_id = spec[m.T_ACTOR]
         link = self.links.get(actor_id)
         if self.head_calls.get(actor_id) or not direct_eligible(spec) \
+                or link is not None and link.large and spec[m.T_NAME] in link.large \
                 or not deps_ready or actor_id in self.head_only or actor_id in self.fenced \
                 or actor_id == self.own_actor \
                 or self.fence_all and actor_id not in self.fence_passed:
@@ -469,6 +479,8 @@ class PeerCaller:
                     link.channel.send([(m.UNPIN, task_id)])
             return
         record = results[0] if done else error
+        if done and not small_record(record, LARGE_RESULT) and sent is not None:
+            link.large.add(sent[3])
         pins = [context.ObjectRef(c, _owned=False) for c in contained] if contained else None
         # In results before it leaves pending: another thread's wait sees it in one or
         # the other at every moment.

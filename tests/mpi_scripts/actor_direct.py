@@ -5,7 +5,7 @@ some of them must go through the rank (an
 argument to be copied from another node, with HPC_RAY_RANKS_PER_NODE=1) or
 return what only the rank can account for (store blocks, nested refs); printed
 lines arrive; the head's tables end empty; a restarted actor gets its calls."""
-import faulthandler, os
+import faulthandler, os, time
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
 
 import numpy as np
@@ -159,6 +159,42 @@ class Selfish:
     def call_me_in_a_list(self):
         return [self.me.five.remote()]
 
+
+# A method whose result was large goes through the head from then on
+# (peer_calls.LARGE_RESULT): results in the store, calls in the order made.
+@ray.remote
+class Recorder:
+    def __init__(self):
+        self.seen = 0
+
+    def add(self):
+        self.seen += 1
+        return self.seen
+
+    def snapshot(self, n):
+        return np.full(n, self.seen, dtype=np.int64)
+
+
+@ray.remote
+def snapshots(recorder, n):
+    return [int(a[0]) for a in ray.get([recorder.snapshot.remote(n) for _ in range(3)])]
+
+
+BIG = (2 << 20) // 8
+recorder = Recorder.remote()
+ray.get(recorder.add.remote(), timeout=30)
+time.sleep(0.3)                              # (its socket is up: calls go direct)
+check(int(ray.get(recorder.snapshot.remote(BIG), timeout=30)[0]) == 1)
+refs = []
+for _ in range(6):
+    refs += [recorder.add.remote(), recorder.snapshot.remote(BIG)]
+got = ray.get(refs, timeout=60)
+check([g if isinstance(g, int) else (int(g[0]), int(g[-1]), g.size) for g in got]
+      == [x for i in range(2, 8) for x in (i, (i, i, BIG))], [type(g) for g in got])
+used = sum(node["ObjectStoreUsed"] for node in ray.nodes())
+check(used >= 5 * BIG * 8, f"{used} bytes in the stores while 6 large results are held")
+check(ray.get(snapshots.remote(recorder, BIG), timeout=60) == [7, 7, 7], "called from a task")
+del got, refs
 
 s = Selfish.remote()
 ray.get(s.keep.remote(s), timeout=30)
