@@ -84,8 +84,8 @@ DEFAULT_CONFIG["model"] = dict(with_common_config({})["model"], lstm_cell_size=6
 
 
 def validate_config(config: dict) -> None:
-    refuse_use_lstm(config, "QMIX", "its agent network is its own GRU, sized by "
-                    "model.lstm_cell_size")
+    refuse_use_lstm(config, "QMIX", "its agents are feed-forward networks trained on "
+                    "replayed transitions")
     if config["mixer"] not in ("qmix", "vdn", None):
         raise ValueError(f"config['mixer'] must be 'qmix', 'vdn' or None, got "
                          f"{config['mixer']!r}")
