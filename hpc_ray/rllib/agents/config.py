@@ -10,7 +10,7 @@ import difflib
 
 from ..models.catalog import MODEL_DEFAULTS
 
-__all__ = ["COMMON_CONFIG", "merge_config", "CALLBACK_NAMES"]
+__all__ = ["COMMON_CONFIG", "merge_config", "CALLBACK_NAMES", "refuse_use_lstm"]
 
 #: The documented callback names (``callbacks`` config).
 CALLBACK_NAMES = ("on_episode_start", "on_episode_step", "on_episode_end", "on_sample_end",
@@ -112,3 +112,16 @@ def merge_config(defaults: dict, overrides: dict, trainer_name: str = "Trainer",
         else:
             merged[key] = copy.deepcopy(value) if not callable(value) else value
     return merged
+
+
+#: The trainers whose policies learn with a recurrent model (``use_lstm`` or a
+#: custom model with RNN state), as Ray 0.7's policy gradient algorithms do.
+RECURRENT_TRAINERS = "PG, A2C, A3C, PPO, APPO, IMPALA and DDPPO"
+
+
+def refuse_use_lstm(config: dict, trainer: str, why: str) -> None:
+    """Raise ``ValueError`` when ``config["model"]["use_lstm"]`` is set for a
+    trainer that cannot learn with a recurrent model."""
+    if (config.get("model") or {}).get("use_lstm"):
+        raise ValueError(f"{trainer} does not support \"use_lstm\": True ({why}); "
+                         f"recurrent models work with {RECURRENT_TRAINERS}")

@@ -227,7 +227,13 @@ class Trainer(Trainable):
 
         Args:
             observation: a raw observation from the env.
-            state: RNN state (unused by the built-in models).
+            state: a recurrent policy's RNN state: at an episode's start
+                ``get_policy().get_initial_state()``, then the state this
+                returned. Given, the answer is ``(action, state_out, info)``,
+                as in Ray 0.7; None: a recurrent policy starts from its initial
+                state and only the action is returned.
+            prev_action, prev_reward: a_{t-1} and r_{t-1}, for models that read
+                them (``lstm_use_prev_action_reward``); zeros when not given.
             policy_id: which policy acts.
             full_fetch: also return the state and the extra outputs.
             explore: sample from the action distribution (False: its mode).
@@ -238,12 +244,19 @@ class Trainer(Trainable):
         local = self.workers.local_worker()
         if policy_id not in local.policy_map:
             raise ValueError(f"unknown policy_id {policy_id!r} (known: {sorted(local.policy_map)})")
+        policy = local.policy_map[policy_id]
         obs = local.preprocessors[policy_id].transform(observation)
         obs = local.filters[policy_id](obs, update=False)
-        action, state_out, extra = local.policy_map[policy_id].compute_single_action(
-            obs, state or [], prev_action, prev_reward, info,
+        given = state is not None and len(state) > 0
+        initial = policy.get_initial_state()
+        if given and len(state) != len(initial):
+            raise ValueError(f"policy {policy_id!r} has {len(initial)} RNN state tensors, "
+                             f"got a state of {len(state)}: start from "
+                             f"trainer.get_policy().get_initial_state()")
+        action, state_out, extra = policy.compute_single_action(
+            obs, list(state) if given else initial, prev_action, prev_reward, info,
             clip_actions=self.config.get("clip_actions", True), explore=explore)
-        if full_fetch:
+        if given or full_fetch:
             return action, state_out, extra
         return action
 

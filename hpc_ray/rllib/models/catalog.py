@@ -81,9 +81,12 @@ class ModelCatalog:
 
     @staticmethod
     def get_torch_model(obs_space, num_outputs: int, options: dict | None = None,
-                        default_model_cls=None):
+                        default_model_cls=None, action_space=None):
         """The model for ``obs_space``: the registered ``custom_model`` if one is set,
-        else ``default_model_cls`` or the fully connected network."""
+        else ``default_model_cls`` or the fully connected network; with
+        ``use_lstm``, that model's features go through an LSTM cell
+        (``models.pytorch.lstm.LSTM``; ``action_space`` is needed for
+        ``lstm_use_prev_action_reward``)."""
         from .pytorch.fcnet import FullyConnectedNetwork
         options = dict(MODEL_DEFAULTS, **(options or {}))
         custom = options.get("custom_model")
@@ -92,12 +95,19 @@ class ModelCatalog:
                 raise ValueError(f"unknown custom_model {custom!r} (registered: "
                                  f"{sorted(_CUSTOM_MODELS)}); call "
                                  f"ModelCatalog.register_custom_model({custom!r}, cls) first")
-            return _CUSTOM_MODELS[custom](obs_space, num_outputs, options)
-        if options.get("use_lstm"):
-            raise NotImplementedError("use_lstm is not supported by hpc_ray.rllib's torch "
-                                      "models; write a custom TorchModel")
-        cls = default_model_cls or FullyConnectedNetwork
-        return cls(obs_space, num_outputs, options)
+            model = _CUSTOM_MODELS[custom](obs_space, num_outputs, options)
+        else:
+            cls = default_model_cls or FullyConnectedNetwork
+            # Under the LSTM the inner net's own value branch would go unused.
+            model = cls(obs_space, num_outputs,
+                        dict(options, vf_share_layers=True) if options["use_lstm"] else options)
+        if not options["use_lstm"]:
+            return model
+        from .pytorch.lstm import LSTM
+        if options["lstm_use_prev_action_reward"] and action_space is None:
+            raise ValueError("lstm_use_prev_action_reward needs the action space: pass "
+                             "action_space= to ModelCatalog.get_torch_model")
+        return LSTM(obs_space, num_outputs, options, model, action_space)
 
     @staticmethod
     def get_model(*args, **kwargs):

@@ -5,7 +5,8 @@
     trainer: put(weights) ──▶ workers         (WorkerSet.sync_weights, one object)
     workers: sample() ──batches (store)──▶ trainer, until train_batch_size steps
     trainer: local worker learns: one pass (PG, A2C) or num_sgd_iter epochs of
-             shuffled sgd_minibatch_size minibatches (PPO)
+             shuffled sgd_minibatch_size minibatches (PPO; of whole sequences
+             for a recurrent policy: utils/sgd.py)
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy as np
 
 from ... import api
 from ..policy.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
+from ..utils.sgd import minibatches, policy_max_seq_len
 from .policy_optimizer import PolicyOptimizer
 
 __all__ = ["SyncSamplesOptimizer", "collect_samples"]
@@ -99,7 +101,6 @@ class SyncSamplesOptimizer(PolicyOptimizer):
             if not size or size >= batch.count:
                 last = policy.learn_on_batch(batch)
                 continue
-            shuffled = batch.shuffle(self._rng)
-            for start in range(0, batch.count - size + 1, size):
-                last = policy.learn_on_batch(shuffled.slice(start, start + size))
+            for minibatch in minibatches(batch, size, self._rng, policy_max_seq_len(policy)):
+                last = policy.learn_on_batch(minibatch)
         return last.get("learner_stats", last)

@@ -55,7 +55,8 @@ def build_torch_policy(name: str, loss_fn: Callable, get_default_config: Callabl
                 dist_class, logit_dim = ModelCatalog.get_action_dist(
                     action_space, config.get("model", {}), torch=True)
                 model = ModelCatalog.get_torch_model(
-                    obs_space, logit_dim, merged_model_config(config.get("model")))
+                    obs_space, logit_dim, merged_model_config(config.get("model")),
+                    action_space=action_space)
             TorchPolicy.__init__(self, obs_space, action_space, model, loss_fn, dist_class)
             if after_init:
                 after_init(self, obs_space, action_space, config)

@@ -1,10 +1,12 @@
 """The actor-critic loss of A2C and A3C in PyTorch (Ray 0.7 ``a3c_torch_policy.py``)."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn as nn
 
 from ...evaluation.postprocessing import Postprocessing, compute_advantages
+from ...models.pytorch.model import from_batch
 from ...policy.sample_batch import SampleBatch
 from ...policy.torch_policy_template import build_torch_policy
 
@@ -13,8 +15,7 @@ __all__ = ["A3CTorchPolicy", "ValueNetworkMixin", "actor_critic_loss", "add_adva
 
 
 def actor_critic_loss(policy, batch_tensors):
-    logits, _, values, _ = policy.model(
-        {SampleBatch.CUR_OBS: batch_tensors[SampleBatch.CUR_OBS]}, [])
+    logits, _, values, _ = from_batch(policy.model, batch_tensors)
     dist = policy.dist_class(logits)
     log_probs = dist.logp(batch_tensors[SampleBatch.ACTIONS])
     policy.entropy = dist.entropy().mean()
@@ -32,8 +33,15 @@ def loss_and_entropy_stats(policy, batch_tensors):
 
 
 def add_advantages(policy, sample_batch, other_agent_batches=None, episode=None):
-    completed = sample_batch[SampleBatch.DONES][-1]
-    last_r = 0.0 if completed else policy._value(sample_batch[SampleBatch.NEXT_OBS][-1])
+    if sample_batch[SampleBatch.DONES][-1]:
+        last_r = 0.0
+    else:  # bootstrap from V(s_T), with the RNN state and a_{T-1}, r_{T-1} there
+        last = sample_batch.count - 1
+        next_state = [sample_batch[f"state_out_{i}"][last]
+                      for i in range(len(policy.get_initial_state()))]
+        last_r = policy._value(sample_batch[SampleBatch.NEXT_OBS][last],
+                               sample_batch[SampleBatch.ACTIONS][last],
+                               sample_batch[SampleBatch.REWARDS][last], *next_state)
     return compute_advantages(sample_batch, last_r, policy.config["gamma"],
                               policy.config["lambda"], policy.config.get("use_gae", True))
 
@@ -55,12 +63,19 @@ def torch_optimizer(policy, config):
 
 
 class ValueNetworkMixin:
-    """``_value(obs)``: the value function of one observation (for bootstrapping)."""
+    """``_value(obs, prev_action, prev_reward, *state)``: the value function of one
+    observation (for bootstrapping), as Ray 0.7's."""
 
-    def _value(self, obs):
+    def _value(self, obs, prev_action=None, prev_reward=None, *state):
         with self.lock, torch.no_grad():
-            t = torch.as_tensor(obs, dtype=torch.float32, device=self.device).unsqueeze(0)
-            _, _, vf, _ = self.model({"obs": t}, [])
+            def one(x, dtype=torch.float32):
+                return torch.as_tensor(np.asarray(x), dtype=dtype, device=self.device)[None]
+            input_dict = {"obs": one(obs)}
+            if prev_action is not None:
+                input_dict[SampleBatch.PREV_ACTIONS] = one(prev_action, None)
+            if prev_reward is not None:
+                input_dict[SampleBatch.PREV_REWARDS] = one(prev_reward)
+            _, _, vf, _ = self.model(input_dict, [one(s) for s in state])
             return float(vf.squeeze())
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..dqn.dqn import (DQNStateMixin, add_exploration_info, make_optimizer, setup_exploration,
                        update_target_if_needed, update_worker_explorations)
+from ..config import refuse_use_lstm
 from ..trainer import with_common_config
 from ..trainer_template import build_trainer
 from .ddpg_policy import DDPGTorchPolicy
@@ -147,6 +148,8 @@ DEFAULT_CONFIG = with_common_config({
 
 def validate_ddpg_config(config: dict) -> None:
     """Reject DDPG/TD3 settings that cannot work, naming the fix."""
+    refuse_use_lstm(config, "DDPG", "its actor and critic are feed-forward networks built "
+                    "from actor_hiddens and critic_hiddens")
     if config["exploration_noise_type"] not in ("ou", "gaussian"):
         raise ValueError(f"config['exploration_noise_type'] must be 'ou' or 'gaussian', "
                          f"got {config['exploration_noise_type']!r}")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ...optimizers.sync_replay import SyncReplayOptimizer, linear_schedule
+from ..config import refuse_use_lstm
 from ..trainer import with_common_config
 from ..trainer_template import build_trainer
 from .dqn_policy import DQNTorchPolicy
@@ -105,6 +106,8 @@ DEFAULT_CONFIG = with_common_config({
 
 def validate_dqn_config(config: dict) -> None:
     """Reject DQN settings that cannot work, naming the fix."""
+    refuse_use_lstm(config, "DQN", "its Q-network is feed-forward and it learns from "
+                    "replayed single steps")
     if config["num_atoms"] < 1 or not isinstance(config["num_atoms"], int):
         raise ValueError(f"config['num_atoms'] must be an int >= 1, got {config['num_atoms']!r}")
     if config["num_atoms"] > 1 and config["v_min"] >= config["v_max"]:

@@ -16,6 +16,7 @@ import numpy as np
 from .... import api
 from ....actors import kill
 from ...models.catalog import MODEL_DEFAULTS
+from ..config import refuse_use_lstm
 from ..trainer import Trainer, with_common_config
 from .es_worker import ESWorker
 from .utils import (Adam, NumpyPolicy, SharedNoiseTable, batched_weighted_sum,
@@ -49,6 +50,7 @@ class EvolutionTrainer(Trainer):
     _worker_cls = ESWorker
 
     def _init(self, config: dict, env_creator) -> None:
+        refuse_use_lstm(config, self._name, "its policy is a feed-forward numpy network")
         if config["num_workers"] < 1:
             raise ValueError(f"{self._name} needs num_workers >= 1, got {config['num_workers']}")
         env = env_creator(self._env_context())

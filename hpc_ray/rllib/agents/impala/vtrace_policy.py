@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ...models.pytorch.model import from_batch
 from ...policy.sample_batch import SampleBatch
 from ...policy.torch_policy_template import build_torch_policy
 from ..a3c.a3c_torch_policy import apply_grad_clipping
@@ -14,9 +15,9 @@ __all__ = ["VTraceTorchPolicy", "APPOTorchPolicy"]
 
 def _targets(policy, batch):
     cfg = policy.config
-    logits, _, values, _ = policy.model({"obs": batch[SampleBatch.CUR_OBS]}, [])
+    logits, _, values, _ = from_batch(policy.model, batch)
     with torch.no_grad():
-        _, _, next_values, _ = policy.model({"obs": batch[SampleBatch.NEXT_OBS]}, [])
+        _, _, next_values, _ = from_batch(policy.model, batch, next_obs=True)
     dones = batch[SampleBatch.DONES].float()
     next_values = next_values * (1.0 - dones)
     unroll = batch[SampleBatch.UNROLL_ID]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ...optimizers.sync_batch_replay import SyncBatchReplayOptimizer
+from ..config import refuse_use_lstm
 from ..trainer import with_common_config
 from ..trainer_template import build_trainer
 from .marwil_policy import MARWILTorchPolicy
@@ -38,6 +39,7 @@ DEFAULT_CONFIG = with_common_config({
 
 
 def validate_config(config: dict) -> None:
+    refuse_use_lstm(config, "MARWIL", "it learns from replayed single steps of offline data")
     if config["beta"] < 0:
         raise ValueError(f"config['beta'] must be >= 0 (0: imitation learning), got "
                          f"{config['beta']!r}")

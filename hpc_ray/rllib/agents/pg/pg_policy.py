@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ...evaluation.postprocessing import Postprocessing, compute_advantages
+from ...models.pytorch.model import from_batch
 from ...policy.sample_batch import SampleBatch
 from ...policy.torch_policy_template import build_torch_policy
 
@@ -9,7 +10,7 @@ __all__ = ["PGTorchPolicy", "pg_loss", "postprocess_advantages"]
 
 
 def pg_loss(policy, batch_tensors):
-    logits, _, _, _ = policy.model({SampleBatch.CUR_OBS: batch_tensors[SampleBatch.CUR_OBS]}, [])
+    logits, _, _, _ = from_batch(policy.model, batch_tensors)
     dist = policy.dist_class(logits)
     logp = dist.logp(batch_tensors[SampleBatch.ACTIONS])
     policy.pi_err = -(logp * batch_tensors[Postprocessing.ADVANTAGES]).mean()

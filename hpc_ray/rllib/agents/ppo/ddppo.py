@@ -19,6 +19,7 @@ from ...evaluation.rollout_worker import RolloutWorker
 from ...evaluation.worker_set import WorkerSet
 from ...optimizers.policy_optimizer import PolicyOptimizer
 from ...policy.sample_batch import DEFAULT_POLICY_ID, SampleBatch
+from ...utils.sgd import minibatches, policy_max_seq_len
 from ..trainer import Trainer
 from .ppo import DEFAULT_CONFIG as PPO_CONFIG
 from .ppo import PPOTrainer
@@ -62,9 +63,8 @@ class DDPPOWorker(RolloutWorker):
         size = min(minibatch_size, batch.count)
         stats: dict = {}
         for _ in range(num_sgd_iter):
-            shuffled = batch.shuffle(rng)
-            for start in range(0, batch.count - size + 1, size):
-                grads, info = policy.compute_gradients(shuffled.slice(start, start + size))
+            for minibatch in minibatches(batch, size, rng, policy_max_seq_len(policy)):
+                grads, info = policy.compute_gradients(minibatch)
                 flat = np.concatenate([g.ravel() for g in grads]).astype(np.float32)
                 collective.allreduce(flat, self._group, collective.ReduceOp.MEAN)
                 out, i = [], 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from ...evaluation.postprocessing import Postprocessing
+from ...models.pytorch.model import from_batch
 from ...policy.sample_batch import SampleBatch
 from ...policy.torch_policy_template import build_torch_policy
 from ..a3c.a3c_torch_policy import ValueNetworkMixin, add_advantages, apply_grad_clipping
@@ -18,8 +19,7 @@ __all__ = ["PPOTorchPolicy", "ppo_surrogate_loss", "KLCoeffMixin"]
 
 def ppo_surrogate_loss(policy, batch_tensors):
     cfg = policy.config
-    logits, _, values, _ = policy.model(
-        {SampleBatch.CUR_OBS: batch_tensors[SampleBatch.CUR_OBS]}, [])
+    logits, _, values, _ = from_batch(policy.model, batch_tensors)
     dist = policy.dist_class(logits)
     prev_dist = policy.dist_class(batch_tensors[SampleBatch.BEHAVIOUR_LOGITS])
     actions = batch_tensors[SampleBatch.ACTIONS]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ...optimizers.sync_replay import SyncReplayOptimizer
 from ..dqn.dqn import DQNTrainer
+from ..config import refuse_use_lstm
 from ..trainer import with_common_config
 from .qmix_policy import QMixTorchPolicy
 
@@ -83,6 +84,8 @@ DEFAULT_CONFIG["model"] = dict(with_common_config({})["model"], lstm_cell_size=6
 
 
 def validate_config(config: dict) -> None:
+    refuse_use_lstm(config, "QMIX", "its agents are feed-forward networks trained on "
+                    "replayed transitions")
     if config["mixer"] not in ("qmix", "vdn", None):
         raise ValueError(f"config['mixer'] must be 'qmix', 'vdn' or None, got "
                          f"{config['mixer']!r}")
