@@ -18,6 +18,16 @@ def parse_bytes(text: str) -> int:
     return int(float(number) * _UNITS[unit])
 
 
+def positive(parse):
+    """``parse``, refusing a value that is not above 0 (a setting's count or size)."""
+    def parse_positive(text: str):
+        value = parse(text)
+        if value <= 0:
+            raise ValueError(f"{text!r} is not above 0")
+        return value
+    return parse_positive
+
+
 def os_environ_get(name: str, default, parse=str):
     """Read ``HPC_RAY_<name>``; warn and fall back to ``default`` on a bad value."""
     key = f"HPC_RAY_{name}"
@@ -27,6 +37,6 @@ def os_environ_get(name: str, default, parse=str):
     try:
         return parse(raw)
     except (TypeError, ValueError):
-        warnings.warn(f"ignoring {key}={raw!r}: cannot parse it, using {default!r}",
-                      stacklevel=2)
+        warnings.warn(f"ignoring {key}={raw!r}: cannot use it, using "
+                      f"{'the default' if default is None else repr(default)}", stacklevel=2)
         return default

@@ -102,9 +102,12 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
                         + (f" (Ray 0.2's, gone since 0.7; {'; '.join(hints)})" if hints else ""))
     if resources is not None and not isinstance(resources, dict):
         raise TypeError(f"resources must be a dict, got {type(resources).__name__}")
-    for key in resources or {}:
+    for key, amount in (resources or {}).items():
         if key in ("CPU", "GPU"):
             raise ValueError(f"use num_cpus/num_gpus instead of resources={{{key!r}: ...}}")
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0:
+            raise ValueError(f"resources={{{key!r}: {amount!r}}}: a resource's amount must "
+                             f"be a number >= 0")
     if num_cpus is not None and (not isinstance(num_cpus, int) or isinstance(num_cpus, bool)
                                  or num_cpus < 0):
         raise ValueError(f"num_cpus must be an int >= 0, got {num_cpus!r}")
@@ -139,12 +142,13 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
             gone = launch.run_worker(world)
             launch.worker_exit(gone)
         _warn_ignored(dict(kwargs, address=address))
-        from .runtime.session import check_num_gpus, start_driver
+        from .runtime.session import check_num_gpus, start_driver, store_size
         if world.Get_size() > 1:
             # Rank 0: if init() fails before its set-up reaches the waiting
             # ranks, they leave when the script ends (``_park_workers``).
             _park_workers(world)
         check_num_gpus(num_gpus)
+        object_store_memory = store_size(object_store_memory)
         global _parked_world
         _parked_world = None     # start_driver's set-up reaches the waiting ranks
         # Ray's log_to_driver: what tasks and actors print shows up here, prefixed.

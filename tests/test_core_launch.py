@@ -115,10 +115,17 @@ def test_driver_dies(run, mode, how):
     ("module", "raise", 1),
     ("module", "bad-init", 1),
     ("mpiexec", "bad-init", 1),
+    ("module", "bad-store", 1),
+    ("mpiexec", "bad-resource", 1),
+    ("embedded", "bad-store", 1),
+    ("module", "no-room", 1),
+    ("mpiexec", "no-room", 1),
+    ("embedded", "no-room", 1),
 ])
 def test_script_ends_without_a_session(run, mode, how, rc):
     # Only rank 0 runs the script; it ends without starting a session (it never
-    # calls init(), or init() fails before the worker ranks hear of one). The
+    # calls init(), or init() fails, before the worker ranks hear of one or in
+    # the set-up with them). The
     # ranks waiting for the session must leave, and the job end with the
     # script's own status instead of waiting until it is killed.
     result = run("no_init.py", 3, how, mode=mode, timeout=30, expect_rc=rc,
@@ -132,6 +139,15 @@ def test_script_ends_without_a_session(run, mode, how, rc):
     if how == "bad-init":
         assert "ValueError: init(num_gpus=2) but CUDA_VISIBLE_DEVICES='0'" in result.stderr, \
             result.output()
+    if how == "bad-store":
+        assert "ValueError: object_store_memory must be a number of bytes above 0, got '1GB'" \
+            in result.stderr, result.output()
+    if how == "bad-resource":
+        assert "ValueError: resources={'R': 'x'}: a resource's amount must be a number" \
+            in result.stderr, result.output()
+    if how == "no-room":
+        # (The worker ranks had joined the set-up: they are ended, not let go.)
+        assert "OSError: [Errno 12] Cannot allocate memory" in result.stderr, result.output()
 
 
 @pytest.mark.parametrize("mode", MODES + ("spawned",))

@@ -36,15 +36,6 @@ from . import launched
 logger = logging.getLogger(__name__)
 
 
-def default_store_size() -> int:
-    try:
-        import psutil
-        total = psutil.virtual_memory().total
-    except Exception:
-        total = 8 << 30
-    return int(min(2 << 30, total * 0.2))
-
-
 def slurm_cpus_per_task() -> int | None:
     raw = os.environ.get("SLURM_CPUS_PER_TASK")
     try:
@@ -407,19 +398,21 @@ def _sleep_flags(comm):
     return flags
 
 
-def unlink_mapped_shm() -> None:
-    """Unlink the /dev/shm files this process has mapped (the MPI library's own).
+def unlink_mapped_shm(pids=("self",)) -> None:
+    """Unlink the /dev/shm files ``pids`` have mapped (the MPI library's own).
 
     Every rank of the job attached to them during MPI_Init, so the names are no
     longer needed; unlinked now, the memory goes back to the kernel when the job
     ends, even if it is killed (MPICH leaves its segment behind otherwise).
     """
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split(None, 5)[5].strip() for line in f
-                     if "/dev/shm/" in line and len(line.split(None, 5)) == 6}
-    except OSError:
-        return
+    paths = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                paths.update(line.split(None, 5)[5].strip() for line in f
+                             if "/dev/shm/" in line and len(line.split(None, 5)) == 6)
+        except OSError:
+            pass
     for path in paths:
         if path.startswith("/dev/shm/") and not path.endswith("(deleted)"):
             try:

@@ -43,8 +43,43 @@ def check_num_gpus(num_gpus) -> None:
                          f"GPU(s); pass num_gpus <= {len(visible)} or unset it")
 
 
+def store_size(object_store_memory) -> int:
+    """The store's size per node: ``init(object_store_memory=)``, else
+    ``HPC_RAY_OBJECT_STORE_MEMORY``, else the default; checked, as Ray 0.7 does,
+    before the worker ranks hear of a session (after that, an error must end
+    them: ``start_driver``)."""
+    if object_store_memory is None:
+        size = _config.os_environ_get("OBJECT_STORE_MEMORY", None,
+                                      _config.positive(_config.parse_bytes))
+        if size is None:
+            return int(min(2 << 30, (_memory_total() or 8 << 30) * 0.2))
+        what = f"HPC_RAY_OBJECT_STORE_MEMORY={os.environ['HPC_RAY_OBJECT_STORE_MEMORY']!r}"
+    else:
+        if isinstance(object_store_memory, bool) \
+                or not isinstance(object_store_memory, (int, float)) or object_store_memory < 1:
+            raise ValueError(f"object_store_memory must be a number of bytes above 0, got "
+                             f"{object_store_memory!r} (HPC_RAY_OBJECT_STORE_MEMORY also "
+                             f"takes sizes such as '2GB')")
+        size, what = int(object_store_memory), f"object_store_memory={object_store_memory!r}"
+    total = _memory_total()
+    if total is not None and size > total:
+        raise ValueError(f"{what} asks for {size} bytes of store, more than this node's "
+                         f"memory ({total} bytes)")
+    return size
+
+
+def _memory_total() -> int | None:
+    """This node's memory in bytes (None if unknown)."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return psutil.virtual_memory().total
+
+
 def start_driver(num_cpus=None, num_gpus=None, resources=None,
                  object_store_memory=None, ranks_per_node=None) -> Session:
+    """Start the head and the worker ranks; ``object_store_memory`` is ``store_size``'s."""
     check_num_gpus(num_gpus)
     MPI = launch.mpi()
     world = MPI.COMM_WORLD
@@ -61,16 +96,38 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
             raise ValueError(f"num_cpus must be >= 0, got {num_cpus!r}")
         # num_cpus=0 (Ray's driver-only cluster): one worker that holds no CPU
         # runs the num_cpus=0 tasks and actors; nothing else can be placed.
+        launcher = _children()
         inter, comm = launch.spawn_workers(max(n, 1))
+        launcher = _children() - launcher
         embedded = True
         cpus_per_rank = 1 if n else 0
-    store_size = object_store_memory or _config.os_environ_get(
-        "OBJECT_STORE_MEMORY", None, _config.parse_bytes) or launch.default_store_size()
-    rpn = ranks_per_node or _config.os_environ_get("RANKS_PER_NODE", None, int)
+    try:
+        return _start_head(comm, inter, embedded, cpus_per_rank, num_gpus, resources,
+                           object_store_memory, ranks_per_node)
+    except BaseException:
+        # The worker ranks wait in the set-up for what will never come: end them.
+        if not embedded:
+            import traceback
+            traceback.print_exc()
+            sys.stderr.flush()
+            # (Past MPI_Init everywhere: these names are no longer needed, and an
+            # aborted job would leave them.)
+            launch.unlink_mapped_shm()
+            launch.unlink_launcher_topology()
+            comm.Abort(1)
+        _end_spawned(launcher, "init() failed while setting up the worker ranks")
+        raise
+
+
+def _start_head(comm, inter, embedded: bool, cpus_per_rank, num_gpus, resources,
+                object_store_memory, ranks_per_node) -> Session:
+    size = object_store_memory or store_size(None)
+    rpn = ranks_per_node or _config.os_environ_get("RANKS_PER_NODE", None,
+                                                   _config.positive(int))
     job_id = os.environ.get("SLURM_JOB_ID") or f"local-{os.getpid()}"
     cfg = {
         "ranks_per_node": rpn,
-        "store_size": int(store_size),
+        "store_size": size,
         "sys_path": list(sys.path),
         "cwd": os.getcwd(),
         "driver_pid": os.getpid(),
@@ -113,6 +170,36 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
                         cfg.get("session_id"))
     ctx.job_id = job_id
     return Session(ctx, comm, inter, arena, embedded, job_id, cfg["session_id"])
+
+
+def _children() -> set[int]:
+    """The pids of this process's children (``_end_spawned``: which a spawn added)."""
+    import psutil
+    return {child.pid for child in psutil.Process().children()}
+
+
+def _end_spawned(launcher: set[int], why: str) -> None:
+    """Kill the launcher an embedded spawn started (``launcher``: its pid) and
+    every process under it, the worker ranks and their executors, when they can
+    no longer be told to leave (a failed set-up); MPI_Finalize is then left out
+    (``spawned_lost``), as after a worker rank died."""
+    import psutil
+    procs = []
+    for pid in launcher:
+        try:
+            top = psutil.Process(pid)
+            procs += [top] + top.children(recursive=True)
+        except psutil.Error:
+            pass
+    # (Their MPI segments are named in /dev/shm: the killed cannot unlink them.)
+    launch.unlink_mapped_shm(["self"] + [proc.pid for proc in procs])
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=5)
+    launch.spawned_lost = why
 
 
 def stop_driver(session: Session) -> None:

@@ -7,6 +7,10 @@ argv[1] is how it ends:
     exit3     sys.exit(3)                            (rc 3)
     raise     an uncaught exception                  (rc 1)
     bad-init  init(num_gpus=2) raises ValueError     (rc 1; run with CUDA_VISIBLE_DEVICES=0)
+    bad-store init(object_store_memory="1GB") raises ValueError (rc 1)
+    bad-resource  init(resources={"R": "x"}) raises ValueError (rc 1)
+    no-room   init() fails after its set-up reached the worker ranks: rank 0 cannot map
+              the store within its address-space limit (rc 1)
 """
 import faulthandler, os
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
@@ -30,5 +34,13 @@ elif how == "raise":
     raise RuntimeError("the script failed before init()")
 elif how == "bad-init":
     ray.init(num_gpus=2)
+elif how == "bad-store":
+    ray.init(object_store_memory="1GB")
+elif how == "bad-resource":
+    ray.init(resources={"R": "x"})
+elif how == "no-room":
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, resource.RLIM_INFINITY))
+    ray.init(num_cpus=2, object_store_memory=2 << 30)
 else:
     raise SystemExit(f"unknown variant {how!r}")
