@@ -69,3 +69,11 @@ def test_a_second_session_makes_no_id_of_the_first():
     first = context.new_ids(3)
     context.set_id_prefix(0, 0)          # what the next init() does
     assert context.new_ids(1) >= first + 3
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
+def test_waits_in_other_threads_end_at_shutdown(run, mode):
+    # A thread pool's get()s waited for good once another thread called
+    # shutdown(), and the program never exited (its threads are joined).
+    run("shutdown_waiters.py", 3, mode=mode, timeout=60).assert_ok("shutdown_waiters")

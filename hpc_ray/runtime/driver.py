@@ -36,6 +36,7 @@ from .headloop import (DRIVER_SPINS, STOP_WAIT, SUBMIT_BATCH, SUBMIT_QUIET,
                        schedule)
 from .interrupts import deferred
 from .launch import abort_job
+from .driver_calls import SHUT_DOWN
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +130,8 @@ class DriverContext(context.ContextBase):
     # --- objects ----------------------------------------------------------------
 
     def _check_broken(self) -> None:
+        if self.head.closing:
+            raise RayError(SHUT_DOWN)
         if self.loop.error:
             raise RayError("the hpc_ray head failed; see the traceback on stderr:\n"
                            + self.loop.error)
@@ -395,6 +398,7 @@ class DriverContext(context.ContextBase):
                 if w.rank not in lost:
                     head.send(w.rank, (m.SHUTDOWN,))
             head.closing = True  # SHUTDOWN is the last message each rank gets
+            head.cond.notify_all()   # other threads' waits end (``SHUT_DOWN``)
         wait = TERMINATED_STOP_WAIT if interrupts.terminated else STOP_WAIT
         loop.stop_deadline = time.monotonic() + wait
         loop.stop_requested = True

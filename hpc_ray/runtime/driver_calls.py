@@ -22,6 +22,7 @@ import select
 import threading
 import time
 
+from ..exceptions import RayError
 from ..transport.wait import Spinner
 from . import peer_calls
 from .interrupts import deferred
@@ -32,6 +33,9 @@ POLL_SLICE = 0.05
 #: Least seconds between two looks at the idle links for actors that ended
 #: (``close_ended``): one poll of every such socket.
 ENDED_LOOK = 1.0
+#: What a thread still waiting in get() or wait() raises once shutdown() began.
+SHUT_DOWN = ("hpc_ray.shutdown() ended the session while this thread waited in get() or "
+             "wait(): the results it waited for will not come")
 
 
 class DriverLinks:
@@ -58,6 +62,8 @@ class DriverLinks:
         ``need()``: the links whose answers ``done`` waits for."""
         read = False
         while not done():
+            if self.head.closing:
+                raise RayError(SHUT_DOWN)
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0 and read:
                 return False
@@ -70,6 +76,8 @@ class DriverLinks:
         pending = self.peer.pending
         need = lambda: [link]   # noqa: E731 (in flight there while oid is pending)
         while oid in pending:
+            if self.head.closing:
+                raise RayError(SHUT_DOWN)
             self.turn(POLL_SLICE, need)
 
     def keep_up(self, link) -> None:
