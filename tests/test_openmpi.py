@@ -115,3 +115,23 @@ def test_embedded_as_root_says_use_mpiexec(run, ompi):
     assert "could not start 2 worker processes with MPI_Comm_spawn" in result.stderr, \
         result.output()
     assert "mpiexec -n 3 python -m hpc_ray" in result.stderr, result.output()
+
+
+def test_embedded_mpich_driver_with_open_mpis_mpiexec_on_path(run, ompi):
+    # A site's `module load openmpi` puts Open MPI's mpiexec first on PATH while
+    # mpi4py loads the MPICH wheel: MPICH's spawn ran it, it refused MPICH's
+    # arguments, and init() waited for good. Now init() says so at once, and
+    # HPC_RAY_MPIEXEC names the launcher to use (it was read by `hpc-ray run` only).
+    import shutil
+    import sys
+    mpich = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) \
+        or shutil.which("mpiexec")
+    path = f"{VENV / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    cmd = [sys.executable, str(SCRIPTS_DIR / "launch_basic.py"), "alpha"]
+    result = run("launch_basic.py", 3, mode="embedded", timeout=60, expect_rc=NONZERO,
+                 cmd=cmd, env={"PATH": path})
+    assert "the MPI library is MPICH, but" in result.stderr, result.output()
+    assert "Set HPC_RAY_MPIEXEC to MPICH's mpiexec" in result.stderr, result.output()
+    result = run("launch_basic.py", 3, mode="embedded", timeout=90, cmd=cmd,
+                 env={"PATH": path, "HPC_RAY_MPIEXEC": os.path.realpath(mpich)})
+    result.assert_ok("launch_basic")

@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import socket
 import stat
 import sys
@@ -173,7 +174,6 @@ def _launcher_dirs() -> list[str]:
 
 def find_launcher() -> str | None:
     """The ``mpiexec`` to use: on ``PATH``, else the one beside this interpreter."""
-    import shutil
     on_path = shutil.which("mpiexec")
     if on_path:
         return on_path
@@ -184,29 +184,37 @@ def find_launcher() -> str | None:
     return None
 
 
-def _ensure_launcher_on_path(MPI, n: int) -> None:
-    """MPICH's singleton spawn execs ``mpiexec`` from ``PATH``; without one it
-    aborts yet never exits (and leaves its /dev/shm segment). A driver started
-    as ``/path/to/venv/bin/python driver.py`` has no venv bin on ``PATH``: put
-    the launcher found beside the interpreter there, or fail now, saying what
-    to do."""
-    import shutil
-    if shutil.which("mpiexec"):
-        return
-    found = find_launcher()
-    if found is not None:
-        # The spawned mpiexec inherits this PATH and finds hydra_pmi_proxy beside it.
-        os.environ["PATH"] = os.path.dirname(found) + os.pathsep + os.environ.get("PATH", "")
-        return
-    if "MPICH" not in MPI.Get_library_version():
-        return  # other MPIs spawn without a launcher on PATH (or fail with an error)
+def _spawn_launcher(MPI, n: int) -> str | None:
+    """The ``mpiexec`` MPICH's singleton spawn is to run: ``HPC_RAY_MPIEXEC``, else
+    the one on ``PATH``, else the one beside the interpreter (a driver started as
+    ``/path/to/venv/bin/python driver.py`` has no venv bin on ``PATH``), put first
+    on ``PATH`` (its ``hydra_pmi_proxy`` is beside it). Without one MPICH aborts
+    yet never exits (and leaves its /dev/shm segment), and with Open MPI's it
+    waits for good: fail now, saying what to do."""
     from ..exceptions import RayError
-    raise RayError(
-        f"cannot start worker processes: MPICH needs its 'mpiexec' on PATH to spawn "
-        f"them, and none is on PATH or beside this Python ({sys.executable}). Activate "
-        f"the environment that has the 'mpich' package (source <venv>/bin/activate), add "
-        f"its bin directory to PATH, or start the job with `mpiexec -n {n + 1} "
-        f"{sys.executable} -m hpc_ray your_script.py`.")
+    from ..mpirun import mpi_flavor
+    chosen = _config.os_environ_get("MPIEXEC", None)
+    found = shutil.which(chosen) if chosen else shutil.which("mpiexec") or find_launcher()
+    if chosen and found is None:
+        raise RayError(f"HPC_RAY_MPIEXEC={chosen!r}: no such program")
+    if "MPICH" not in MPI.Get_library_version():
+        return found  # other MPIs spawn without a launcher on PATH (or fail with an error)
+    if found is None:
+        raise RayError(
+            f"cannot start worker processes: MPICH needs its 'mpiexec' on PATH to spawn "
+            f"them, and none is on PATH or beside this Python ({sys.executable}). Activate "
+            f"the environment that has the 'mpich' package (source <venv>/bin/activate), "
+            f"add its bin directory to PATH, or start the job with `mpiexec -n {n + 1} "
+            f"{sys.executable} -m hpc_ray your_script.py`.")
+    if mpi_flavor(found) == "openmpi":
+        raise RayError(
+            f"cannot start worker processes: the MPI library is MPICH, but {found} is Open "
+            f"MPI's mpiexec, which cannot start MPICH's ranks. Set HPC_RAY_MPIEXEC to "
+            f"MPICH's mpiexec (for the 'mpich' package: the one in its environment's bin), "
+            f"or put it first on PATH.")
+    if shutil.which("mpiexec") != found:
+        os.environ["PATH"] = os.path.dirname(found) + os.pathsep + os.environ.get("PATH", "")
+    return found
 
 
 #: The file ``HWLOC_XMLFILE`` names for the launcher of a spawn: none exists.
@@ -214,7 +222,7 @@ NO_TOPOLOGY_FILE = "hpc_ray-no-topology-file.xml"
 
 
 @contextlib.contextmanager
-def _launcher_in_own_session():
+def _launcher_in_own_session(real: str | None):
     """Run the launcher that MPICH's singleton spawn starts in a session of its own.
 
     It is started from ``PATH`` as a child of this driver, so it shares the
@@ -232,8 +240,6 @@ def _launcher_in_own_session():
     that never exists (``NO_TOPOLOGY_FILE``); the spawned ranks drop it from
     their environment before MPI starts (``spawned.py``).
     """
-    import shutil
-    real = shutil.which("mpiexec")
     setsid = shutil.which("setsid")
     if real is None or setsid is None:
         yield
@@ -261,9 +267,9 @@ def spawn_workers(n: int):
     if spawned_lost is not None:
         from ..exceptions import RayError
         raise RayError(f"cannot start worker ranks in this process again: {spawned_lost}")
-    _ensure_launcher_on_path(MPI, n)
+    launcher = _spawn_launcher(MPI, n)
     try:
-        with _launcher_in_own_session():
+        with _launcher_in_own_session(launcher):
             inter = MPI.COMM_SELF.Spawn(sys.executable,
                                         args=["-m", "hpc_ray.runtime.spawned"], maxprocs=n)
     except MPI.Exception as exc:
