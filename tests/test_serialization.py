@@ -182,3 +182,24 @@ def test_a_large_remote_function_or_actor_class_is_warned_of():
             assert ray.get(ray.remote(small).remote()) == 1
     finally:
         ray.shutdown()
+
+
+def test_an_arrays_dtype_keeps_its_metadata():
+    # An HDF5 enum's type is an int dtype with metadata: rebuilt from the dtype's
+    # string, a task that read one handed back a plain int8 array (and so did put).
+    h5py = pytest.importorskip("h5py")
+    import numpy as np
+
+    from hpc_ray.transport.serialization import deserialize_inline
+
+    colors = h5py.enum_dtype({"RED": 0, "GREEN": 1}, basetype="i1")
+    array = np.array([0, 1, 1], dtype=colors)
+    for value in (array, [array, array[1:]], np.zeros((200, 100), dtype=colors)):
+        back = deserialize_inline(serialize(value).inline_record())
+        for got, sent in zip(back if isinstance(back, list) else [back],
+                             value if isinstance(value, list) else [value]):
+            assert h5py.check_enum_dtype(got.dtype) == {"RED": 0, "GREEN": 1}
+            assert np.array_equal(got, sent)
+    plain = serialize(np.zeros((200, 100)))
+    assert plain.buffers, "a plain array's data stays out of band"
+    assert serialize(np.zeros((200, 100), dtype=colors)).buffers, "so does one with metadata"

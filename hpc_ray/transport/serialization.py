@@ -275,13 +275,15 @@ _BUFFER_KINDS = frozenset("biufcSU")
 
 def _reduce_array(a):
     dt = a.dtype
-    if dt.kind in _BUFFER_KINDS and a.flags.c_contiguous:
+    if dt.kind in _BUFFER_KINDS and a.flags.c_contiguous and dt.metadata is None:
         return _rebuild_array, (pickle.PickleBuffer(a), dt.str, a.shape)
-    return a.__reduce_ex__(5)   # other dtypes, or not contiguous: numpy's own way
+    # Other dtypes, dtypes with metadata (an h5py enum: the string drops it), or
+    # not contiguous: numpy's own way.
+    return a.__reduce_ex__(5)
 
 
 def _reduce_scalar(x):
-    if x.dtype.kind in _BUFFER_KINDS:
+    if x.dtype.kind in _BUFFER_KINDS and x.dtype.metadata is None:
         return _rebuild_scalar, (x.dtype.str, x.tobytes())
     return x.__reduce_ex__(5)
 
