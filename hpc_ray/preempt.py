@@ -3,7 +3,8 @@
 ::
 
     Slurm ──USR1 at time limit - N s (--signal=B:USR1@N)──▶ batch shell
-    batch shell (trap USR1) ──kill -USR1 $(cat $HPC_RAY_DRIVER_PIDFILE)──▶ driver (rank 0)
+    batch shell (trap USR1) ──kill -USR1 $(cat $HPC_RAY_DRIVER_PIDFILE)──▶ driver (rank 0),
+                                                  each driver of the job's steps
     Slurm ──TERM at the time limit or on scancel, KILL after KillWait──▶ every process
 
     driver: handler (always the main thread) ──▶ each on_preempt hook, once, in
@@ -12,8 +13,9 @@
 
 ``hpc_ray.init()`` calls :func:`install_preempt_handler` on the driver; it also
 writes the driver's pid to ``HPC_RAY_DRIVER_PIDFILE`` when that is set (the
-templates in ``slurm/`` set it), so the batch script can signal the driver and
-nothing else: worker ranks never see the USR1.  After the hooks have run the
+templates in ``slurm/`` set it; several drivers, one per job step, each add
+their line), so the batch script can signal the drivers and nothing else:
+worker ranks never see the USR1.  After the hooks have run the
 driver keeps going; it usually stops at its next step boundary and exits 0, and
 the requeue template then calls ``scontrol requeue``.  The resumed job sees
 ``SLURM_RESTART_COUNT`` (:func:`requeue_count`) and finds its checkpoint.
@@ -168,8 +170,7 @@ def _write_pidfile() -> None:
     if not path or _pidfile == path:
         return
     try:
-        with open(path, "w") as f:
-            f.write(f"{os.getpid()}\n")
+        _edit_pidfile(path, os.getpid(), add=True)
     except OSError as exc:
         logger.warning("hpc_ray: cannot write the driver pid to %s (%s); the batch "
                        "script cannot forward Slurm's USR1 warning", path, exc)
@@ -179,13 +180,53 @@ def _write_pidfile() -> None:
 
 
 def _remove_pidfile(path: str, pid: int) -> None:
-    # A forked child inherits atexit handlers; only the writer removes the file.
+    # A forked child inherits atexit handlers; only the writer removes its pid.
     if os.getpid() != pid:
         return
     try:
-        os.unlink(path)
+        _edit_pidfile(path, pid, add=False)
     except OSError:
         pass
+
+
+def _edit_pidfile(path: str, pid: int, add: bool) -> None:
+    """Add ``pid`` to the file's lines (dropping those of processes gone), or take
+    it out, the file going with the last. Drivers of several job steps share the
+    batch script's file (its trap signals every pid in it): each edits it under
+    a lock, and one that locked a file another just unlinked opens it again."""
+    import fcntl
+    while True:
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT if add else 0), 0o644)
+        with os.fdopen(fd, "r+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                if os.stat(path).st_ino != os.fstat(fd).st_ino:
+                    continue
+            except FileNotFoundError:
+                if not add:
+                    return
+                continue
+            pids = [int(word) for word in f.read().split() if word.isdigit()]
+            pids = [p for p in pids if p != pid and (not add or _alive(p))]
+            if add:
+                pids.append(pid)
+            elif not pids:
+                os.unlink(path)
+                return
+            f.seek(0)
+            f.truncate()
+            f.write("".join(f"{p}\n" for p in pids))
+            return
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def _reset() -> None:

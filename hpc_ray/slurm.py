@@ -254,7 +254,7 @@ def render_script(spec: JobSpec) -> str:
         "forward_usr1() {",
         "    preempted=1",
         '    echo "hpc_ray: Slurm warns job $SLURM_JOB_ID of its end; telling the driver" >&2',
-        '    [ -s "$HPC_RAY_DRIVER_PIDFILE" ] && kill -USR1 "$(cat "$HPC_RAY_DRIVER_PIDFILE")"',
+        '    [ -s "$HPC_RAY_DRIVER_PIDFILE" ] && kill -USR1 $(cat "$HPC_RAY_DRIVER_PIDFILE")',
         "}",
         "trap forward_usr1 USR1",
         "",

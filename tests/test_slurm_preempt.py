@@ -229,3 +229,42 @@ def test_example_checkpoints_on_usr1_and_resumes(scratch):
     assert done == list(range(steps))
     with h5py.File(ckpt, "r") as f:
         assert f.attrs["next_step"] == steps
+
+
+@pytest.mark.timeout(90)
+def test_drivers_of_two_job_steps_share_the_pid_file(scratch):
+    # Two `srun ... &` steps of one batch script inherit one HPC_RAY_DRIVER_PIDFILE:
+    # the second driver overwrote the first's pid, and removed the file when it
+    # ended, so Slurm's warning reached neither. Each now adds and removes its line,
+    # and the templates' trap signals every pid in the file.
+    pidfile = scratch / "driver.pid"
+    env = {"HPC_RAY_DRIVER_PIDFILE": str(pidfile)}
+    (scratch / "a").mkdir()
+    (scratch / "b").mkdir()
+    first = start(scratch / "a", PROGRAM, env=env)
+    second = start(scratch / "b", PROGRAM, env=env)
+    assert pidfile.read_text() == f"{first.pid}\n{second.pid}\n"
+    rc, lines, err = finish(second, scratch / "b")
+    assert (rc, lines) == (0, ["preempted: False", "atexit ran"]), err
+    assert pidfile.read_text() == f"{first.pid}\n"
+    trap = [line.strip() for line in (ROOT / "slurm" / "one_node.sbatch").read_text()
+            .splitlines() if "kill -USR1" in line]
+    assert len(trap) == 1, trap
+    subprocess.run(["bash", "-c", trap[0]], env=dict(os.environ, **env), check=True, timeout=30)
+    signal_and_wait_for_line(first, "second")
+    rc, lines, err = finish(first, scratch / "a")
+    assert (rc, lines) == (0, ["preempted: True", "atexit ran"]), err
+    assert not pidfile.exists()
+
+
+def signal_and_wait_for_line(proc, expected_line, timeout=30):
+    deadline = time.monotonic() + timeout
+    lines = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line.rstrip("\n"))
+        if lines[-1] == expected_line:
+            return lines
+    pytest.fail(f"no {expected_line!r}; got {lines}")
