@@ -21,9 +21,12 @@ USAGE = "usage: mpiexec -n N python -m hpc_ray <script.py | -m module | -c comma
 
 
 def main() -> None:
-    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+    if len(sys.argv) < 2:
         sys.stderr.write(USAGE)
         sys.exit(2)
+    if sys.argv[1] in ("-h", "--help"):
+        sys.stdout.write(USAGE)     # (asked for: on stdout, status 0, as python -h)
+        sys.exit(0)
     first = sys.argv[1]
     if first in ("-m", "-c") and len(sys.argv) < 3:
         sys.stderr.write(f"python -m hpc_ray: argument expected for the {first} option\n{USAGE}")

@@ -186,6 +186,17 @@ def test_module_mode_takes_a_module_a_command_or_stdin(run, how):
     assert values["concurrent_workers"] == 2
 
 
+def test_module_mode_help_is_asked_for_not_an_error():
+    import subprocess
+    for flag in ("--help", "-h"):
+        proc = subprocess.run([sys.executable, "-m", "hpc_ray", flag], capture_output=True,
+                              text=True, timeout=60)
+        assert (proc.returncode, proc.stdout.split(":")[0]) == (0, "usage"), proc
+    proc = subprocess.run([sys.executable, "-m", "hpc_ray"], capture_output=True, text=True,
+                          timeout=60)
+    assert (proc.returncode, proc.stderr.split(":")[0]) == (2, "usage"), proc
+
+
 @pytest.mark.parametrize("mode", ["mpiexec", "module", "embedded"])
 def test_a_drivers_child_that_starts_a_session_is_a_driver_of_its_own(run, mode):
     # The child inherits the rank's launcher variables: taken for a rank of the
