@@ -117,6 +117,14 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
                 return _session_info()
             raise RayError("hpc_ray.init() was already called; call shutdown() first "
                            "or pass ignore_reinit_error=True")
+        if context.is_set():
+            # A task or actor: its process already belongs to the session. Started
+            # here, a second session would take the process's later tasks with it.
+            if ignore_reinit_error:
+                return None
+            raise RayError("hpc_ray.init() called in a task or actor, whose process "
+                           "already belongs to the session: call init() in the driver "
+                           "only (or pass ignore_reinit_error=True)")
         if local_mode:
             world = _launched_world()
             if world is not None and world.Get_rank() != 0:
@@ -245,8 +253,9 @@ def shutdown(exiting_interpreter: bool = False) -> None:
 
 
 def is_initialized() -> bool:
-    """True between ``init()`` and ``shutdown()``."""
-    return _session is not None
+    """True between ``init()`` and ``shutdown()``, and in tasks and actors (their
+    process belongs to the session), as in Ray."""
+    return _session is not None or context.is_set()
 
 
 def remote(*args, **kwargs):

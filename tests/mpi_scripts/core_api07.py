@@ -154,5 +154,24 @@ with section("an actor method that raised, called straight from the driver and a
     check([type(s) for _, s in got] == [signal.ErrorSignal] * 2, got)
     check(all("KeyError" in str(s.get_error()) for _, s in got), got)
 
+with section("init() in a task: its process already belongs to the session"):
+    @ray.remote
+    def starts_ray(outer):
+        before = ray.is_initialized()
+        try:
+            ray.init(num_cpus=2)
+            refused = None
+        except RayError as exc:
+            refused = str(exc)
+        again = ray.init(num_cpus=2, ignore_reinit_error=True)
+        # (Its subtasks and gets are the driver's session's.)
+        return before, refused, again, ray.get(outer[0]), ray.get(add_one.remote(1))
+
+    before, refused, again, outer, sub = ray.get(starts_ray.remote([ray.put("outer")]),
+                                                 timeout=60)
+    check(before is True and again is None and (outer, sub) == ("outer", 2),
+          (before, again, outer, sub))
+    check(refused is not None and "called in a task or actor" in refused, refused)
+
 ray.shutdown()
 ok("core_api07")
