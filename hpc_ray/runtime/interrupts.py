@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 
 from .. import _config
@@ -115,6 +116,30 @@ def install() -> None:
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_sigint)
         _installed = True
+        _hook_ipython()
+
+
+_ipython_hooked = False
+
+
+def _hook_ipython() -> None:
+    """A Jupyter kernel sets Python's default SIGINT handler before each cell it
+    runs (and puts the one it found back after): the handler goes back in at
+    each cell's start, or from the second cell on an Interrupt could land inside
+    the runtime (a put's store block was lost for good)."""
+    global _ipython_hooked
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None or _ipython_hooked:
+        return
+    shell.events.register("pre_run_cell", _for_cell)
+    _ipython_hooked = True
+
+
+def _for_cell(*_info) -> None:
+    if _installed and threading.current_thread() is _MAIN \
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
 
 
 def uninstall() -> None:

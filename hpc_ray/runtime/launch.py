@@ -192,7 +192,7 @@ def _spawn_launcher(MPI, n: int) -> str | None:
     yet never exits (and leaves its /dev/shm segment), and with Open MPI's it
     waits for good: fail now, saying what to do."""
     from ..exceptions import RayError
-    from ..mpirun import mpi_flavor
+    from .launched import mpi_flavor
     chosen = _config.os_environ_get("MPIEXEC", None)
     found = shutil.which(chosen) if chosen else shutil.which("mpiexec") or find_launcher()
     if chosen and found is None:

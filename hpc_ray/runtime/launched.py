@@ -14,7 +14,9 @@ without the inherited variables.
 """
 from __future__ import annotations
 
+import functools
 import os
+import subprocess
 
 #: The pid of the launched rank whose environment this is.
 RANK_PID_ENV = "HPC_RAY_LAUNCHED_PID"
@@ -79,3 +81,19 @@ def drop_inherited() -> None:
         return
     for name in [k for k in os.environ if k.startswith(LAUNCHER_PREFIXES)]:
         del os.environ[name]
+
+
+@functools.lru_cache(maxsize=None)
+def mpi_flavor(mpiexec: str) -> str:
+    """``"openmpi"``, ``"mpich"`` (any Hydra: MPICH, Intel MPI, MVAPICH) or ``"unknown"``."""
+    try:
+        proc = subprocess.run([mpiexec, "--version"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    text = proc.stdout + proc.stderr
+    if "Open MPI" in text or "OpenRTE" in text or "open-mpi.org" in text:
+        return "openmpi"
+    if "HYDRA" in text or "Intel(R) MPI" in text or "MPICH" in text:
+        return "mpich"
+    return "unknown"

@@ -96,15 +96,16 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
             raise ValueError(f"num_cpus must be >= 0, got {num_cpus!r}")
         # num_cpus=0 (Ray's driver-only cluster): one worker that holds no CPU
         # runs the num_cpus=0 tasks and actors; nothing else can be placed.
-        launcher = _children()
-        inter, comm = launch.spawn_workers(max(n, 1))
-        launcher = _children() - launcher
+        before = _children()
         embedded = True
         cpus_per_rank = 1 if n else 0
     try:
+        if embedded:
+            inter, comm = launch.spawn_workers(max(n, 1))
         return _start_head(comm, inter, embedded, cpus_per_rank, num_gpus, resources,
                            object_store_memory, ranks_per_node)
     except BaseException:
+        # (Also a Ctrl-C, raised as the spawn returns.)
         # The worker ranks wait in the set-up for what will never come: end them.
         if not embedded:
             import traceback
@@ -115,7 +116,17 @@ def start_driver(num_cpus=None, num_gpus=None, resources=None,
             launch.unlink_mapped_shm()
             launch.unlink_launcher_topology()
             comm.Abort(1)
-        _end_spawned(launcher, "init() failed while setting up the worker ranks")
+        # (Another Ctrl-C is dropped until they are ended: a notebook user may
+        # press twice, and what is raised here ends init() anyway.)
+        import signal
+        import threading
+        main = threading.current_thread() is threading.main_thread()
+        handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            _end_spawned(_children() - before)
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, handler)
         raise
 
 
@@ -178,11 +189,12 @@ def _children() -> set[int]:
     return {child.pid for child in psutil.Process().children()}
 
 
-def _end_spawned(launcher: set[int], why: str) -> None:
+def _end_spawned(launcher: set[int]) -> None:
     """Kill the launcher an embedded spawn started (``launcher``: its pid) and
     every process under it, the worker ranks and their executors, when they can
-    no longer be told to leave (a failed set-up); MPI_Finalize is then left out
-    (``spawned_lost``), as after a worker rank died."""
+    no longer be told to leave (a failed or interrupted set-up); MPI_Finalize is
+    then left out, and no spawn made again (``spawned_lost``), as after a worker
+    rank died: MPI would crash this process."""
     import psutil
     procs = []
     for pid in launcher:
@@ -199,7 +211,10 @@ def _end_spawned(launcher: set[int], why: str) -> None:
         except psutil.Error:
             pass
     psutil.wait_procs(procs, timeout=5)
-    launch.spawned_lost = why
+    if procs:
+        launch.spawned_lost = ("init() failed or was interrupted while starting its worker "
+                               "ranks, which were ended; start a new Python process (in "
+                               "Jupyter: restart the kernel) to start them again")
 
 
 def stop_driver(session: Session) -> None:
