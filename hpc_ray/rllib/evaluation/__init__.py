@@ -3,6 +3,7 @@ from ..policy.policy import Policy
 from ..policy.sample_batch import MultiAgentBatch, SampleBatch
 from ..policy.torch_policy import TorchPolicy
 from .episode import MultiAgentEpisode
+from .interface import EvaluatorInterface
 from .metrics import collect_metrics
 from .postprocessing import Postprocessing, compute_advantages
 from .rollout_worker import PolicyEvaluator, RolloutWorker
@@ -13,7 +14,7 @@ from .worker_set import WorkerSet
 PolicyGraph = Policy
 TorchPolicyGraph = TorchPolicy
 
-__all__ = ["RolloutWorker", "PolicyEvaluator", "WorkerSet", "MultiAgentEpisode",
+__all__ = ["EvaluatorInterface", "RolloutWorker", "PolicyEvaluator", "WorkerSet", "MultiAgentEpisode",
            "SampleBatch", "MultiAgentBatch", "SampleBatchBuilder",
            "MultiAgentSampleBatchBuilder", "PolicyGraph", "TorchPolicyGraph",
            "Postprocessing", "compute_advantages", "collect_metrics"]
