@@ -224,7 +224,9 @@ class Sampler:
 
     def take_extra_batches(self) -> list:
         """The batches episodes gave ``add_extra_batch`` since the last call."""
-        extra, self._extra_batches = self._extra_batches, []
+        # Emptied in place: running episodes hold this list's ``append``.
+        extra = list(self._extra_batches)
+        self._extra_batches.clear()
         return extra
 
     def _step(self) -> int:
