@@ -99,6 +99,8 @@ class Trainer(Trainable):
         env = config.get("env")
         merged = merge_config(self._default_config, config, type(self).__name__)
         self._validate_common(merged)
+        #: The config as the user gave it, before the defaults (0.7's attribute).
+        self.raw_user_config = config
         self.config = merged
         self._env_id = env if isinstance(env, str) else getattr(env, "__name__", str(env))
         if env is None:

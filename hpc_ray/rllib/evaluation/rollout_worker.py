@@ -19,12 +19,13 @@ from ..env.env_context import EnvContext
 from ..models.catalog import ModelCatalog
 from ..policy.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 from ..utils.filter import get_filter
+from .interface import EvaluatorInterface
 from .sampler import Sampler
 
 __all__ = ["RolloutWorker", "PolicyEvaluator"]
 
 
-class RolloutWorker:
+class RolloutWorker(EvaluatorInterface):
     """Collects experiences with its policies and can learn from them.
 
     Args:
@@ -236,12 +237,6 @@ class RolloutWorker:
         else:
             self.policy_map[DEFAULT_POLICY_ID].apply_gradients(grads)
 
-    def compute_apply(self, samples) -> dict:
-        """Compute gradients on ``samples``, then apply them; return the stats."""
-        grads, info = self.compute_gradients(samples)
-        self.apply_gradients(grads)
-        return info
-
     # --- state ------------------------------------------------------------------------
 
     def get_weights(self, policies=None) -> dict:
@@ -297,16 +292,9 @@ class RolloutWorker:
         for pid, state in objs["state"].items():
             self.policy_map[pid].set_state(state)
 
-    def apply(self, func: Callable, *args) -> Any:
-        """``func(self, *args)`` (what ``WorkerSet.foreach_worker`` runs)."""
-        return func(self, *args)
-
     def set_global_vars(self, global_vars: dict) -> None:
         for p in self.policy_map.values():
             p.on_global_var_update(global_vars)
-
-    def get_host(self) -> str:
-        return socket.gethostname()
 
     def get_node_id(self) -> tuple[str, int]:
         return socket.gethostname(), os.getpid()

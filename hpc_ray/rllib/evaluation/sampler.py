@@ -128,6 +128,10 @@ class Sampler:
         self._slots: list[_Slot] = []
         #: What episodes gave ``add_extra_batch``: joins the next ``sample()``.
         self._extra_batches: list = []
+        #: "truncate_episodes" ending a batch at an episode's end too (0.7's
+        #: ``pack=False``); ``_episode_ended``: one ended in this ``collect()``.
+        self._cut_at_episode_end = False
+        self._episode_ended = False
         self._bounds = {}
         #: policy id -> its RNN state at an episode's start ([] for none).
         self._initial_state: dict[str, list] = {}
@@ -184,27 +188,46 @@ class Sampler:
     # --- the loop ---------------------------------------------------------------------
 
     def sample(self):
-        """Step until ``batch_steps * num_envs`` env steps are ready; return them."""
+        """Step until ``batch_steps * num_envs`` env steps are ready; return them,
+        followed by the episodes' extra batches."""
+        out = self.collect()
+        extra = self.take_extra_batches()
+        if extra:
+            out = _with_extra(out, extra)
+        self._callback("on_sample_end", worker=self.worker, samples=out)
+        return out
+
+    def collect(self):
+        """The next ``batch_steps * num_envs`` env steps (whole episodes in
+        "complete_episodes" mode; with ``_cut_at_episode_end``, fewer when an
+        episode ends first), without the extra batches."""
         if not self._slots:
             self._slots = [self._start_episode(i) for i in range(self.env.num_envs)]
         target = self.batch_steps * self.env.num_envs
         steps_open = 0
+        self._episode_ended = False
         while self._ready_steps < target:
             steps_open += self._step()
-            if not self.complete_episodes and self._ready_steps + steps_open >= target:
+            if not self.complete_episodes and (
+                    self._ready_steps + steps_open >= target
+                    or (self._cut_at_episode_end and self._episode_ended)):
                 for slot in self._slots:
                     self._flush(slot, episode_done=False)
                 self._ready_steps += steps_open
                 steps_open = 0
+                if self._episode_ended:
+                    break
         ready, count = self._ready, self._ready_steps
         self._ready, self._ready_steps = {}, 0
         batches = {pid: SampleBatch.concat_samples(bs) for pid, bs in ready.items()}
-        out = MultiAgentBatch.wrap_as_needed(batches, count)
-        if self._extra_batches:
-            extra, self._extra_batches = self._extra_batches, []
-            out = _with_extra(out, extra)
-        self._callback("on_sample_end", worker=self.worker, samples=out)
-        return out
+        return MultiAgentBatch.wrap_as_needed(batches, count)
+
+    def take_extra_batches(self) -> list:
+        """The batches episodes gave ``add_extra_batch`` since the last call."""
+        # Emptied in place: running episodes hold this list's ``append``.
+        extra = list(self._extra_batches)
+        self._extra_batches.clear()
+        return extra
 
     def _step(self) -> int:
         """One step of every slot; return the env steps it adds to the open
@@ -264,6 +287,7 @@ class Sampler:
             slot.obs = {a: o for a, o in new_obs.items()
                         if not dones[i].get(a, False) and not row_done}
             if all_done:
+                self._episode_ended = True
                 self._flush(slot, episode_done=True)
                 self._callback("on_episode_end", env=self.env, episode=ep)
                 self.metrics.append(ep._metrics())
@@ -362,3 +386,13 @@ def _with_extra(out, extra: list):
     return MultiAgentBatch.concat_samples(
         [b if isinstance(b, MultiAgentBatch) else MultiAgentBatch({DEFAULT_POLICY_ID: b}, b.count)
          for b in parts])
+
+
+
+def __getattr__(name: str):
+    # 0.7's path, ``ray.rllib.evaluation.sampler.SyncSampler``; they live in
+    # sync_async_sampler.py, which imports this module.
+    if name in ("SyncSampler", "AsyncSampler"):
+        from . import sync_async_sampler
+        return getattr(sync_async_sampler, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from ... import api
 from ...actors import kill
 from ..policy.torch_policy import LEARNER_GPUS_KEY
+from ..utils.filter_manager import FilterManager
 from .rollout_worker import RolloutWorker
 
 __all__ = ["WorkerSet"]
@@ -122,17 +123,10 @@ class WorkerSet:
     def sync_filters(self) -> None:
         """Merge every remote worker's new observation statistics into the local
         filters, then send the merged filters back (``MeanStdFilter``)."""
-        if not self._remotes:
-            return
         local = self._local.filters
         if all(type(f).__name__ == "NoFilter" for f in local.values()):
             return
-        remote_filters = api.get([w.get_filters.remote(True) for w in self._remotes])
-        for filters in remote_filters:
-            for pid, f in filters.items():
-                local[pid].apply_changes(f, with_buffer=False)
-        merged = api.put({pid: f.as_serializable() for pid, f in local.items()})
-        api.get([w.sync_filters.remote(merged) for w in self._remotes])
+        FilterManager.synchronize(local, self._remotes)
 
     def stop(self) -> None:
         """Stop every worker and end the remote actors."""

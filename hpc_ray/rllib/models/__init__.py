@@ -1,7 +1,8 @@
 """Models, preprocessors and action distributions."""
-from .action_dist import ActionDistribution, Categorical, DiagGaussian
+from .action_dist import (ActionDistribution, Categorical, Deterministic, DiagGaussian,
+                          Dirichlet)
 from .catalog import MODEL_DEFAULTS, ModelCatalog
 from .preprocessors import Preprocessor
 
 __all__ = ["ModelCatalog", "MODEL_DEFAULTS", "Preprocessor", "ActionDistribution",
-           "Categorical", "DiagGaussian"]
+           "Categorical", "DiagGaussian", "Deterministic", "Dirichlet"]

@@ -5,7 +5,8 @@ import numpy as np
 import torch
 
 __all__ = ["ActionDistribution", "TorchCategorical", "TorchDiagGaussian",
-           "Categorical", "DiagGaussian"]
+           "TorchDeterministic", "TorchDirichlet", "Categorical", "DiagGaussian",
+           "Deterministic", "Dirichlet"]
 
 
 class ActionDistribution:
@@ -119,6 +120,68 @@ class TorchDiagGaussian(ActionDistribution):
         return int(np.prod(action_space.shape)) * 2
 
 
+class TorchDeterministic(ActionDistribution):
+    """The inputs themselves as the action: a ``DiagGaussian`` with standard
+    deviation zero (DDPG-style policies).
+
+    As in Ray 0.7, the sampled action's log-probability is 0 (a point mass);
+    entropy and KL are not defined.
+    """
+
+    def sample(self):
+        return self.inputs
+
+    def deterministic_sample(self):
+        return self.inputs
+
+    def logp(self, x):
+        return torch.zeros(x.shape[:-1], dtype=self.inputs.dtype, device=self.inputs.device)
+
+    @staticmethod
+    def required_model_output_shape(action_space, model_config):
+        return int(np.prod(action_space.shape))
+
+
+class TorchDirichlet(ActionDistribution):
+    """Dirichlet distribution for actions in [0, 1] that sum to 1 (an allocation
+    of a resource, say).
+
+    As in Ray 0.7, the concentration is ``exp(inputs) + 1e-7``, and ``self.inputs``
+    is that concentration; ``logp`` clips ``x`` away from 0 and renormalizes it
+    first, so that rounding errors in a sampled action do not give ``-inf``.
+    """
+
+    #: Keeps the concentration and ``logp``'s argument away from 0 (0.7's value).
+    EPSILON = 1e-7
+
+    def __init__(self, inputs: torch.Tensor) -> None:
+        concentration = torch.exp(inputs) + self.EPSILON
+        super().__init__(concentration)
+        self.dist = torch.distributions.Dirichlet(concentration, validate_args=False)
+
+    def sample(self):
+        return self.dist.sample()
+
+    def deterministic_sample(self):
+        return self.dist.mean
+
+    def logp(self, x):
+        x = torch.clamp(x.to(self.inputs.dtype), min=self.EPSILON)
+        return self.dist.log_prob(x / x.sum(-1, keepdim=True))
+
+    def entropy(self):
+        return self.dist.entropy()
+
+    def kl(self, other):
+        return torch.distributions.kl_divergence(self.dist, other.dist)
+
+    @staticmethod
+    def required_model_output_shape(action_space, model_config):
+        return int(np.prod(action_space.shape))
+
+
 # The 0.7 names (in 0.7 they were TF classes).
 Categorical = TorchCategorical
 DiagGaussian = TorchDiagGaussian
+Deterministic = TorchDeterministic
+Dirichlet = TorchDirichlet

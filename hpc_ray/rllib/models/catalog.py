@@ -58,10 +58,12 @@ class ModelCatalog:
                         torch: bool = True):
         """The action distribution class and its input size for ``action_space``.
 
+        ``dist_type="deterministic"`` gives ``Deterministic`` for a ``Box`` (0.7's).
+
         Raises:
             NotImplementedError: for spaces without a torch distribution here.
         """
-        from .action_dist import TorchCategorical, TorchDiagGaussian
+        from .action_dist import TorchCategorical, TorchDeterministic, TorchDiagGaussian
         config = config or {}
         custom = config.get("custom_action_dist")
         if custom:
@@ -73,6 +75,9 @@ class ModelCatalog:
         name = type(action_space).__name__
         if name == "Discrete":
             return TorchCategorical, int(action_space.n)
+        if name == "Box" and dist_type == "deterministic":
+            return TorchDeterministic, TorchDeterministic.required_model_output_shape(
+                action_space, config)
         if name == "Box":
             return TorchDiagGaussian, TorchDiagGaussian.required_model_output_shape(
                 action_space, config)

@@ -2,6 +2,7 @@
 from .async_gradients import AsyncGradientsOptimizer
 from .async_replay import AsyncReplayOptimizer
 from .async_samples import AsyncSamplesOptimizer
+from .multi_gpu_optimizer import LocalMultiGPUOptimizer
 from .policy_optimizer import PolicyOptimizer
 from .replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
 from .sync_batch_replay import SyncBatchReplayOptimizer
@@ -10,5 +11,5 @@ from .sync_samples import SyncSamplesOptimizer
 
 __all__ = ["PolicyOptimizer", "SyncSamplesOptimizer", "AsyncGradientsOptimizer",
            "SyncReplayOptimizer", "SyncBatchReplayOptimizer", "AsyncReplayOptimizer",
-           "AsyncSamplesOptimizer",
+           "AsyncSamplesOptimizer", "LocalMultiGPUOptimizer",
            "ReplayBuffer", "PrioritizedReplayBuffer"]

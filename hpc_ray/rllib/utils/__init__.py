@@ -5,8 +5,9 @@ import copy
 
 from .annotations import DeveloperAPI, PublicAPI, override
 from .filter import MeanStdFilter, NoFilter
+from .filter_manager import FilterManager
 
-__all__ = ["MeanStdFilter", "NoFilter", "deep_update", "merge_dicts", "PublicAPI",
+__all__ = ["FilterManager", "MeanStdFilter", "NoFilter", "deep_update", "merge_dicts", "PublicAPI",
            "DeveloperAPI", "override"]
 
 
