@@ -4,6 +4,7 @@ call lost with its process retried on the restarted actor."""
 import faulthandler, os
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
 
+import importlib.util
 import io
 import re
 import signal
@@ -167,6 +168,38 @@ with section("a task run in another's wait"):
                   timeout=90)
     check([place[1:] for place in got] == [(os.path.realpath(tmp_path(name)), name)
                                            for name in ("outer-a", "outer-b")], got)
+
+
+@ray.remote
+def learns():
+    import torch
+    x = torch.ones(2, requires_grad=True)
+    (3 * x).sum().backward()
+    torch.set_grad_enabled(False)         # (as a task's last lines may leave it)
+    torch.set_default_dtype(torch.float64)
+    return x.grad.tolist(), os.getpid()
+
+
+@ray.remote
+def waits_without_grad():
+    import torch
+    with torch.no_grad():
+        plain = ray.get([learns.remote() for _ in range(3)], timeout=60)
+    with torch.inference_mode():
+        inferring = ray.get([learns.remote() for _ in range(3)], timeout=60)
+    nested = any(pid == os.getpid() for _, pid in plain + inferring)
+    return ([grad for grad, _ in plain + inferring], torch.is_grad_enabled(),
+            str(torch.get_default_dtype()), nested)
+
+
+if importlib.util.find_spec("torch") is not None:
+    with section("a task run in another's torch.no_grad()"):
+        # Its backward() failed ("element 0 of tensors does not require grad"): it
+        # ran in its caller's thread, in the caller's grad mode. Now it starts as
+        # a task does, and the caller gets its own modes back.
+        got = ray.get([waits_without_grad.remote(), waits_without_grad.remote()], timeout=120)
+        check([g[:3] for g in got] == [([[3.0, 3.0]] * 6, True, "torch.float32")] * 2, got)
+        report("torch_nested", any(g[3] for g in got))
 
 
 @ray.remote
