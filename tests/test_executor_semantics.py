@@ -4,6 +4,7 @@ driver (log_to_driver), and actor calls retried after the actor's process died.
 The rank scripts are tests/mpi_scripts/executor_semantics.py and executor_quiet.py."""
 from __future__ import annotations
 
+import importlib.util
 import re
 
 import pytest
@@ -37,3 +38,9 @@ def test_log_to_driver_off(run, mode):
     result.assert_ok("executor_quiet")
     assert not re.search(r"\(pid=\d+, rank=\d+\) quiet line", result.stdout + result.stderr), \
         result.output()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+@pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
+def test_a_torch_loaders_shared_memory_goes_with_the_job(run, mode):
+    run("torch_loader.py", 3, mode=mode, timeout=120).assert_ok("torch_loader")

@@ -52,18 +52,34 @@ def find(value: str, prefix: bool = False) -> list[int]:
     return found
 
 
+#: Processes left alone: they end on their own once their clients have, and
+#: clean up only then. torch's shared-memory manager unlinks its /dev/shm files
+#: about 4 s after its last client went; signalled, it left them.
+SELF_ENDING = ("torch_shm_manag",)   # (/proc/PID/comm keeps 15 characters)
+
+
 def end(value: str, prefix: bool = False) -> list[int]:
-    """End the processes ``find`` finds; their pids."""
-    pids = find(value, prefix)
+    """End the processes ``find`` finds, but the ``SELF_ENDING``; their pids."""
+    def strays():
+        return [pid for pid in find(value, prefix) if _name(pid) not in SELF_ENDING]
+    pids = strays()
     if pids:
         _signal(pids, signal.SIGTERM)
         try:
             # Each poll reads /proc: no other process waits on it.
-            wait_until(lambda: not find(value, prefix), timeout=GRACE, cap=0.05,
+            wait_until(lambda: not strays(), timeout=GRACE, cap=0.05,
                        what="stray processes to end")
         except WaitTimeout:
-            _signal(find(value, prefix), signal.SIGKILL)
+            _signal(strays(), signal.SIGKILL)
     return pids
+
+
+def _name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def _signal(pids: list[int], sig: int) -> None:
