@@ -182,11 +182,17 @@ class RemoteFunction:
             raise ValueError(f"max_calls must be an int >= 0, got {max_calls!r}")
         self._max_calls = max_calls
         self._blob: bytes | None = None
+        #: The context (session, in the driver) the blob was pickled for: a new
+        #: session pickles the function again, with its globals as they are then.
+        self._blob_ctx: object = None
         self._shipped_by: object = None
         self._check = function_check(function, self._name)
         self.__doc__ = function.__doc__
         self.__name__ = function.__name__
         self.__wrapped__ = function
+        # An attribute, as in Ray 0.7: a decorator above ``@remote`` that copies
+        # ``__dict__`` (``functools.wraps``) keeps ``.remote``.
+        self.remote = self._submit
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"remote function {self._name} cannot be called directly; "
@@ -202,12 +208,14 @@ class RemoteFunction:
         if self._shipped_by is ctx:
             return None
         ctx.register_function(self._fn_id, self._function)  # local mode calls it directly
-        if self._blob is None:
+        if self._blob is None or self._blob_ctx is not ctx:
             self._blob = dumps_definition(self._function, "remote function", self._name,
                                           stacklevel=4)
+            self._blob_ctx = ctx
         return self._blob
 
-    def remote(self, *args, **kwargs):
+    def _submit(self, *args, **kwargs):
+        """``f.remote(*args, **kwargs)``: run the function as a task; its ref(s)."""
         check = self._check
         if check is not None and (kwargs or not check.lo <= len(args) <= check.hi):
             check(args, kwargs)
@@ -229,7 +237,7 @@ class RemoteFunction:
         merged.update(options)
         merged.pop("name", None)
         copy = RemoteFunction(self._function, merged, self._fn_id)
-        copy._blob = self._blob
+        copy._blob, copy._blob_ctx = self._blob, self._blob_ctx
         return copy
 
     def _remote(self, args: tuple | list | None = None, kwargs: dict | None = None,

@@ -53,7 +53,7 @@ def store_size(object_store_memory) -> int:
                                       _config.positive(_config.parse_bytes))
         if size is None:
             return int(min(2 << 30, (_memory_total() or 8 << 30) * 0.2))
-        what = f"HPC_RAY_OBJECT_STORE_MEMORY={os.environ['HPC_RAY_OBJECT_STORE_MEMORY']!r}"
+        what = "HPC_RAY_OBJECT_STORE_MEMORY"
     else:
         if isinstance(object_store_memory, bool) \
                 or not isinstance(object_store_memory, (int, float)) or object_store_memory < 1:

@@ -9,6 +9,8 @@ while a task that raised does show there.
 import faulthandler, os, sys
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
 
+import functools
+
 from _harness import check, expect_raises, init_kwargs, ok, poll_for, report, section, tmp_path
 
 import hpc_ray as ray
@@ -20,6 +22,27 @@ ray.init(**init_kwargs())
 @ray.remote
 def add_one(x):
     return x + 1
+
+
+SCALE = 1
+
+
+@ray.remote
+def scaled(x):
+    return x * SCALE
+
+
+def logged(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+@logged
+@ray.remote
+def add_two(x):
+    return x + 2
 
 
 @ray.remote
@@ -53,6 +76,9 @@ with section("actor subclass"):
 
 with section("first session"):
     check(ray.get(add_one.remote(1)) == 2)
+    check(ray.get(scaled.remote(2)) == 2)
+    # (A decorator above @remote that copies __dict__ keeps .remote, as in Ray 0.7.)
+    check(ray.get(add_two.remote(1)) == 3)
     c = Counter.remote()
     check(ray.get(c.inc.remote()) == 1)
     del c
@@ -72,8 +98,12 @@ with section("after shutdown"):
 
 ray.init(**init_kwargs())
 
+SCALE = 10
+
 with section("second session"):
     check(ray.get(add_one.remote(41)) == 42)
+    # A session pickles the function anew, with its globals as they are now.
+    check(ray.get(scaled.remote(2)) == 20)
     c = Counter.remote()
     check(ray.get([c.inc.remote() for _ in range(3)]) == [1, 2, 3])
     kept = ray.put("second session")
