@@ -258,8 +258,7 @@ def shutdown(exiting_interpreter: bool = False) -> None:
 
 
 def is_initialized() -> bool:
-    """True between ``init()`` and ``shutdown()``, and in tasks and actors (their
-    process belongs to the session), as in Ray."""
+    """True between ``init()`` and ``shutdown()``, and in tasks and actors, as in Ray."""
     return _session is not None or context.is_set()
 
 

@@ -19,9 +19,9 @@ What keeps the usual semantics:
   goes direct only while none of the caller's earlier calls to that actor may
   still be queued at the head (``head_calls``: made through the head and not
   yet seen finished). A call that must go through the head (retries, several
-  return values, arguments not known to exist yet, or behind a fence: see
-  ``FENCING``) first waits until the caller's direct calls to that actor are
-  answered (``DRAIN``).
+  return values, arguments not known to exist yet, behind a fence: ``FENCING``,
+  or of a method that returned a ``LARGE_RESULT``) first waits until the
+  caller's direct calls to that actor are answered (``DRAIN``).
 * Refs among the arguments. A call goes direct only if the objects of its
   top-level refs are known to exist (put by the caller, seen by its get or
   wait, or direct results); the actor gets their values from the head itself,
@@ -46,10 +46,9 @@ What keeps the usual semantics:
   the death yet) goes through the head too: it runs on the restarted actor.
   An actor with ``max_task_retries`` does not listen, so the head retries its
   calls.
-* Waiting. An executor's get() waits for a direct result in its usual loop, so
-  its CPU is lent after 50 ms, as for any blocked get.
-* Visibility. Callers report answered calls to the head in batches
-  (DIRECT_DONE), for ``ray.tasks()`` and the timeline.
+* Waiting. An executor's get() waits for a direct result in its usual loop (its
+  CPU is lent after 50 ms). Answered calls go to the head in batches
+  (DIRECT_DONE), with failed calls' errors: ``tasks()``, ``errors()``, signals.
 * Floods stay bounded (``INFLIGHT_READ``, ``INBOX_HIGH``, and the channels'
   own limits, ``channel.OUTBUF_HIGH`` and ``channel.FAIR_READ``).
 """
@@ -90,12 +89,9 @@ REPORT_AGE = 1.0
 #: caller's socket (their calls wait there, then in the callers).
 INFLIGHT_READ = 1024
 INBOX_HIGH = 1024
-#: A result larger than this, pickled, sends its method's later calls from this
-#: caller through the head, whose results of that size go through the node's
-#: store: one copy in, none out, and within ``object_store_memory``. Over the
-#: socket it is copied five times and moves a socket buffer (~200 KiB) per wake-up
-#: of each side (16 MiB: 125 ms against 3.5 ms through the head; the crossing
-#: is between 256 KiB and 1 MiB: see benchmarks/results/session-2026-11-29c.md).
+#: A result larger than this (pickled) sends its method's later calls from this
+#: caller through the head: into the store, read without a copy, where the socket
+#: moves ~200 KiB per wake-up (16 MiB: 4 against 65 ms; actor_results.py).
 LARGE_RESULT = 512 << 10
 #: ``HPC_RAY_DIRECT_CALLS=0`` sends every call through the head.
 ENABLED = bool(_config.os_environ_get("DIRECT_CALLS", 1, int))
@@ -153,9 +149,9 @@ def serve(fd: int, ev: int, readers: dict, channels: dict, lock) -> list:
 
 
 def small_record(record: tuple, limit: int = INLINE_MAX) -> bool:
-    """Whether a value's record may go with a call: RAW, or INLINE up to
-    ``limit`` bytes (not an error: the actor fails a call whose argument
-    failed as the head does, on a record it fetched)."""
+    """Whether a value's record may go with a call: RAW, or INLINE up to ``limit``
+    bytes (not an error: the actor fails a call whose argument failed as the head
+    does, on a record it fetched)."""
     kind = record[0]
     return kind == RAW or (kind == INLINE and len(record[1]) + sum(map(len, record[2]))
                            <= limit)
@@ -199,23 +195,19 @@ class Link:
     def __init__(self, actor_id: int, channel: Channel) -> None:
         self.actor_id = actor_id
         self.channel = channel
-        #: A poll object for this socket alone (for reading), kept: the wait for
-        #: one sync call's answer does not build one per turn.
+        #: This socket's own poll object, kept: a sync call's wait builds none per turn.
         self.poller = select.poll()
         self.poller.register(channel.fd, select.POLLIN)
-        #: An executor's poll object for this socket and its rank's pipe
-        #: (``ExecutorTransport.recv_answer``), made on first use.
+        #: This socket's and the rank pipe's poll object (``recv_answer``), made at first use.
         self.rank_poller = None
-        #: Whether a thread of the driver is reading this socket now
-        #: (``driver_calls.DriverLinks``).
+        #: Whether a driver thread reads this socket now (``driver_calls.DriverLinks``).
         self.reading = False
         #: The actor's rank and process, from its DIRECT_HELLO.
         self.rank = -1
         self.pid = 0
         #: task id -> return id, for calls sent and not answered yet.
         self.inflight: dict[int, int] = {}
-        #: Methods that returned a LARGE_RESULT here: their calls go through the head.
-        self.large: set[str] = set()
+        self.large: set[str] = set()     # methods that returned a LARGE_RESULT
 
 
 class Result:
@@ -470,7 +462,7 @@ class PeerCaller:
         sent = self.pending.get(oid)
         if sent is not None:
             self._report(task_id, sent[3], "FINISHED" if done else "FAILED", link.rank, oid,
-                         sent[4], t_start, t_end, pid, None if done else (link.actor_id, error))
+                         sent[4], t_start, t_end, pid, () if done else ((link.actor_id, error),))
         if self.dropped and oid in self.dropped:
             self.dropped.discard(oid)
             self.pending.pop(oid, None)
@@ -498,7 +490,7 @@ class PeerCaller:
             sent = self.pending.get(oid)
             if sent is not None:
                 self._report(tid, sent[3], "FAILED", link.rank, oid, sent[4], None, None, 0,
-                             (link.actor_id, None))
+                             ((link.actor_id, None),))
             self.results[oid] = Result(None, None, None, None, tid,
                                        (link.actor_id, link.pid, sent and sent[3]))
             self.pending.pop(oid, None)
@@ -535,16 +527,14 @@ class PeerCaller:
         return res.record
 
     def _report(self, tid, name, state, rank, oid, t_submit, t_start, t_end, pid,
-                failure=None) -> None:
+                failure=()) -> None:
         """Keep a summary for the head, in its history's form (head/tasks.py summary);
-        a call that failed adds (actor id, its error's record, or None for a call
-        lost with the actor's process), for ``errors()`` and the actor's
-        ErrorSignal or ActorDiedSignal (``Head.direct_calls_done``)."""
+        a failed call's adds (actor id, error record; None: lost with the process)."""
         finished = self.finished
         if not finished:
             self.finished_since = time.monotonic()
-        summary = (tid, name, state, rank, 1, (oid,), t_submit, t_start, t_end, pid)
-        finished.append(summary if failure is None else summary + (failure,))
+        finished.append((tid, name, state, rank, 1, (oid,), t_submit, t_start, t_end, pid)
+                        + failure)
 
     def report_due(self, idle: bool) -> list | None:
         """The summaries to send now: many, old, or the caller is between tasks."""
