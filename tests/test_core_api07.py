@@ -72,8 +72,8 @@ def test_a_second_session_makes_no_id_of_the_first():
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
-def test_waits_in_other_threads_end_at_shutdown(run, mode):
+def test_waits_in_other_threads_end_at_shutdown(run):
     # A thread pool's get()s waited for good once another thread called
     # shutdown(), and the program never exited (its threads are joined).
-    run("shutdown_waiters.py", 3, mode=mode, timeout=60).assert_ok("shutdown_waiters")
+    # (One mode: the driver's waits are the same under mpiexec.)
+    run("shutdown_waiters.py", 3, mode="embedded", timeout=60).assert_ok("shutdown_waiters")

@@ -117,9 +117,7 @@ def test_driver_dies(run, mode, how):
     ("mpiexec", "bad-init", 1),
     ("module", "bad-store", 1),
     ("mpiexec", "bad-resource", 1),
-    ("embedded", "bad-store", 1),
     ("module", "no-room", 1),
-    ("mpiexec", "no-room", 1),
     ("embedded", "no-room", 1),
 ])
 def test_script_ends_without_a_session(run, mode, how, rc):

@@ -41,6 +41,6 @@ def test_log_to_driver_off(run, mode):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
-@pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
-def test_a_torch_loaders_shared_memory_goes_with_the_job(run, mode):
-    run("torch_loader.py", 3, mode=mode, timeout=120).assert_ok("torch_loader")
+def test_a_torch_loaders_shared_memory_goes_with_the_job(run):
+    # (One mode: the sweep at a rank's end is the same under mpiexec.)
+    run("torch_loader.py", 3, mode="embedded", timeout=120).assert_ok("torch_loader")
