@@ -81,6 +81,10 @@ def finish(proc: subprocess.Popen, scratch: Path, timeout: float = 30):
 
 def signal_and_wait_for(proc, sig, expected_line, timeout=30):
     os.kill(proc.pid, sig)
+    return wait_for_line(proc, expected_line, timeout, f" after {sig!r}")
+
+
+def wait_for_line(proc, expected_line, timeout=30, after=""):
     deadline = time.monotonic() + timeout
     lines = []
     while time.monotonic() < deadline:
@@ -90,7 +94,7 @@ def signal_and_wait_for(proc, sig, expected_line, timeout=30):
         lines.append(line.rstrip("\n"))
         if lines[-1] == expected_line:
             return lines
-    pytest.fail(f"no {expected_line!r} after {sig!r}; got {lines}")
+    pytest.fail(f"no {expected_line!r}{after}; got {lines}")
 
 
 @pytest.mark.timeout(60)
@@ -251,20 +255,8 @@ def test_drivers_of_two_job_steps_share_the_pid_file(scratch):
             .splitlines() if "kill -USR1" in line]
     assert len(trap) == 1, trap
     subprocess.run(["bash", "-c", trap[0]], env=dict(os.environ, **env), check=True, timeout=30)
-    signal_and_wait_for_line(first, "second")
+    wait_for_line(first, "second")
     rc, lines, err = finish(first, scratch / "a")
     assert (rc, lines) == (0, ["preempted: True", "atexit ran"]), err
     assert not pidfile.exists()
 
-
-def signal_and_wait_for_line(proc, expected_line, timeout=30):
-    deadline = time.monotonic() + timeout
-    lines = []
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line.rstrip("\n"))
-        if lines[-1] == expected_line:
-            return lines
-    pytest.fail(f"no {expected_line!r}; got {lines}")

@@ -46,6 +46,22 @@ def _sampler_07(env, policies, policy_mapping_fn, preprocessors, obs_filters, cl
     return sampler
 
 
+def _attach(owner, env, policies, policy_mapping_fn, preprocessors, obs_filters,
+            clip_rewards, unroll_length, callbacks, horizon, pack, clip_actions,
+            soft_horizon) -> None:
+    """Give a 0.7 sampler (``owner``) its ``_sampler`` and 0.7's attributes."""
+    owner._sampler = _sampler_07(env, policies, policy_mapping_fn, preprocessors,
+                                 obs_filters, clip_rewards, unroll_length, callbacks,
+                                 horizon, pack, clip_actions, soft_horizon)
+    owner.base_env = owner._sampler.env
+    owner.policies = policies
+    owner.policy_mapping_fn = policy_mapping_fn
+    owner.preprocessors = preprocessors
+    owner.obs_filters = obs_filters
+    owner.unroll_length = unroll_length
+    owner.horizon = owner._sampler.horizon
+
+
 class SyncSampler(InputReader):
     """Steps ``env`` with ``policies`` in the caller's thread (Ray 0.7's).
 
@@ -70,16 +86,9 @@ class SyncSampler(InputReader):
                  obs_filters: dict, clip_rewards: bool, unroll_length, callbacks: dict | None,
                  horizon: int | None = None, pack: bool = False, tf_sess=None,
                  clip_actions: bool = True, soft_horizon: bool = False) -> None:
-        self._sampler = _sampler_07(env, policies, policy_mapping_fn, preprocessors,
-                                    obs_filters, clip_rewards, unroll_length, callbacks,
-                                    horizon, pack, clip_actions, soft_horizon)
-        self.base_env = self._sampler.env
-        self.policies = policies
-        self.policy_mapping_fn = policy_mapping_fn
-        self.preprocessors = preprocessors
-        self.obs_filters = obs_filters
-        self.unroll_length = unroll_length
-        self.horizon = self._sampler.horizon
+        _attach(self, env, policies, policy_mapping_fn, preprocessors, obs_filters,
+                clip_rewards, unroll_length, callbacks, horizon, pack, clip_actions,
+                soft_horizon)
 
     def get_data(self):
         """The next batch of experiences (without the episodes' extra batches)."""
@@ -130,16 +139,9 @@ class AsyncSampler(threading.Thread, InputReader):
                  clip_actions: bool = True, blackhole_outputs: bool = False,
                  soft_horizon: bool = False) -> None:
         threading.Thread.__init__(self, name="AsyncSampler", daemon=True)
-        self._sampler = _sampler_07(env, policies, policy_mapping_fn, preprocessors,
-                                    obs_filters, clip_rewards, unroll_length, callbacks,
-                                    horizon, pack, clip_actions, soft_horizon)
-        self.base_env = self._sampler.env
-        self.policies = policies
-        self.policy_mapping_fn = policy_mapping_fn
-        self.preprocessors = preprocessors
-        self.obs_filters = obs_filters
-        self.unroll_length = unroll_length
-        self.horizon = self._sampler.horizon
+        _attach(self, env, policies, policy_mapping_fn, preprocessors, obs_filters,
+                clip_rewards, unroll_length, callbacks, horizon, pack, clip_actions,
+                soft_horizon)
         self.blackhole_outputs = blackhole_outputs
         self.queue: queue.Queue = queue.Queue(self.QUEUE_SIZE)
         self.extra_batches: queue.Queue = queue.Queue()
