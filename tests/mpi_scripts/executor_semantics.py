@@ -171,12 +171,16 @@ with section("a task run in another's wait"):
 
 
 @ray.remote
-def learns():
+def learns(caller_pid):
     import torch
     x = torch.ones(2, requires_grad=True)
     (3 * x).sum().backward()
-    torch.set_grad_enabled(False)         # (as a task's last lines may leave it)
-    torch.set_default_dtype(torch.float64)
+    if os.getpid() == caller_pid:
+        # Run in its caller's wait, it leaves the modes as a task's last lines
+        # may; run on its own it leaves them be, as a reused worker would show
+        # them to the rank's next task here and in Ray alike.
+        torch.set_grad_enabled(False)
+        torch.set_default_dtype(torch.float64)
     return x.grad.tolist(), os.getpid()
 
 
@@ -184,12 +188,14 @@ def learns():
 def waits_without_grad():
     import torch
     with torch.no_grad():
-        plain = ray.get([learns.remote() for _ in range(3)], timeout=60)
+        plain = ray.get([learns.remote(os.getpid()) for _ in range(3)], timeout=60)
+        grad_in_block = torch.is_grad_enabled()
     with torch.inference_mode():
-        inferring = ray.get([learns.remote() for _ in range(3)], timeout=60)
+        inferring = ray.get([learns.remote(os.getpid()) for _ in range(3)], timeout=60)
+        inferring_after = torch.is_inference_mode_enabled()
     nested = any(pid == os.getpid() for _, pid in plain + inferring)
     return ([grad for grad, _ in plain + inferring], torch.is_grad_enabled(),
-            str(torch.get_default_dtype()), nested)
+            str(torch.get_default_dtype()), (grad_in_block, inferring_after), nested)
 
 
 if importlib.util.find_spec("torch") is not None:
@@ -198,8 +204,9 @@ if importlib.util.find_spec("torch") is not None:
         # ran in its caller's thread, in the caller's grad mode. Now it starts as
         # a task does, and the caller gets its own modes back.
         got = ray.get([waits_without_grad.remote(), waits_without_grad.remote()], timeout=120)
-        check([g[:3] for g in got] == [([[3.0, 3.0]] * 6, True, "torch.float32")] * 2, got)
-        report("torch_nested", any(g[3] for g in got))
+        check([g[:4] for g in got]
+              == [([[3.0, 3.0]] * 6, True, "torch.float32", (False, True))] * 2, got)
+        report("torch_nested", any(g[4] for g in got))
 
 
 @ray.remote
