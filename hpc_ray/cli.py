@@ -3,6 +3,7 @@
 ::
 
     hpc-ray run -n 4 driver.py [ARGS]     mpiexec -n 4 <python> -m hpc_ray driver.py ARGS
+    hpc-ray run -n 4 -m pkg.driver ...    the same with python's -m: a module on sys.path
     hpc-ray submit driver.py [ARGS] ...   write an sbatch script, submit it (--wait: follow it)
     hpc-ray status [JOBID]                your jobs, or one job's state and exit code
     hpc-ray cancel JOBID
@@ -54,6 +55,13 @@ def main() -> None:
 # --- run --------------------------------------------------------------------------
 
 
+#: ``-m pkg.module``, as with ``python -m``: rank 0 runs the module as ``__main__``,
+#: found on ``sys.path`` with the working directory first.
+MODULE_OPTION = click.option(
+    "-m", "--module", is_flag=True,
+    help="DRIVER is a module to run as `python -m DRIVER` does, not a file.")
+
+
 @main.command(context_settings={"ignore_unknown_options": True,
                                 "allow_interspersed_args": False})
 @click.option("-n", "--np", "n", type=click.IntRange(min=1), required=True,
@@ -62,19 +70,25 @@ def main() -> None:
               help="Python interpreter every rank runs.")
 @click.option("--dry-run", is_flag=True,
               help="Print the mpiexec command instead of running it.")
+@MODULE_OPTION
 @click.argument("driver", type=click.Path(dir_okay=False))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @_errors
-def run(n: int, python: str, dry_run: bool, driver: str, args: tuple[str, ...]) -> None:
+def run(n: int, python: str, dry_run: bool, module: bool, driver: str,
+        args: tuple[str, ...]) -> None:
     """Run DRIVER on N ranks: mpiexec -n N python -m hpc_ray DRIVER ARGS.
 
     Adds the flags the local MPI needs (Open MPI: --oversubscribe, and
     --allow-run-as-root as root) and exits with mpiexec's exit status.
     Everything after DRIVER is passed to the driver.
     """
-    if not os.path.isfile(driver):
+    if module:
+        program = ["-m", driver]
+    elif os.path.isfile(driver):
+        program = [driver]
+    else:
         raise click.UsageError(f"driver file {driver!r} does not exist")
-    argv = mpirun.mpiexec_argv(n, [python, "-m", "hpc_ray", driver, *args])
+    argv = mpirun.mpiexec_argv(n, [python, "-m", "hpc_ray", *program, *args])
     if dry_run:
         click.echo(" ".join(argv))
         return
@@ -129,8 +143,9 @@ def run(n: int, python: str, dry_run: bool, driver: str, args: tuple[str, ...]) 
 @click.option("--wait", is_flag=True,
               help="Follow the job to its end, printing its output; exit with its exit status.")
 @click.option("--parsable", is_flag=True, help="Print only the job id.")
+@MODULE_OPTION
 @_errors
-def submit(driver, args, nodes, ntasks, ntasks_per_node, cpus_per_task, gpus_per_node, time,
+def submit(driver, args, module, nodes, ntasks, ntasks_per_node, cpus_per_task, gpus_per_node, time,
            partition, account, job_name, output, setup, requeue, launcher, srun_mpi,
            warning_seconds, python, sbatch_options, dry_run, wait, parsable) -> None:
     """Write an sbatch script that runs DRIVER with ARGS on hpc_ray, and submit it.
@@ -139,7 +154,7 @@ def submit(driver, args, nodes, ntasks, ntasks_per_node, cpus_per_task, gpus_per
     `--` when their names clash with these.
     """
     spec = slurm.JobSpec(
-        driver=driver, args=tuple(args), nodes=nodes, ntasks=ntasks,
+        driver=driver, module=module, args=tuple(args), nodes=nodes, ntasks=ntasks,
         ntasks_per_node=ntasks_per_node,
         cpus_per_task=cpus_per_task, gpus_per_node=gpus_per_node, time=time,
         partition=partition, account=account, job_name=job_name, output=output,

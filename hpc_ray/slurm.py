@@ -157,6 +157,7 @@ class JobSpec:
 
     driver: str                               #: the driver script (must exist)
     args: tuple[str, ...] = ()                #: the driver's own arguments
+    module: bool = False                      #: driver is a module name (python -m)
     nodes: int | None = None
     ntasks: int | None = None                 #: total ranks (instead of, or with, per node)
     ntasks_per_node: int | None = None
@@ -177,7 +178,7 @@ class JobSpec:
 
     def check(self) -> None:
         """Raise the errors a user can fix before anything reaches Slurm."""
-        if not Path(self.driver).is_file():
+        if not self.module and not Path(self.driver).is_file():
             raise DriverNotFoundError(
                 f"driver file {self.driver!r} does not exist "
                 f"(looked in {os.getcwd()}); give the path to your hpc_ray script")
@@ -202,7 +203,8 @@ def _sbatch_line(option: str) -> str:
 
 
 def _directives(spec: JobSpec) -> list[str]:
-    name = spec.job_name or "hpc_ray-" + re.sub(r"\s+", "_", Path(spec.driver).stem)
+    stem = spec.driver.rpartition(".")[2] if spec.module else Path(spec.driver).stem
+    name = spec.job_name or "hpc_ray-" + re.sub(r"\s+", "_", stem)
     opts = [f"--job-name={name}"]
     for flag, value in (("nodes", spec.nodes), ("ntasks", spec.ntasks),
                         ("ntasks-per-node", spec.ntasks_per_node),
@@ -231,8 +233,9 @@ KILL_ON_BAD_EXIT = "--kill-on-bad-exit=1"
 
 def render_script(spec: JobSpec) -> str:
     """The sbatch script for ``spec``: #SBATCH lines, set-up, launch, USR1 forwarding."""
-    driver = str(Path(spec.driver).resolve())
-    rank_cmd = " ".join(shlex.quote(a) for a in (spec.python, "-m", "hpc_ray", driver,
+    # A module is looked up from the job's working directory, the submit directory.
+    program = ["-m", spec.driver] if spec.module else [str(Path(spec.driver).resolve())]
+    rank_cmd = " ".join(shlex.quote(a) for a in (spec.python, "-m", "hpc_ray", *program,
                                                  *spec.args))
     if spec.launcher == "srun":
         mpi = f" --mpi={spec.srun_mpi}" if spec.srun_mpi else ""

@@ -83,6 +83,20 @@ def test_run_starts_the_driver_on_n_ranks_and_returns_its_exit_code():
     assert result["slurm_job_id"] is None
 
 
+def test_run_m_runs_a_module_from_the_working_directory(scratch):
+    # As `python -m pkg.squares` there would: the package is found on sys.path,
+    # the working directory first; sys.argv[0] is the module's file.
+    (scratch / "pkg").mkdir()
+    (scratch / "pkg" / "__init__.py").write_text("")
+    (scratch / "pkg" / "squares.py").write_text(DRIVER.read_text())
+    proc = hpc_ray("run", "-n", "3", "-m", "pkg.squares", "a", "--exit", "4", cwd=scratch)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    (line,) = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    result = json.loads(line[len("RESULT "):])
+    assert (result["squares"], result["world_size"], result["argv"]) == (
+        [i * i for i in range(10)], 3, ["a"])
+
+
 def test_run_dry_run_shows_the_mpiexec_command():
     proc = hpc_ray("run", "-n", "4", "--dry-run", str(DRIVER), "--x", "1")
     assert proc.returncode == 0, proc.stderr
@@ -159,6 +173,15 @@ def test_no_slurm_on_this_machine(command, scratch):
     assert proc.stderr.startswith("Error: no Slurm on this machine: the ")
     assert "hpc-ray run -n N driver.py" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_submit_m_runs_a_module_in_the_submit_directory(scratch):
+    proc = hpc_ray("submit", "-m", "pkg.train", "--lr", "0.1", "-n", "3", "--dry-run",
+                   cwd=scratch, env={"PATH": NO_SLURM_PATH})
+    assert proc.returncode == 0, proc.stderr
+    assert "#SBATCH --job-name=hpc_ray-train\n" in proc.stdout
+    assert (f"srun --kill-on-bad-exit=1 {sys.executable} -m hpc_ray -m pkg.train --lr 0.1 &\n"
+            in proc.stdout)
 
 
 def test_submit_a_driver_that_does_not_exist(scratch):
