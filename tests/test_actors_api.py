@@ -50,6 +50,7 @@ def test_driver_is_served_while_tasks_flood_an_actor(run, mode, n):
     assert "UCX" not in result.stderr, result.stderr[-2000:]
 
 
+@pytest.mark.timeout(180)   # (the launch's own limit, and its stack dump, first)
 @pytest.mark.parametrize("mode,n", [("embedded", 3), ("mpiexec", 3)])
 def test_actor_exit_runs_python_cleanup(run, mode, n):
     """exit_actor(), __ray_terminate__, the last handle gone and the end of the

@@ -84,5 +84,7 @@ def test_a_long_task_of_a_new_function_does_not_hold_back_the_short_ones(run, mo
     values = result.assert_ok("batch_balance")
     assert values["workers_used"] == 2, values
     # 1 long and 9 short naps on 2 workers: while the long one runs the other
-    # worker takes the short ones; batched with it, 4 or 5 would wait behind it.
+    # worker takes the short ones; batched with it, 4 or 5 would wait behind it
+    # (the script's get of the short ones then times out: the long one is held
+    # until they are all done).
     assert values["naps_with_the_long_one"] <= 2, values

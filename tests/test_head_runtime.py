@@ -92,6 +92,7 @@ def test_a_one_node_job_listens_on_loopback_only(run, mode):
     assert len([a for a in values["launcher_listeners"] if not a.startswith("127.")]) <= 2
 
 
+@pytest.mark.timeout(210)   # (the launch's own limit, and its stack dump, first)
 @pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
 def test_many_driver_threads_share_rank_0s_mpi(run, mode):
     values = run("driver_threads.py", 3, mode=mode, timeout=180).assert_ok("driver_threads")

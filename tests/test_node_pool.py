@@ -8,6 +8,7 @@ import pytest
 pytestmark = pytest.mark.mpi
 
 
+@pytest.mark.timeout(180)   # (the launch's own limit, and its stack dump, first)
 @pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
 def test_actor_resources_and_fractional_packing(run, mode):
     values = run("node_pool.py", 2, mode=mode, timeout=150).assert_ok("node_pool")

@@ -41,12 +41,13 @@ def use_later(counter, seconds):
 
 
 @ray.remote
-def call_from_thread(counter, seconds, path):
-    """Return at once; a thread of this process calls the actor later."""
+def call_from_thread(counter, gate, path):
+    """Return at once; a thread of this process calls the actor once ``gate`` is
+    there."""
     import threading
 
     def later(c=counter):
-        time.sleep(seconds)
+        poll_for(lambda: os.path.exists(gate), T)
         with open(path, "w") as f:
             f.write(str(ray.get(c.inc.remote(), timeout=T)))
     threading.Thread(target=later, daemon=True).start()
@@ -155,16 +156,19 @@ with section("a handle a task's thread keeps after the task returned keeps the a
     try:
         c = Counter.remote()
         pid = ray.get(c.pid.remote(), timeout=T)
-        check(ray.get(call_from_thread.remote(c, 1.0, path), timeout=T) == "started")
+        check(ray.get(call_from_thread.remote(c, path + ".go", path), timeout=T) == "started")
         del c
         gc.collect()
         time.sleep(0.5)
         check(alive(pid), "the actor ended while a task's thread still held a handle")
+        open(path + ".go", "w").close()
         got = poll_for(lambda: open(path).read(), 15)
         check(got == "1", f"the thread's call answered {got!r}")
         report("thread_handle_call", got)
     finally:
-        os.unlink(path)
+        for name in (path, path + ".go"):
+            if os.path.exists(name):
+                os.unlink(name)
 
 with section("named actors live until killed"):
     Counter.options(name="keeper").remote()

@@ -3,7 +3,7 @@ a rank hands its executor only an eighth of its queue of a function it has not
 timed yet (here one task at a time): the rest stay in the rank's queue, where
 the head can take them back for a rank that went idle. So one long task of a
 new function does not hold back the short ones queued with it while the other
-worker idles. (``test_introspection`` has the same for a function that returned
+worker idles: they all end while it runs. (``test_introspection`` has the same for a function that returned
 at once the few times it ran before.)"""
 import faulthandler, os
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
@@ -11,7 +11,7 @@ faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "
 import collections
 import time
 
-from _harness import NUM_WORKERS, check, init_kwargs, ok, report
+from _harness import NUM_WORKERS, check, init_kwargs, ok, report, tmp_path
 
 import hpc_ray as ray
 
@@ -24,15 +24,23 @@ def tiny(x):
 
 
 @ray.remote
-def nap(seconds):
+def nap(seconds, gate=None):
     time.sleep(seconds)
+    # The long one is held until the driver has every short one's result: one
+    # batched behind it would hold up that get for good (cut by its timeout).
+    while gate is not None and not os.path.exists(gate):
+        time.sleep(0.02)
     return os.getpid()
 
 
 check(NUM_WORKERS == 2)
 check(ray.get([tiny.remote(i) for i in range(3000)]) == list(range(3000)))
 # The long nap is placed first; the short ones alternate between the two workers.
-pids = ray.get([nap.remote(1.5)] + [nap.remote(0.05) for _ in range(9)])
+gate = tmp_path("long-nap-may-end")
+long_ref = nap.remote(0.0, gate)
+short = ray.get([nap.remote(0.05) for _ in range(9)], timeout=60)
+open(gate, "w").close()
+pids = [ray.get(long_ref, timeout=60)] + short
 long_pid = pids[0]
 report("naps_with_the_long_one", collections.Counter(pids)[long_pid])
 report("workers_used", len(set(pids)))

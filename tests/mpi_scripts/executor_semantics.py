@@ -358,7 +358,9 @@ class Sleeper:
     @ray.method(max_retries=1)
     def nap(self, marker):
         open(f"{marker}-{os.getpid()}", "w").close()
-        time.sleep(1.0)
+        # Held until the driver has killed the process, however slow the machine:
+        # the kill always lands mid-call; a retry, run after, returns at once.
+        poll_for(lambda: os.path.exists(f"{marker}-release"), 60)
         return os.getpid()
 
     def nap_once(self, marker):
@@ -366,11 +368,12 @@ class Sleeper:
 
 
 def kill_mid_call(actor, method, marker):
-    """Start a call, SIGKILL the actor's process while it sleeps; the call's ref."""
+    """Start a call, SIGKILL the actor's process while it waits; the call's ref."""
     pid = ray.get(actor.pid.remote(), timeout=60)
     ref = method.remote(marker)
     check(poll_for(lambda: os.path.exists(f"{marker}-{pid}"), 30), "the call never started")
     os.kill(pid, signal.SIGKILL)
+    open(f"{marker}-release", "w").close()
     return pid, ref
 
 

@@ -8,6 +8,7 @@ faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "
 
 import random
 import signal
+import tempfile
 import threading
 import time
 
@@ -25,6 +26,16 @@ ray.init(**init_kwargs())
 @ray.remote
 def slow(i, seconds):
     time.sleep(seconds)
+    return i
+
+
+@ray.remote
+def gated(i, gate):
+    # Held until the driver has been interrupted (or 30 s), so that the get the
+    # Ctrl-C must interrupt cannot end first on a slow machine.
+    deadline = time.time() + 30
+    while not os.path.exists(gate) and time.time() < deadline:
+        time.sleep(0.02)
     return i
 
 
@@ -100,15 +111,18 @@ if mode in ("repeat", "repeat_actor"):
     else:
         print(f"RESULTS WRONG sent={sent[0]} interrupted={interrupted}", flush=True)
 else:
-    refs = [slow.remote(i, 0.3) for i in range(12)]
-    print("WAITING", flush=True)
-    try:
-        ray.get(refs, timeout=60)
-        print("NOT INTERRUPTED", flush=True)
-    except KeyboardInterrupt:
-        print("INTERRUPTED", flush=True)
-    if ray.get(refs, timeout=60) == list(range(12)):
-        print("RESULTS OK", flush=True)
+    with tempfile.TemporaryDirectory(prefix="hpc_ray-test-gate-") as gate_dir:
+        gate = os.path.join(gate_dir, "open")
+        refs = [gated.remote(i, gate) for i in range(12)]
+        print("WAITING", flush=True)
+        try:
+            ray.get(refs, timeout=60)
+            print("NOT INTERRUPTED", flush=True)
+        except KeyboardInterrupt:
+            print("INTERRUPTED", flush=True)
+        open(gate, "w").close()
+        if ray.get(refs, timeout=60) == list(range(12)):
+            print("RESULTS OK", flush=True)
     print("AGAIN", ray.get(slow.remote(5, 0.0), timeout=60), flush=True)
 
 # A SIGINT that lands after the last get must not break shutdown either.

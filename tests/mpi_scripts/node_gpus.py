@@ -5,6 +5,7 @@ the stores they ran on."""
 import faulthandler
 import json
 import os
+import tempfile
 
 import hpc_ray as ray
 
@@ -13,9 +14,13 @@ faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", 1
 
 
 @ray.remote(num_gpus=2)
-def two_gpus():
+def two_gpus(meeting):
     import time
-    time.sleep(0.5)   # both run at once: one per node
+    # Both run at once, one per node: each waits (up to 30 s) for the other.
+    open(os.path.join(meeting, str(os.getpid())), "w").close()
+    deadline = time.monotonic() + 30
+    while len(os.listdir(meeting)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
     with open("/proc/self/maps") as f:
         store = next(int(l.split()[4]) for l in f if "memfd:hpc_ray_store" in l)
     return sorted(ray.get_gpu_ids()), store
@@ -27,7 +32,8 @@ def report(key, value):
 
 ray.init()
 report("gpus", ray.cluster_resources().get("GPU"))
-got = ray.get([two_gpus.remote() for _ in range(2)], timeout=60)
+with tempfile.TemporaryDirectory(prefix="hpc_ray-test-meet-") as meeting:
+    got = ray.get([two_gpus.remote(meeting) for _ in range(2)], timeout=60)
 report("two_gpu_tasks", [ids for ids, _ in got])
 report("stores", [store for _, store in got])
 ray.shutdown()

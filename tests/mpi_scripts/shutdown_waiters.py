@@ -44,18 +44,22 @@ cases = {
     "wait(task)": lambda: ray.wait([slow.remote()]),
     "wait(task, timeout=20)": lambda: ray.wait([slow.remote()], timeout=20),
 }
+#: Set by each thread as it calls its case: then it is a call away from its wait.
+calling = {name: threading.Event() for name in cases}
 
 
-def outcome(fn):
+def outcome(name):
+    calling[name].set()
     try:
-        return ("returned", fn())
+        return ("returned", cases[name]())
     except ray.exceptions.RayError as exc:
         return ("raised", "shutdown() ended the session" in str(exc))
 
 
 pool = concurrent.futures.ThreadPoolExecutor(len(cases))
-futures = {name: pool.submit(outcome, fn) for name, fn in cases.items()}
-time.sleep(1.5)
+futures = {name: pool.submit(outcome, name) for name in cases}
+check(all(event.wait(30) for event in calling.values()), "a thread never started")
+time.sleep(1.0)   # (from there into get or wait: a submission, microseconds)
 started = time.monotonic()
 threading.Thread(target=ray.shutdown).start()
 got = {name: f.result(timeout=20) for name, f in futures.items()}

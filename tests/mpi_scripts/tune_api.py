@@ -270,6 +270,14 @@ with section("pause_order"):
 
 class StepsNoReset(Steps):
     def _train(self):
+        if self.count == 0:
+            # PBT only perturbs between trials that both run: the two meet
+            # before their first result, however late the second one starts.
+            open(os.path.join(LOCAL, f"pbt-started-{self.config['i']}"), "w").close()
+            deadline = time.time() + 30
+            while (time.time() < deadline and not all(
+                    os.path.exists(os.path.join(LOCAL, f"pbt-started-{i}")) for i in (0, 1))):
+                time.sleep(0.02)
         time.sleep(0.05)  # (the two trials' results interleave)
         self.count += 1
         return {"count": self.count, "score": self.count * (1 + self.config["i"])}
