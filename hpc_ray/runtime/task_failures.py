@@ -65,7 +65,10 @@ def _describe(exc: BaseException, spec: list, where: Where) -> tuple[tuple, str 
         return values.error_record(WorkerCrashedError(
             f"task {name} called {exit_call(exc)} on {place}: its worker exited")), None
     if isinstance(exc, KeyboardInterrupt) and spec[m.T_ACTOR] is None:
-        exc = RuntimeError(f"KeyboardInterrupt raised inside task {name}")
+        # (Not a KeyboardInterrupt in the caller's get, which would read as its
+        # own Ctrl-C; where it was raised stays in the traceback.)
+        exc = RuntimeError(f"KeyboardInterrupt raised inside task {name}").with_traceback(
+            exc.__traceback__)
     return error_record(exc, name, where)
 
 
@@ -81,10 +84,12 @@ def exit_call(exc: SystemExit) -> str:
 
 def error_record(exc: BaseException, name: str, where: Where) -> tuple[tuple, str | None]:
     """``exc`` raised by ``name``'s code, as a TaskError with its traceback, and
-    that error's text (an error a get inside it raised goes on as it is)."""
-    if isinstance(exc, (TaskError, ActorDiedError)) and getattr(exc, "_from_get", False):
-        return values.error_record(exc), None
+    that error's text to print: None for an error a get inside it raised (as
+    Ray's, the TaskError names this task and holds both tracebacks; the inner
+    one was printed where it was raised)."""
     tb = (f"### Worker {where.rank} of {where.world_size} on {where.host}, pid {where.pid}\n"
           + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
     error = TaskError(name, tb, where.rank, where.host, exc)
+    if isinstance(exc, (TaskError, ActorDiedError)) and getattr(exc, "_from_get", False):
+        return values.error_record(error), None
     return values.error_record(error), TaskError.__str__(error)

@@ -53,7 +53,11 @@ def from_record(rec: tuple, arena, pin: object) -> Any:
         data_len = rec[4]
         return loads(view[:data_len], buffers=[view[o: o + n] for o, n in rec[5]])
     if kind == ERROR:
-        raise error_from_record(rec)
+        error = error_from_record(rec)
+        # Printed where it was raised: a task whose get() raised it and that lets
+        # it go on does not print it again (task_failures.error_record).
+        error._from_get = True
+        raise error
     raise ValueError(f"unknown value record kind {kind!r}")
 
 

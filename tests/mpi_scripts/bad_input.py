@@ -147,6 +147,11 @@ class CustomError(Exception):
         self.code = code
 
 
+@ray.remote(max_retries=0)
+def interrupts_itself():
+    raise KeyboardInterrupt  # E-KBI
+
+
 @ray.remote
 def fails(x):
     if x > 0:
@@ -183,6 +188,12 @@ with section("task raises"):
     check("bad value 3" in str(err), str(err))
     report("chained_error_str", str(err)[:3000])
 
+    # A KeyboardInterrupt a task raised is a RuntimeError in the caller (not its
+    # own Ctrl-C), with the traceback of where it was raised.
+    err = expect_raises(TaskError, ray.get, interrupts_itself.remote())
+    check(isinstance(err, RuntimeError) and not isinstance(err, KeyboardInterrupt)
+          and "raise KeyboardInterrupt  # E-KBI" in str(err), str(err))
+
     err = expect_raises(Exception, ray.get, [fails.remote(0), fails.remote(9)])
     check(isinstance(err, ValueError) and "bad value 9" in str(err), repr(err))
 
@@ -214,8 +225,8 @@ def unwatched(tag):
 
 
 @ray.remote
-def gets_inside(ref):
-    return ray.get(ref)
+def gets_inside(refs):
+    return ray.get(refs[0])   # (in a list: a get in the task, not an argument's error)
 
 
 @ray.remote
@@ -237,9 +248,10 @@ with section("errors printed"):
     # Nobody gets this one: its error is printed all the same (the test reads stderr).
     ready, _ = ray.wait([unwatched.remote("E-UNWATCHED")], timeout=30)
     check(len(ready) == 1)
-    # Printed once where it was raised, not again by the tasks it failed.
+    # Printed once where it was raised, not again by the tasks it failed: as
+    # their argument, or raised by their get().
     first = unwatched.remote("E-PASSED-ON")
-    expect_raises(KeyError, ray.get, [downstream.remote(first), gets_inside.remote(first)],
+    expect_raises(KeyError, ray.get, [downstream.remote(first), gets_inside.remote([first])],
                   timeout=30)
     expect_raises(LookupError, ray.get, Failing.remote().method.remote("E-ACTOR"), timeout=30)
     # An actor's constructor that raised: printed, and listed by errors().
