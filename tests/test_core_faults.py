@@ -3,6 +3,8 @@ OOM killer) does not end the job; crashes are retried, exceptions are not;
 max_calls retires a worker's process."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytestmark = [pytest.mark.mpi, pytest.mark.faults]
@@ -17,6 +19,12 @@ def test_faults(run, mode, n):
     assert values["attempts_default_crash"] == 4
     assert values["attempts_zero_crash"] == 1
     assert values["attempts_raise"] == [1, 1]
+    # Each crash a retry covers is said on the driver's stderr (Ray: "A worker
+    # died or was killed while executing task"): crash_first_time once,
+    # count_and_crash's default retries three times.
+    retried = re.findall(r"^hpc_ray: the process running (\w+) on worker rank \d+ .* died with "
+                         r"exit code 1; running it again", result.stderr, re.M)
+    assert sorted(retried) == ["count_and_crash"] * 3 + ["crash_first_time"], result.output()
     # max_calls=1: every call in a fresh process; otherwise processes are reused.
     assert values["max_calls_pids"] == n - 1 + 2
     assert values["reused_pids"] <= n - 1

@@ -158,6 +158,9 @@ with section("max_retries=0"):
     check(isinstance(err, WorkerCrashedError), repr(err))
     check("Set max_retries" in str(err), str(err))
     report("attempts_zero_crash", attempts(path))
+    # errors() says why, as get() does (it said only "get() raises the error").
+    crashed = [e["message"] for e in ray.errors() if e.get("function") == "count_and_crash"]
+    check(len(crashed) == 2 and all("died with exit code 1" in m for m in crashed), crashed)
 
 with section("exceptions are not retried"):
     path = tmp_path("raise-default")

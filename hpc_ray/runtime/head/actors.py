@@ -419,8 +419,8 @@ class ActorLifecycle:
                 f"{msg}; the call {task.spec[m.T_NAME]} was lost"
                 + ("; the actor is being restarted" if restart else "")))
         if restart:
-            logger.info("restarting actor %s (%d of %s)", actor.class_name,
-                        actor.restarts, actor.max_restarts)
+            logger.warning("hpc_ray: restarting actor %s (restart %d of %s): %s",
+                           actor.class_name, actor.restarts, actor.max_restarts, reason)
             self.place_actor(actor)
             return
         self.retry_pending_actors()

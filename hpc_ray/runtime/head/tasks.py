@@ -302,20 +302,23 @@ class TaskLifecycle:
             if task is None or task.state is not RUNNING or task.spec[m.T_ACTOR] is not None:
                 continue  # actor calls are handled by actor_died
             self.head.placement.unplace(task)
+            where = (f"the process running {task.spec[m.T_NAME]} on worker rank {rank} "
+                     f"({self.head.host_of[rank]}, pid {pid}) died with "
+                     f"{describe_exit(exitcode)}")
             if task.retries_left != 0:
                 task.retries_left -= 1
-                logger.info("retrying %s after its process died on rank %d",
-                            task.spec[m.T_NAME], rank)
+                # Said on the driver's stderr, as Ray's "A worker died or was killed
+                # while executing task": a retry that works would hide a crash.
+                logger.warning("hpc_ray: %s; running it again (max_retries)", where)
                 self.set_task_state(task, READY)
             else:
                 hint = ("Set max_retries to retry crashed tasks." if task.attempts == 1
                         else "Its retries (max_retries) are spent.")
-                err = WorkerCrashedError(
-                    f"the process running {task.spec[m.T_NAME]} on worker rank {rank} "
-                    f"({self.head.host_of[rank]}, pid {pid}) died with "
-                    f"{describe_exit(exitcode)} "
-                    f"after {task.attempts} attempt(s); the rank goes on serving. {hint}")
-                self.fail_task(task, (ERROR, dumps(err)))
+                err = (ERROR, dumps(WorkerCrashedError(
+                    f"{where} after {task.attempts} attempt(s); the rank goes on serving. "
+                    f"{hint}")))
+                self.error_noted(task.spec[m.T_ID], None, err)
+                self.fail_task(task, err)
         if actor_id is not None:
             self.head.actor_events.actor_died(
                 actor_id, f"its process (pid {pid}) died with {describe_exit(exitcode)}",
