@@ -18,6 +18,7 @@ from .api import (as_completed, available_resources, cluster_resources, error_in
                   tasks, timeline, wait)
 from .preempt import on_preempt
 from .reusable import Reusable, reusables
+from .state import state as global_state   # (Ray 0.6's name; the module is 0.7's ray.state)
 from .runtime import launched as _launched
 from .runtime.context import ObjectRef
 from .worker import LOCAL_MODE, SCRIPT_MODE, WORKER_MODE
@@ -35,7 +36,7 @@ __all__ = [
     "ActorClass", "ActorHandle", "actor", "error_info", "errors", "get_webui_url",
     "object_transfer_timeline", "register_custom_serializer", "collective", "experimental", "worker", "ObjectID", "ObjectRef", "Reusable", "as_completed",
     "as_future", "available_resources", "cluster_resources", "exceptions", "get",
-    "get_actor", "get_gpu_ids", "get_resource_ids", "init", "is_initialized", "kill",
+    "get_actor", "get_gpu_ids", "get_resource_ids", "global_state", "init", "is_initialized", "kill",
     "method", "nodes", "objects", "on_preempt", "profile", "progress", "put", "ray_constants",
     "remote", "reusables", "services",
     "run_function_on_all_workers", "shutdown", "tasks", "timeline", "wait",

@@ -430,23 +430,22 @@ def nodes() -> list[dict]:
 def tasks(task_id=None) -> dict:
     """The task table, or one entry of it (``task_id``: its hex id or 20 bytes)."""
     table = _state_context().control("tasks")
-    return table if task_id is None else table[_hex_key(task_id)]
+    return table if task_id is None else _entry(table, task_id, "task")
 
 
 def objects(object_id=None) -> dict:
-    """The object table, or one entry of it (``object_id``: an ObjectRef, as Ray
-    0.7's, or its hex id or 20 bytes)."""
+    """The object table, or one entry of it (``object_id``: as ``_entry`` takes it)."""
     table = _state_context().control("objects")
-    return table if object_id is None else table[_hex_key(object_id)]
+    return table if object_id is None else _entry(table, object_id, "object")
 
 
-def _hex_key(key) -> str:
-    """The hex id the state tables are keyed by."""
-    if isinstance(key, ObjectRef):
-        return key.hex()
-    if isinstance(key, (bytes, bytearray)):
-        return bytes(key).hex()
-    return key
+def _entry(table: dict, key, what: str) -> dict:
+    """``table``'s entry for ``key``: an ObjectRef, a hex id or 20 bytes."""
+    hex_id = key.hex() if isinstance(key, (ObjectRef, bytes, bytearray)) else key
+    if hex_id not in table:
+        raise KeyError(f"no {what} {hex_id} in the job's {what}s" + (
+            " (an ObjectRef names an object: objects() has it)" if what == "task" else ""))
+    return table[hex_id]
 
 
 def get_gpu_ids() -> list[int]:
@@ -540,8 +539,9 @@ def get_webui_url() -> None:
     return None
 
 
-def errors(all_jobs: bool = False) -> list[dict]:
-    """The job's errors so far, one dict per failed task (Ray 0.7's ``ray.errors()``).
+def errors(all_jobs: bool = False, include_cluster_errors: bool = True) -> list[dict]:
+    """The job's errors so far, one dict per failed task (Ray 0.7's ``ray.errors()``;
+    all are the job's: neither argument changes the list).
 
     Each has ``type`` ("task"), ``message`` (the error with its traceback, as
     ``get`` raises it; the newest 1,000 are kept, else a line saying where it

@@ -7,7 +7,8 @@ import io
 import json
 import time
 
-from _harness import NUM_WORKERS, check, init_kwargs, ok, poll_for, report, section, tmp_path
+from _harness import (NUM_WORKERS, check, expect_raises, init_kwargs, ok, poll_for, report,
+                      section, tmp_path)
 
 import hpc_ray as ray
 
@@ -113,6 +114,26 @@ with section("tasks and objects"):
     check(kept.hex() in json.dumps(objects, default=str), "objects() does not list a put object")
     check(task_ref.hex() in json.dumps(objects, default=str)
           or task_ref.hex() in json.dumps(tasks, default=str), "the task's return object is not listed")
+    # An object's ref is not a task id: the error says where to look.
+    err = expect_raises(KeyError, ray.tasks, kept)
+    check("objects() has it" in str(err), str(err))
+
+with section("Ray 0.6's ray.global_state and 0.7's ray.state"):
+    # The names 0.6 programs call (0.7 kept them as forwards), with the answers
+    # of the calls that replaced them.
+    gs = ray.global_state
+    check(gs is ray.state.state, (gs, getattr(ray, "state", None)))
+    check(gs.cluster_resources() == ray.cluster_resources(), gs.cluster_resources())
+    check([n["NodeID"] for n in gs.client_table()] == [n["NodeID"] for n in ray.nodes()])
+    check(gs.object_table(kept)["ObjectID"] == kept.hex(), gs.object_table(kept))
+    check(set(gs.task_table()) <= set(ray.tasks()), "task_table() lists tasks tasks() lacks")
+    path = tmp_path("global_state_trace.json")
+    gs.chrome_tracing_dump(filename=path)
+    with open(path) as f:
+        on_disk = json.load(f)
+    on_disk = on_disk.get("traceEvents", on_disk) if isinstance(on_disk, dict) else on_disk
+    check(any("traced_work" in e.get("name", "") for e in on_disk), "no tasks traced")
+    check(gs.error_messages() == ray.errors(include_cluster_errors=False) == ray.errors())
 
 with section("direct calls an actor made, then idle, are listed"):
     @ray.remote
