@@ -286,7 +286,7 @@ class ExecutorContext(context.ContextBase):
             if blob is None:
                 raise RayError(f"function {spec[m.T_NAME]} was never shipped to rank "
                                f"{self.rank}")
-            fn = self.fns[fn_id] = loads(blob)
+            fn = self.fns[fn_id] = values.load_code(blob, spec[m.T_NAME], self.rank)
         return fn
 
     def _read_dep(self, oid: int, rec: tuple) -> Any:

@@ -292,6 +292,34 @@ def raised_by(kind, cls, task=raises_builtin):
     return None
 
 
+class LoadsOnlyHere:
+    """A global that pickles, but cannot be rebuilt in another process."""
+
+    def __reduce__(self):
+        return (rebuild_here, (os.getpid(),))
+
+
+def rebuild_here(pid):
+    if os.getpid() != pid:
+        raise RuntimeError("E-NOT-HERE")
+    return LoadsOnlyHere()
+
+
+ONLY_HERE = LoadsOnlyHere()
+
+
+@ray.remote
+def uses_only_here():
+    return ONLY_HERE is not None
+
+
+with section("a function whose globals cannot be rebuilt in a worker"):
+    # The error says what could not be loaded, and why, not only the unpickler's.
+    err = expect_raises(TypeError, ray.get, uses_only_here.remote(), timeout=30)
+    check("could not load uses_only_here on worker rank" in str(err)
+          and "RuntimeError: E-NOT-HERE" in str(err), str(err))
+
+
 with section("built-in exceptions keep their fields"):
     # `except KeyError as e: e.args[0]` is the missing key, as without hpc_ray;
     # OSError's errno and filename and StopIteration's value live in C slots.
