@@ -171,8 +171,11 @@ def test_a_task_wanting_an_unknown_resource_waits_and_runs_once_it_is_created():
     head = make_head()
     s = spec_for(resources={"CPU": 1, "TPU": 1})
     head.submit(s)
-    with pytest.warns(UserWarning, match="TPU.*set_resource"):
+    with pytest.warns(UserWarning, match="TPU.*set_resource") as warned:
         head.schedule()
+    # It names the line outside hpc_ray that led to it (here this test's), not
+    # the head's own source.
+    assert [w.filename for w in warned] == [__file__], [w.filename for w in warned]
     assert executes(head) == []
     assert head.objects[s[m.T_RETURNS][0]].record is None     # pending, not failed
     head.set_resource(0, "TPU", 1)

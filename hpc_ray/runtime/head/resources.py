@@ -9,6 +9,9 @@ plus one failed pick per shape, never the length of the backlog.
 from __future__ import annotations
 
 import collections
+import os
+import sys
+import threading
 import warnings
 
 from ... import _config
@@ -328,7 +331,7 @@ class Placement:
         warnings.warn(f"{what} needs {resources}, but no worker rank has {until} "
                       f"(nodes have: {have}); it stays pending until it fits. Pass resources "
                       f"to init(), create them with experimental.set_resource(), or start "
-                      f"ranks with more CPUs/GPUs.", stacklevel=2)
+                      f"ranks with more CPUs/GPUs.", stacklevel=_user_level())
 
     def wire(self, spec: list, w: WorkerInfo, gpu_ids: list[int], resources: dict) -> list:
         """The spec as sent to ``w``: function shipped once per rank, deps resolved."""
@@ -385,3 +388,20 @@ class Placement:
                 w.refill = True
         task.gpu_ids = []
         task.lenders = ()
+
+
+def _user_level() -> int:
+    """The ``stacklevel`` that makes its caller's warning name the first line
+    outside hpc_ray on the stack (the user's ``.remote()`` or ``get()`` that had
+    the head place the task); in a thread of hpc_ray's own (the comm thread),
+    the line that called the caller."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    if frame is None or frame.f_code.co_filename == threading.__file__:
+        return 2
+    return level
+
+
+#: hpc_ray's own directory (``_user_level``).
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
