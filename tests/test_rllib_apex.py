@@ -20,12 +20,10 @@ QUICK = {"seed": 0, "min_iter_time_s": 0, "learning_starts": 200,
 
 @pytest.mark.mpi
 @pytest.mark.timeout(180)
-def test_apex_shards_multiagent_on_workers(run):
-    values = run("rllib_offpolicy.py", 3, mode="embedded", timeout=170).assert_ok(
-        "rllib_offpolicy")
-    reward, steps = values["apex"]
-    assert reward >= 100 and steps <= 40_000, values["apex"]
-    assert len(values["apex_shards"]) == 2 and min(values["apex_shards"]) > 0
+def test_apex_ddpg_and_multiagent_on_workers(run):
+    # (Ape-X DQN's run to reward 100 is test_apex_under_mpiexec's: once is enough.)
+    values = run("rllib_offpolicy.py", 3, "apex_ddpg", "multiagent", mode="embedded",
+                 timeout=170).assert_ok("rllib_offpolicy")
     steps, mean_q = values["apex_ddpg"]
     assert steps >= 2000 and np.isfinite(mean_q)
     policies, changed = values["multiagent"]
