@@ -184,6 +184,15 @@ def test_module_mode_takes_a_module_a_command_or_stdin(run, how):
     assert values["concurrent_workers"] == 2
 
 
+def test_rank_0_says_what_keeps_ranks_that_do_not_come_to_init(run):
+    # A rank 0 alone in init() (`if rank == 0: ray.init()`) waited with no word.
+    result = run("late_ranks.py", 3, mode="mpiexec", timeout=60)
+    result.assert_ok("late_ranks")
+    assert result.stderr.count("hpc_ray: init() on rank 0 has waited 1 s for the other 2 "
+                               "rank(s) of the launch to call init() too.") == 1, result.output()
+    assert "`if rank == 0: ray.init()` waits here for good" in result.stderr, result.output()
+
+
 def test_module_mode_help_is_asked_for_not_an_error():
     import subprocess
     for flag in ("--help", "-h"):

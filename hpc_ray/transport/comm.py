@@ -307,6 +307,12 @@ class Sender:
         return True
 
 
+#: Seconds rank 0's ``init()`` waits for the launch's other ranks before it says
+#: what keeps them, most likely: under mpiexec every rank runs the script and
+#: must call ``init()`` (``if rank == 0: ray.init()`` waits for good).
+RANKS_LATE_S = 30.0
+
+
 def patient_bcast(comm: MPI.Comm, obj):
     """``comm.bcast(obj, root=0)`` for ranks that may wait long for rank 0.
 
@@ -318,7 +324,16 @@ def patient_bcast(comm: MPI.Comm, obj):
     (the launcher does, or the spawning driver's own world)."""
     request = comm.Ibarrier()
     if comm.Get_rank() == 0:
-        request.Wait()
+        try:
+            wait_until(request.Test, timeout=RANKS_LATE_S, cap=0.001, what="the other ranks")
+        except WaitTimeout:
+            logger.warning(
+                "hpc_ray: init() on rank 0 has waited %g s for the other %d rank(s) of the "
+                "launch to call init() too. Under mpiexec every rank runs the script and "
+                "must call init(), where the other ranks serve as workers: `if rank == 0: "
+                "ray.init()` waits here for good. `mpiexec -n N python -m hpc_ray script.py` "
+                "runs the script on rank 0 alone.", RANKS_LATE_S, comm.Get_size() - 1)
+            request.Wait()
     else:
         wait_until(request.Test, cap=idle_cap(), what="rank 0's init()")
     return comm.bcast(obj, root=0)
