@@ -44,3 +44,11 @@ def test_log_to_driver_off(run, mode):
 def test_a_torch_loaders_shared_memory_goes_with_the_job(run):
     # (One mode: the sweep at a rank's end is the same under mpiexec.)
     run("torch_loader.py", 3, mode="embedded", timeout=120).assert_ok("torch_loader")
+
+
+@pytest.mark.parametrize("mode", ["mpiexec", "embedded"])
+def test_a_task_that_spawns_mpi_processes_leaves_its_rank_serving(run, mode):
+    result = run("task_spawns_mpi.py", 3, mode=mode, timeout=90)
+    values = result.assert_ok("task_spawns_mpi")
+    assert values["solved"] == [4950, 45]
+    assert "AFTER SHUTDOWN" in result.stdout, result.output()

@@ -94,9 +94,12 @@ class ExecutorPool:
         })
         fds = (child_sock.fileno(),) + ((self.arena.fd,) if self.arena.size else ())
         pipe = subprocess.PIPE if self.log_to_driver else None
+        # A process group of its own: MPI that a task starts (MPI_Comm_spawn,
+        # mpi4py.futures) ends with a SIGKILL to the group of the process that
+        # started it, which was the rank's, and the rank went with it.
         proc = subprocess.Popen([sys.executable, "-m", "hpc_ray.runtime.executor"],
                                 pass_fds=fds, env=env, stdin=subprocess.DEVNULL,
-                                stdout=pipe, stderr=pipe)
+                                stdout=pipe, stderr=pipe, process_group=0)
         child_sock.close()
         ex.proc = ExecutorProc(proc, Connection(parent_sock.detach()))
         ex.pid = proc.pid
