@@ -52,3 +52,12 @@ def test_a_task_that_spawns_mpi_processes_leaves_its_rank_serving(run, mode):
     values = result.assert_ok("task_spawns_mpi")
     assert values["solved"] == [4950, 45]
     assert "AFTER SHUTDOWN" in result.stdout, result.output()
+
+
+def test_a_rank_out_of_file_descriptors_fails_the_actors_it_cannot_start_and_goes_on(run):
+    # (mpiexec: the script lowers ulimit -n on ranks 1..N-1 alone.)
+    result = run("few_fds.py", 3, mode="mpiexec", timeout=90)
+    values = result.assert_ok("few_fds")
+    assert values["answers"]["pong"] >= 10 and values["answers"]["failed"] >= 1, values
+    said = "could not start a process for an actor or tasks: OSError(24, 'Too many open files')"
+    assert 1 <= result.stderr.count(said) <= 2, result.output()   # once per rank at most

@@ -103,6 +103,7 @@ class WorkerLoop:
         self.stop = False
         self.driver_gone = False
         self.deferred: list = []          # messages that arrived during an in-rank call
+        self.start_failed = False         # an executor could not be started (said once)
         #: actor id -> its calls held back behind one whose arguments are being fetched.
         self.fetching: dict[int, collections.deque] = {}
         self.rank_ctx = None              # API context of in-rank actors, made on demand
@@ -307,7 +308,10 @@ class WorkerLoop:
         if state.starts:
             starts, state.starts = state.starts, []
             for ex in starts:
-                self.pool.start(ex)
+                try:
+                    self.pool.start(ex)
+                except OSError as exc:   # (out of file descriptors, of processes)
+                    self._start_failed(ex, exc)
         if state.to_write:
             to_write, state.to_write = state.to_write, []
             for ex in to_write:
@@ -329,6 +333,20 @@ class WorkerLoop:
         self._logs_out()
         for data in self.pool.remaining_frames(ex.proc):
             self.on_executor(ex, loads(data))
+
+    def _start_failed(self, ex: Executor, exc: OSError) -> None:
+        """No process for ``ex``: what it was for fails as if it had died at once
+        (its actor's calls raise, its tasks are retried), and the rank goes on."""
+        import resource
+        if not self.start_failed:   # (said once: the next starts most likely fail alike)
+            self.start_failed = True
+            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            sys.stderr.write(f"hpc_ray: worker rank {self.rank} could not start a process "
+                             f"for an actor or tasks: {exc!r}; each actor holds about 3 of "
+                             f"its rank's file descriptors, whose limit is {limit} "
+                             f"(ulimit -n)\n")
+        self.state.executor_died(ex, 1)
+        self._ended(ex)
 
     def _ended(self, ex: Executor) -> None:
         """``ex``'s end was reported: a collective group it was in breaks."""
