@@ -3,8 +3,8 @@ a rank hands its executor only an eighth of its queue of a function it has not
 timed yet (here one task at a time): the rest stay in the rank's queue, where
 the head can take them back for a rank that went idle. So one long task of a
 new function does not hold back the short ones queued with it while the other
-worker idles: they all end while it runs. (``test_introspection`` has the same for a function that returned
-at once the few times it ran before.)"""
+worker idles: they all end while it runs. (``test_introspection`` has the same
+for a function that returned at once the few times it ran before.)"""
 import faulthandler, os
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
 
