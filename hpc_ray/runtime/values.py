@@ -53,12 +53,20 @@ def from_record(rec: tuple, arena, pin: object) -> Any:
         data_len = rec[4]
         return loads(view[:data_len], buffers=[view[o: o + n] for o, n in rec[5]])
     if kind == ERROR:
-        error = error_from_record(rec)
-        # Printed where it was raised: a task whose get() raised it and that lets
-        # it go on does not print it again (task_failures.error_record).
-        error._from_get = True
-        raise error
+        # (Raised straight from the call: an exception held in a local of this
+        # frame would be in a cycle with its traceback, keeping the refs of the
+        # frames below alive until the garbage collector ran.)
+        raise _raised_by_get(rec)
     raise ValueError(f"unknown value record kind {kind!r}")
+
+
+def _raised_by_get(rec: tuple) -> BaseException:
+    """The error ``rec`` stores, marked as one a get raises: printed where it
+    was raised, a task that lets it go on does not print it again
+    (``task_failures.error_record``)."""
+    error = error_from_record(rec)
+    error._from_get = True
+    return error
 
 
 def load_code(blob: bytes, name: str, rank: int) -> Any:
