@@ -5,6 +5,7 @@ The rank scripts are tests/mpi_scripts/executor_semantics.py and executor_quiet.
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 
 import pytest
@@ -48,10 +49,16 @@ def test_a_torch_loaders_shared_memory_goes_with_the_job(run):
 
 @pytest.mark.parametrize("mode", ["mpiexec", "embedded"])
 def test_a_task_that_spawns_mpi_processes_leaves_its_rank_serving(run, mode):
+    def topology_files():   # hydra's, one per launcher: its proxy unlinks it as it ends
+        tmp = os.environ.get("TMPDIR", "/tmp")
+        return {f for f in os.listdir(tmp) if f.startswith("hydra_hwloc_xmlfile_")}
+    before = topology_files()
     result = run("task_spawns_mpi.py", 3, mode=mode, timeout=90)
     values = result.assert_ok("task_spawns_mpi")
     assert values["solved"] == [4950, 45]
     assert "AFTER SHUTDOWN" in result.stdout, result.output()
+    # The spawns' launchers end killed, with their executor: their files go first.
+    assert topology_files() - before == set(), result.output()
 
 
 def test_a_rank_out_of_file_descriptors_fails_the_actors_it_cannot_start_and_goes_on(run):

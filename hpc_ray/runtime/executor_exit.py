@@ -154,6 +154,13 @@ def _finalize_mpi(ctx: Any) -> None:
     if getattr(rc, "finalize", None) is False:   # the user asked mpi4py not to
         return
     if mpi.Is_initialized() and not mpi.Is_finalized():
+        # The launcher a task's MPI_Comm_spawn started ends with this process and
+        # kills its proxies, which then leave hydra's topology file in /tmp: it
+        # goes now (the spawned processes read it in their MPI_Init, long done).
+        import psutil
+        from . import launch
+        for child in psutil.Process().children(recursive=True):
+            launch.unlink_launcher_topology(child.pid)
         mpi.Finalize()
 
 

@@ -431,15 +431,15 @@ def unlink_mapped_shm(pids=("self",)) -> None:
 HYDRA_TOPOLOGY_PREFIX = "hydra_hwloc_xmlfile_"
 
 
-def unlink_launcher_topology() -> None:
+def unlink_launcher_topology(proxy: int | None = None) -> None:
     """Unlink hydra's copy of the node's topology that this rank's launcher
-    process (its parent, a ``hydra_pmi_proxy``) holds open.
+    process (its parent, a ``hydra_pmi_proxy``; or the process ``proxy``) holds open.
 
     The ranks read it in MPI_Init; every rank is past that at the world barrier.
     A proxy that ends on its error path (a rank of its node, or another node,
     killed) leaves the file in /tmp; unlinked now, it goes with the proxy.
     """
-    fd_dir = f"/proc/{os.getppid()}/fd"
+    fd_dir = f"/proc/{proxy or os.getppid()}/fd"
     try:
         fds = os.listdir(fd_dir)
     except OSError:
