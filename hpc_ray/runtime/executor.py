@@ -42,7 +42,7 @@ from typing import Any
 
 from ..exceptions import RayError, TaskError
 from ..transport import messages as m
-from ..transport.serialization import ERROR, RAW, SHM, is_raw, loads
+from ..transport.serialization import ERROR, RAW, SHM, is_raw, loads, loads_definition
 from . import context, executor_exit, hooks, interrupts, peer_calls, taskspec, values
 from .caller import Caller
 from .executor_calls import ExecutorCallerHost
@@ -286,7 +286,7 @@ class ExecutorContext(context.ContextBase):
             if blob is None:
                 raise RayError(f"function {spec[m.T_NAME]} was never shipped to rank "
                                f"{self.rank}")
-            fn = self.fns[fn_id] = values.load_code(blob, spec[m.T_NAME], self.rank)
+            fn = self.fns[fn_id] = loads_definition(blob, spec[m.T_NAME], self.rank)
         return fn
 
     def _read_dep(self, oid: int, rec: tuple) -> Any:

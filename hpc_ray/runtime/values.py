@@ -69,17 +69,6 @@ def _raised_by_get(rec: tuple) -> BaseException:
     return error
 
 
-def load_code(blob: bytes, name: str, rank: int) -> Any:
-    """A remote function or actor class shipped as ``blob``, rebuilt in this
-    process; a failure says which and why, as one to pickle it does."""
-    try:
-        return loads(blob)
-    except Exception as exc:
-        raise TypeError(f"could not load {name} on worker rank {rank}: {type(exc).__name__}: "
-                        f"{exc} (a global it uses, pickled with it, cannot be rebuilt in "
-                        f"another process: create it inside the function instead)") from exc
-
-
 def error_from_record(rec: tuple) -> BaseException:
     err = loads(rec[1])
     if isinstance(err, TaskError):

@@ -325,7 +325,7 @@ def patient_bcast(comm: MPI.Comm, obj):
     request = comm.Ibarrier()
     if comm.Get_rank() == 0:
         try:
-            wait_until(request.Test, timeout=RANKS_LATE_S, cap=0.001, what="the other ranks")
+            wait_until(request.Test, timeout=RANKS_LATE_S, what="the other ranks")
         except WaitTimeout:
             logger.warning(
                 "hpc_ray: init() on rank 0 has waited %g s for the other %d rank(s) of the "

@@ -182,6 +182,17 @@ def dumps_definition(obj: Any, kind: str, name: str, stacklevel: int) -> bytes:
 loads = pickle.loads
 
 
+def loads_definition(blob: bytes, name: str, rank: int) -> Any:
+    """A remote function or actor class ``dumps_definition`` pickled, rebuilt in
+    this process: a ``TypeError`` naming it and the cause if that fails."""
+    try:
+        return loads(blob)
+    except Exception as exc:
+        raise TypeError(f"could not load {name} on worker rank {rank}: {type(exc).__name__}: "
+                        f"{exc} (a global it uses, pickled with it, cannot be rebuilt in "
+                        f"another process: create it inside the function instead)") from exc
+
+
 def is_raw(value: Any) -> bool:
     t = type(value)
     return t in _RAW_SCALARS or (t in _RAW_SEQ and len(value) <= 4096)

@@ -11,7 +11,7 @@ faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "
 import collections
 import time
 
-from _harness import NUM_WORKERS, check, init_kwargs, ok, report, tmp_path
+from _harness import NUM_WORKERS, check, init_kwargs, ok, poll_for, report, tmp_path
 
 import hpc_ray as ray
 
@@ -28,8 +28,8 @@ def nap(seconds, gate=None):
     time.sleep(seconds)
     # The long one is held until the driver has every short one's result: one
     # batched behind it would hold up that get for good (cut by its timeout).
-    while gate is not None and not os.path.exists(gate):
-        time.sleep(0.02)
+    if gate is not None:
+        poll_for(lambda: os.path.exists(gate), 60)
     return os.getpid()
 
 

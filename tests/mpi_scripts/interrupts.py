@@ -12,7 +12,7 @@ import tempfile
 import threading
 import time
 
-from _harness import init_kwargs
+from _harness import init_kwargs, poll_for
 
 import hpc_ray as ray
 
@@ -33,9 +33,7 @@ def slow(i, seconds):
 def gated(i, gate):
     # Held until the driver has been interrupted (or 30 s), so that the get the
     # Ctrl-C must interrupt cannot end first on a slow machine.
-    deadline = time.time() + 30
-    while not os.path.exists(gate) and time.time() < deadline:
-        time.sleep(0.02)
+    poll_for(lambda: os.path.exists(gate), 30)
     return i
 
 

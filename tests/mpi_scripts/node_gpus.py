@@ -7,6 +7,8 @@ import json
 import os
 import tempfile
 
+from _harness import poll_for
+
 import hpc_ray as ray
 
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", 120)) - 5,
@@ -15,12 +17,9 @@ faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", 1
 
 @ray.remote(num_gpus=2)
 def two_gpus(meeting):
-    import time
     # Both run at once, one per node: each waits (up to 30 s) for the other.
     open(os.path.join(meeting, str(os.getpid())), "w").close()
-    deadline = time.monotonic() + 30
-    while len(os.listdir(meeting)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    poll_for(lambda: len(os.listdir(meeting)) >= 2, 30)
     with open("/proc/self/maps") as f:
         store = next(int(l.split()[4]) for l in f if "memfd:hpc_ray_store" in l)
     return sorted(ray.get_gpu_ids()), store

@@ -16,7 +16,7 @@ faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", 1
                                   exit=True)
 
 import numpy as np
-from _harness import ok, report, section
+from _harness import mark_started, ok, poll_for, report, section, started
 
 import hpc_ray as ray
 from hpc_ray import tune
@@ -55,18 +55,12 @@ def sgd_on_both_nodes(in_rank):
             "samples": first["num_samples"], "same_weights": same, "steps": steps}
 
 
-#: Where the trials mark that they started (a folder of the test's own).
-MEETING = os.path.join(os.environ.get("HPC_RAY_TEST_TMPDIR", "."), "trials-started")
-
-
 def trial(config, reporter):
     node, rank = where()
     # The first three meet (up to 30 s), so that they hold every worker rank at
     # once however slowly each starts; the later ones find them there.
-    open(os.path.join(MEETING, str(config["k"])), "w").close()
-    deadline = time.monotonic() + 30
-    while len(os.listdir(MEETING)) < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    mark_started("trial")
+    poll_for(lambda: started("trial") >= 3, 30)
     for i in range(1, 4):
         time.sleep(0.2)
         reporter(value=config["k"] * i, node=node, rank=rank, training_iteration=i)
@@ -79,7 +73,6 @@ def main():
         with section(f"sgd in_rank={in_rank}"):
             report(f"sgd_in_rank_{in_rank}", sgd_on_both_nodes(in_rank))
     with section("tune"):
-        os.makedirs(MEETING, exist_ok=True)
         trials = tune.run(trial, name="two_nodes", verbose=0,
                           local_dir=os.environ["HPC_RAY_TEST_TMPDIR"],
                           config={"k": tune.grid_search([1, 2, 3, 4, 5, 6])})

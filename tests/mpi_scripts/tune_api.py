@@ -15,7 +15,8 @@ import json
 import time
 import types
 
-from _harness import check, expect_raises, init_kwargs, ok, report, section, tmp_path
+from _harness import (check, expect_raises, init_kwargs, mark_started, ok, poll_for, report,
+                      section, started, tmp_path)
 
 import hpc_ray as ray
 from hpc_ray import tune
@@ -273,11 +274,8 @@ class StepsNoReset(Steps):
         if self.count == 0:
             # PBT only perturbs between trials that both run: the two meet
             # before their first result, however late the second one starts.
-            open(os.path.join(LOCAL, f"pbt-started-{self.config['i']}"), "w").close()
-            deadline = time.time() + 30
-            while (time.time() < deadline and not all(
-                    os.path.exists(os.path.join(LOCAL, f"pbt-started-{i}")) for i in (0, 1))):
-                time.sleep(0.02)
+            mark_started("pbt")
+            poll_for(lambda: started("pbt") >= 2, 30)
         time.sleep(0.05)  # (the two trials' results interleave)
         self.count += 1
         return {"count": self.count, "score": self.count * (1 + self.config["i"])}
