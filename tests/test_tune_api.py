@@ -189,6 +189,13 @@ def test_options_without_effect_warn(tmp_path):
     texts = [str(w.message) for w in record]
     for option in ("upload_dir", "sync_function", "with_server=True"):
         assert sum(t.startswith(f"{option} has no effect") for t in texts) == 1, texts
+    # Each warning names the user's line, not Tune's own.
+    assert {w.filename for w in record} == {__file__}, [w.filename for w in record]
+    with pytest.warns(UserWarning, match="trial_executor has no effect") as record:
+        with pytest.raises(RayError, match="ray.init"):
+            tune.run(_train, trial_executor=object(), local_dir=str(tmp_path),
+                     ray_auto_init=False)
+    assert record[0].filename == __file__
     with pytest.warns(UserWarning, match="upload_dir has no effect"):
         tune.Experiment("e", _train, upload_dir="s3://bucket")
 
@@ -611,3 +618,26 @@ def test_trial_name_creator_names_the_trial_directory():
     assert checkpoints.dirname(named) == f"custom_k1_{named.trial_id}"
     plain = Trial("f", {"k": 1}, experiment_tag="0_k=1")
     assert checkpoints.dirname(plain) == f"f_0_k=1_{plain.trial_id}"
+
+
+def test_trial_name_creator_survives_the_state_file():
+    # A resumed experiment's trials keep their names (the table, "Result for").
+    named = Trial("f", {"k": 1}, trial_name_creator=tune.function(lambda t: "custom_k1"))
+    named.logdir = "/results/exp/custom_k1_x"
+    again = Trial.from_state(json.loads(json.dumps(named.to_state())))
+    assert str(again) == "custom_k1"
+
+
+def test_status_table_shows_trials_queued_on_an_actor_as_pending(tmp_path):
+    # A trial queued behind a running one (reuse_actors) is RUNNING to the
+    # runner, but it has not started: the table says PENDING and counts no CPU.
+    from hpc_ray.tune.progress import ProgressReporter
+    from hpc_ray.tune.schedulers.trial_scheduler import FIFOScheduler
+
+    running, queued = Trial("f", {"i": 0}), Trial("f", {"i": 1})
+    running.status = queued.status = Trial.RUNNING
+    queued._predecessor = running
+    table = ProgressReporter(1, str(tmp_path), FIFOScheduler(), {"CPU": 1}).table(
+        [running, queued])
+    assert "(1 RUNNING, 1 PENDING)" in table and "Resources requested: 1/1 CPUs" in table
+    assert f" - {queued}: PENDING" in table

@@ -17,6 +17,7 @@ __all__ = ["ExperimentAnalysis", "Analysis", "TrialList"]
 _RESULT_FILE = "result.json"
 _PARAMS_FILE = "params.json"
 _STATE_FILE = "experiment_state.json"
+_JOURNAL_FILE = "experiment_state.journal"
 
 
 class Analysis:
@@ -171,6 +172,8 @@ class ExperimentAnalysis(Analysis):
     Args:
         experiment_path: the experiment's directory (``local_dir/name``), its
             ``experiment_state.json``, or a directory holding several experiments.
+            An experiment's directory gives the trials its state file lists, as
+            Ray 0.7 reads them: not those of an earlier run of the same name.
         trials: the trials (``tune.run`` passes them); without, they are read
             from the experiment state files under ``experiment_path``.
     """
@@ -179,6 +182,8 @@ class ExperimentAnalysis(Analysis):
         logdirs = None
         if trials is not None:
             logdirs = [t.logdir for t in trials if t.logdir and os.path.isdir(t.logdir)]
+        else:
+            logdirs = _listed_trial_dirs(experiment_path)
         super().__init__(experiment_path, logdirs)
         self._trials = list(trials) if trials is not None else None
         self._states: list[tuple[str, dict]] | None = None
@@ -188,11 +193,17 @@ class ExperimentAnalysis(Analysis):
         """The experiment's ``Trial`` objects."""
         if self._trials is None:
             from .experiment_state import load_experiment_state
+            # An experiment after the first of a run_experiments call has no state
+            # file of its own: the first one's, beside it, lists its trials.
+            state_dirs = (_state_dirs(self._dir)
+                          or _state_dirs(os.path.dirname(self._dir), depth=1))
+            names = {os.path.basename(d) for d in self.trial_dataframes_raw}
             self._trials = []
-            for state_dir in _state_dirs(self._dir):
+            for state_dir in state_dirs:
                 loaded = load_experiment_state(state_dir)
                 if loaded is not None:
-                    self._trials.extend(loaded[1])
+                    self._trials.extend(t for t in loaded[1]
+                                        if os.path.basename(t.logdir or "") in names)
         return self._trials
 
     def get_best_trial(self, metric: str, mode: str = "max"):
@@ -267,10 +278,40 @@ def _trial_dirs(root: str) -> list[str]:
     return found
 
 
-def _state_dirs(root: str) -> list[str]:
+def _listed_trial_dirs(path: str) -> list[str] | None:
+    """The trial directories under an experiment's directory that its state
+    file (snapshot and journal) lists, by name (the directory may have moved);
+    None where ``path`` holds no state file of its own."""
+    path = os.path.abspath(os.path.expanduser(path))
+    if os.path.isfile(path):
+        path = os.path.dirname(path)
+    state_path = os.path.join(path, _STATE_FILE)
+    try:
+        with open(state_path) as f:
+            entries = json.load(f).get("trials", [])
+    except (OSError, ValueError):
+        return None
+    try:
+        with open(os.path.join(path, _JOURNAL_FILE)) as f:
+            for line in f:
+                try:
+                    entries.append(json.loads(line))
+                except ValueError:
+                    continue  # the last line, torn by a kill
+    except OSError:
+        pass
+    names = {os.path.basename(e["logdir"]) for e in entries if e.get("logdir")}
+    return [d for d in _trial_dirs(path) if os.path.basename(d) in names]
+
+
+def _state_dirs(root: str, depth: int | None = None) -> list[str]:
+    """The directories under ``root`` (itself included, down ``depth`` levels)
+    holding an experiment state file."""
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("checkpoint_"))
+        if depth is not None and dirpath.count(os.sep) - root.count(os.sep) >= depth:
+            dirnames[:] = []
         if _STATE_FILE in filenames:
             found.append(dirpath)
             dirnames[:] = []  # trials' directories hold no experiments

@@ -6,6 +6,7 @@ import os
 import warnings
 from typing import Any
 
+from ..runtime.head.resources import user_stacklevel
 from . import resources as _res
 from .error import TuneError
 from .registry import get_trainable
@@ -190,7 +191,7 @@ class Experiment:
 def warn_ignored(option: str, why: str) -> None:
     """A Ray 0.7 option hpc_ray accepts and does not act on: say so, once."""
     warnings.warn(f"{option} has no effect in hpc_ray's Tune: {why}", UserWarning,
-                  stacklevel=3)
+                  stacklevel=user_stacklevel())
 
 
 def _has_functions(given: Any) -> bool:

@@ -37,10 +37,19 @@ def _fmt(value) -> str:
     return str(value)
 
 
+def shown_status(trial: Trial) -> str:
+    """A trial's status as the table shows it: one queued on another's actor
+    (``TrialRunner._queue_successors``) is RUNNING to the runner but still waits."""
+    if trial.status == Trial.RUNNING and trial._predecessor is not None:
+        return Trial.PENDING
+    return trial.status
+
+
 def trial_line(trial: Trial) -> str:
     r = trial.last_result
-    parts = [f"{trial}: {trial.status}"]
-    if r.get(R.PID) is not None and trial.status == Trial.RUNNING:
+    status = shown_status(trial)
+    parts = [f"{trial}: {status}"]
+    if r.get(R.PID) is not None and status == Trial.RUNNING:
         parts[0] += f" [pid={r[R.PID]}]"
     if R.TRAINING_ITERATION in r:
         parts.append(f"{r[R.TRAINING_ITERATION]} iter")
@@ -104,10 +113,10 @@ class ProgressReporter:
     def table(self, trials: list[Trial]) -> str:
         counts: dict[str, int] = {}
         for t in trials:
-            counts[t.status] = counts.get(t.status, 0) + 1
+            counts[shown_status(t)] = counts.get(shown_status(t), 0) + 1
         cpu = gpu = 0.0
         for t in trials:
-            if t.status == Trial.RUNNING and t._predecessor is None:
+            if shown_status(t) == Trial.RUNNING:
                 cpu += t.resources.get("cpu", 1) + t.resources.get("extra_cpu", 0)
                 gpu += t.resources.get("gpu", 0) + t.resources.get("extra_gpu", 0)
         lines = ["== Status =="]
@@ -120,7 +129,7 @@ class ProgressReporter:
         lines.append(f"Number of trials: {len(trials)} "
                      f"({', '.join(f'{n} {s}' for s, n in counts.items())})")
         for status in _ORDER:
-            group = [t for t in trials if t.status == status]
+            group = [t for t in trials if shown_status(t) == status]
             if not group:
                 continue
             lines.append(f"{status} trials:")

@@ -227,6 +227,7 @@ class Trial:
             "error_file": self.error_file, "error_msg": self.error_msg,
             "last_result": _jsonable(self.last_result),
             "loggers": _encode_or_none(self.loggers), "export_formats": self.export_formats,
+            "trial_name_creator": _encode_or_none(self.trial_name_creator),
         }
 
     @classmethod
@@ -236,6 +237,8 @@ class Trial:
                     _decode(state["stopping_criterion"]), state["checkpoint_freq"],
                     state["checkpoint_at_end"], state["keep_checkpoints_num"],
                     state["max_failures"], state["local_dir"],
+                    trial_name_creator=_decode(state["trial_name_creator"])
+                    if state.get("trial_name_creator") else None,
                     loggers=_decode(state["loggers"]) if state.get("loggers") else None,
                     export_formats=state.get("export_formats"),
                     checkpoint_score_attr=state.get("checkpoint_score_attr"))

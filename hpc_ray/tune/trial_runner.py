@@ -146,7 +146,9 @@ class TrialRunner:
         self._trials.append(trial)
         self._by_id[trial.trial_id] = trial
         if trial.logdir is None:
-            trial.logdir = os.path.join(self._dir, _checkpoints.dirname(trial))
+            # Under its own experiment's directory (run_experiments with several
+            # experiments); a Trial a search algorithm made without one, under the first.
+            trial.logdir = os.path.join(trial.local_dir or self._dir, _checkpoints.dirname(trial))
         os.makedirs(trial.logdir, exist_ok=True)
         for name, v in _demand(trial.resources).items():
             if v and v > self._total.get(name, 0.0) + 1e-9:

@@ -13,6 +13,7 @@ from .schedulers.trial_scheduler import FIFOScheduler
 from .suggest.basic_variant import BasicVariantGenerator
 from .suggest.search import SuggestionAlgorithm
 from .trial import Trial
+from .trainable import _META
 from .trial_actor import pack_trainable
 from .experiment_state import JOURNAL_FILE, STATE_FILE, load_experiment_state
 from .trial_runner import TrialRunner
@@ -117,7 +118,7 @@ def run(run_or_experiment, name: str | None = None, stop: dict | None = None,
                                 upload_dir=upload_dir, sync_function=sync_function)
     trials = run_experiments([experiment], search_alg=search_alg, scheduler=scheduler,
                              with_server=with_server, verbose=verbose, resume=resume,
-                             reuse_actors=reuse_actors,
+                             reuse_actors=reuse_actors, trial_executor=trial_executor,
                              raise_on_failed_trial=raise_on_failed_trial,
                              ray_auto_init=ray_auto_init)
     if return_trials:
@@ -145,6 +146,9 @@ def run_experiments(experiments, search_alg=None, scheduler=None, with_server: b
     if with_server:
         warn_ignored("with_server=True", "there is no Tune web server or client; "
                      "read the status table or the trials' result.json instead")
+    if trial_executor is not None:
+        warn_ignored("trial_executor", "trials always run as actors on the worker ranks "
+                     "(hpc_ray's own executor)")
     experiments = convert_to_experiment_list(experiments)
     _check_scheduler(scheduler, experiments)  # before a cluster starts for nothing
     if resume == "prompt":
@@ -218,7 +222,10 @@ def _seed_restore(search_alg, experiment: Experiment) -> None:
     file, and RLlib's docs pass ``checkpoint_1/checkpoint-1``)."""
     from .trial import Checkpoint
     path = os.path.abspath(os.path.expanduser(experiment.restore))
-    if os.path.isfile(path):
+    if os.path.isfile(path) or (not os.path.exists(path)
+                                and os.path.isfile(os.path.join(os.path.dirname(path), _META))):
+        # A file in the checkpoint, or the prefix a TensorFlow-style _save returned
+        # (``checkpoint_6/save-6``, written as save-6.index, ...): its directory.
         path = os.path.dirname(path)
     if not os.path.isdir(path):
         raise TuneError(f"restore={experiment.restore!r} is neither a checkpoint directory "

@@ -6,7 +6,9 @@ beside the default ones; the trainable's working directory; custom and
 extra resources through resources_per_trial and default_resource_request;
 export_formats; a trainable registered after its Experiment was made;
 experiment-spec errors (a stop key no result has, a Trainable instance);
-a reset_config that returns False under reuse_actors; a SuggestionAlgorithm.
+a reset_config that returns False under reuse_actors; a SuggestionAlgorithm;
+restore= of a TensorFlow-style prefix; several experiments in one run; pinned ids
+from another job.
 """
 import faulthandler, os, sys
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
@@ -14,6 +16,8 @@ faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "
 import json
 import time
 import types
+
+import numpy as np
 
 from _harness import (check, expect_raises, init_kwargs, mark_started, ok, poll_for, report,
                       section, started, tmp_path)
@@ -23,6 +27,7 @@ from hpc_ray import tune
 from hpc_ray.tune.logger import DEFAULT_LOGGERS, Logger
 from hpc_ray.tune.resources import Resources
 from hpc_ray.tune.suggest import SuggestionAlgorithm
+from hpc_ray.tune.util import PINNED_OBJECT_PREFIX, get_pinned_object, pin_in_object_store
 
 ray.init(**init_kwargs(resources={"R": 1}))
 LOCAL = tmp_path("ray_results")
@@ -221,6 +226,20 @@ class Steps(tune.Trainable):
         self.count = state["count"]
 
 
+class PrefixSaves(Steps):
+    """Saves as TensorFlow's saver does: files named from a prefix it returns."""
+
+    def _save(self, checkpoint_dir):
+        prefix = os.path.join(checkpoint_dir, f"save-{self.count}")
+        with open(prefix + ".index", "w") as f:
+            f.write(str(self.count))
+        return prefix
+
+    def _restore(self, prefix):
+        with open(prefix + ".index") as f:
+            self.count = int(f.read())
+
+
 with section("restore"):
     # tune.run(restore=) takes a checkpoint's directory or a file in it (what
     # Ray 0.7's save() returns, and RLlib's docs pass); each trial starts there.
@@ -240,6 +259,51 @@ with section("restore"):
     err = expect_raises(tune.TuneError, tune.run, Steps, local_dir=LOCAL, verbose=0,
                         restore=os.path.join(LOCAL, "nowhere"))
     check("nowhere" in str(err), err)
+    # The docs' TensorFlow-style _save returns a prefix (saver.save writes
+    # save-4.index, ...): save() returns it, and restore= takes it too.
+    prefixed = PrefixSaves({})
+    for _ in range(4):
+        prefixed.train()
+    prefix = prefixed.save(os.path.join(LOCAL, "prefixed"))
+    prefixed.stop()
+    check(prefix.endswith("save-4") and not os.path.exists(prefix), prefix)
+    (trial,) = tune.run(PrefixSaves, name="from_prefix", local_dir=LOCAL, verbose=0,
+                        restore=prefix, stop={"training_iteration": 6})
+    check(trial.last_result["count"] == 6, trial.last_result)
+
+
+with section("several_experiments_and_pins"):
+    # run_experiments with two experiments: each one's trials in its own directory.
+    multi = os.path.join(LOCAL, "multi")
+    trials = tune.run_experiments(
+        {"exp_a": {"run": quadratic, "config": {"x": tune.grid_search([1, 2])},
+                   "local_dir": multi},
+         "exp_b": {"run": quadratic, "config": {"x": tune.grid_search([3, 4, 5])},
+                   "local_dir": multi}}, verbose=0)
+    places = sorted((os.path.basename(os.path.dirname(t.logdir)), t.config["x"])
+                    for t in trials)
+    check(places == [("exp_a", 1), ("exp_a", 2), ("exp_b", 3), ("exp_b", 4), ("exp_b", 5)],
+          places)
+    for name, n in (("exp_a", 2), ("exp_b", 3)):
+        analysis = tune.ExperimentAnalysis(os.path.join(multi, name))
+        check(len(analysis.dataframe()) == n and len(analysis.trials) == n,
+              (name, len(analysis.dataframe()), analysis.trials))
+    # An experiment run again afresh under the same name: its analysis gives
+    # this run's trials, not the earlier run's that share the directory.
+    again = os.path.join(multi, "exp_a")
+    tune.run(quadratic, name="exp_a", local_dir=multi, verbose=0,
+             config={"x": tune.grid_search([7])})
+    configs = list(tune.ExperimentAnalysis(again).get_all_configs().values())
+    check(configs == [{"x": 7}], configs)
+    # A pinned object's id from another job (a resumed trial's config keeps it)
+    # names no object, or another object, here: a clear error, not a wrong array.
+    pinned = pin_in_object_store(np.arange(5.0))
+    check(get_pinned_object(pinned).sum() == 10.0)
+    other = ray.put(np.zeros(5))
+    for stale in (PINNED_OBJECT_PREFIX + "%040x" % 10**9, PINNED_OBJECT_PREFIX + other.hex(),
+                  pinned[:-1] + ("0" if pinned[-1] != "0" else "1")):
+        err = expect_raises(ValueError, get_pinned_object, stale)
+        check("not an object pinned in this job" in str(err), (stale, err))
 
 
 class PauseEach(tune.schedulers.FIFOScheduler):

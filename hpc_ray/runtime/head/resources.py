@@ -331,7 +331,7 @@ class Placement:
         warnings.warn(f"{what} needs {resources}, but no worker rank has {until} "
                       f"(nodes have: {have}); it stays pending until it fits. Pass resources "
                       f"to init(), create them with experimental.set_resource(), or start "
-                      f"ranks with more CPUs/GPUs.", stacklevel=_user_level())
+                      f"ranks with more CPUs/GPUs.", stacklevel=user_stacklevel())
 
     def wire(self, spec: list, w: WorkerInfo, gpu_ids: list[int], resources: dict) -> list:
         """The spec as sent to ``w``: function shipped once per rank, deps resolved."""
@@ -390,7 +390,7 @@ class Placement:
         task.lenders = ()
 
 
-def _user_level() -> int:
+def user_stacklevel() -> int:
     """The ``stacklevel`` that makes its caller's warning name the first line
     outside hpc_ray on the stack (the user's ``.remote()`` or ``get()`` that had
     the head place the task); in a thread of hpc_ray's own (the comm thread),
@@ -403,5 +403,5 @@ def _user_level() -> int:
     return level
 
 
-#: hpc_ray's own directory (``_user_level``).
+#: hpc_ray's own directory (``user_stacklevel``).
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
