@@ -61,17 +61,26 @@ LINGER_TIMEOUT = 15.0
 _PYCACHE: str | None = None
 
 
+#: Tune's results directory for the session (``TUNE_RESULT_DIR``): RLlib trainers
+#: made outside Tune log there, as Ray 0.7's do in ~/ray_results.
+_RESULTS: str | None = None
+
+
 def pytest_configure(config):
-    global _PYCACHE
+    global _PYCACHE, _RESULTS
     if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
         _PYCACHE = tempfile.mkdtemp(prefix="hpc_ray-tests-pycache-")
         del os.environ["PYTHONDONTWRITEBYTECODE"]
         os.environ["PYTHONPYCACHEPREFIX"] = _PYCACHE
+    if not os.environ.get("TUNE_RESULT_DIR"):
+        _RESULTS = tempfile.mkdtemp(prefix="hpc_ray-tests-results-")
+        os.environ["TUNE_RESULT_DIR"] = _RESULTS
 
 
 def pytest_unconfigure(config):
-    if _PYCACHE is not None:
-        shutil.rmtree(_PYCACHE, ignore_errors=True)
+    for made in (_PYCACHE, _RESULTS):
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
 
 
 # --- waiting --------------------------------------------------------------------

@@ -57,6 +57,26 @@ def test_replay_buffer_is_a_ring_of_columns():
         ReplayBuffer(0)
 
 
+def test_replay_buffer_keeps_the_extra_columns_every_source_has():
+    # A sampler's batch has q_values; offline data in the docs' format has t and
+    # action_prob instead: mixed, the buffer keeps the transitions.
+    buf = ReplayBuffer(10, seed=0)
+    sampled = _transitions(3)
+    sampled["q_values"] = np.ones((3, 2), np.float32)
+    offline = _transitions(3, start=3)
+    offline["t"] = np.arange(3)
+    buf.add_batch(sampled)
+    buf.add_batch(offline)
+    buf.add_batch(sampled)
+    sample = buf.sample(50)
+    assert sorted(sample.keys()) == ["actions", "batch_indexes", "dones", "new_obs", "obs",
+                                     "rewards"]
+    assert set(sample["rewards"].tolist()) == {0.0, 1.0, 2.0, 3.0, 4.0, 5.0}
+    no_dones = SampleBatch({k: v for k, v in _transitions(2).items() if k != "dones"})
+    with pytest.raises(ValueError, match="lacks column 'dones'"):
+        buf.add_batch(no_dones)
+
+
 def test_prioritized_replay_samples_by_priority_with_importance_weights():
     buf = PrioritizedReplayBuffer(8, alpha=1.0, seed=0)
     idx = buf.add_batch(_transitions(4))
@@ -173,6 +193,14 @@ def test_dqn_output_then_mixed_input_and_estimates(tmp_path):
     result = mixed.train()
     assert result["timesteps_total"] >= 300 and result["episodes_this_iter"] > 0
     mixed.stop()
+    # The same with experiences written as the docs convert them (no q_values).
+    docs_dir = str(tmp_path / "docs")
+    _write_docs_experiences(docs_dir, episodes=10)
+    mixed = dqn.DQNTrainer(env="CartPole-v0", config=dict(
+        quick, seed=1, input={"sampler": 0.5, docs_dir: 0.5}))
+    for _ in range(2):
+        assert mixed.train()["timesteps_total"] >= 300
+    mixed.stop()
     # DQN logs its behaviour probabilities: IS/WIS estimate the learned policy.
     offline = dqn.DQNTrainer(env="CartPole-v0", config=dict(
         quick, input=str(tmp_path), soft_q=True, shuffle_buffer_size=4))
@@ -232,3 +260,25 @@ def test_offpolicy_trainers_are_registered_with_tune():
         cls = get_trainable(name)
         assert cls is get_agent_class(name) and cls._name == name
         assert pickle.loads(pickle.dumps(cls)) is cls
+
+
+def _write_docs_experiences(out: str, episodes: int) -> None:
+    """Random CartPole episodes, converted as the docs' "Working with Offline
+    Datasets" example does (SampleBatchBuilder, JsonWriter)."""
+    import gymnasium as gym
+    from hpc_ray.rllib.evaluation.sample_batch_builder import SampleBatchBuilder
+    from hpc_ray.rllib.offline.json_writer import JsonWriter
+
+    builder, writer = SampleBatchBuilder(), JsonWriter(out)
+    env = gym.make("CartPole-v1")
+    for eps_id in range(episodes):
+        obs, _ = env.reset(seed=eps_id)
+        done, t = False, 0
+        while not done:
+            action = env.action_space.sample()
+            new_obs, reward, terminated, truncated, _ = env.step(action)
+            done = terminated or truncated
+            builder.add_values(t=t, eps_id=eps_id, agent_index=0, obs=obs, actions=action,
+                               action_prob=0.5, rewards=reward, dones=done, new_obs=new_obs)
+            obs, t = new_obs, t + 1
+        writer.write(builder.build_and_reset())

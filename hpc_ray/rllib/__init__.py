@@ -20,6 +20,7 @@ from __future__ import annotations
 from .env.base_env import BaseEnv
 from .env.multi_agent_env import MultiAgentEnv
 from .env.vector_env import VectorEnv
+from .evaluation import PolicyGraph
 from .evaluation.rollout_worker import PolicyEvaluator, RolloutWorker
 from .evaluation.worker_set import WorkerSet
 from .policy.policy import Policy, TFPolicy
@@ -28,6 +29,7 @@ from .policy.torch_policy import TorchPolicy
 from .policy.torch_policy_template import build_torch_policy
 
 __all__ = ["BaseEnv", "MultiAgentEnv", "VectorEnv", "RolloutWorker", "PolicyEvaluator",
+           "PolicyGraph",
            "WorkerSet", "Policy", "TFPolicy", "TorchPolicy", "build_torch_policy",
            "SampleBatch", "MultiAgentBatch", "register_env"]
 

@@ -84,15 +84,17 @@ class Logger:
 
 class JsonLogger(Logger):
     """``params.json``, ``params.pkl`` and ``result.json`` (a line per result,
-    flushed, so a killed job keeps every result it logged)."""
+    appended and closed, so a killed job keeps every result it logged, and a
+    trainer dropped without ``stop()`` leaves no file open)."""
 
     def _init(self) -> None:
         self.update_config(self.config)
-        self._file = open(os.path.join(self.logdir, RESULT_FILE), "a")
+        self._path = os.path.join(self.logdir, RESULT_FILE)
+        open(self._path, "a").close()
 
     def on_result(self, result: dict) -> None:
-        self._file.write(json.dumps(_jsonable(result)) + "\n")
-        self._file.flush()
+        with open(self._path, "a") as f:
+            f.write(json.dumps(_jsonable(result)) + "\n")
 
     def update_config(self, config: dict) -> None:
         self.config = config
@@ -104,13 +106,6 @@ class JsonLogger(Logger):
         except Exception:  # noqa: BLE001 - a config that does not pickle plainly
             pass
 
-    def flush(self) -> None:
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
-
-
 class CSVLogger(Logger):
     """``progress.csv``: one row per result, columns from the first result
     (appended to on resume, under the header already there).  Nested dicts
@@ -119,14 +114,12 @@ class CSVLogger(Logger):
     config costs one column and PBT's changes show row by row."""
 
     def _init(self) -> None:
-        progress = os.path.join(self.logdir, PROGRESS_FILE)
-        fields = None
-        if os.path.exists(progress) and os.path.getsize(progress) > 0:
-            with open(progress, newline="") as f:
-                fields = next(csv.reader(f), None)
-        self._file = open(progress, "a", newline="")
-        self._csv = (csv.DictWriter(self._file, fields, extrasaction="ignore")
-                     if fields else None)
+        self._path = os.path.join(self.logdir, PROGRESS_FILE)
+        self._fields = None
+        if os.path.exists(self._path) and os.path.getsize(self._path) > 0:
+            with open(self._path, newline="") as f:
+                self._fields = next(csv.reader(f), None)
+        open(self._path, "a").close()
 
     def on_result(self, result: dict) -> None:
         result = _jsonable(result)
@@ -134,17 +127,14 @@ class CSVLogger(Logger):
         flat = _flatten(result)
         if config is not None:
             flat["config"] = json.dumps(config, sort_keys=True)
-        if self._csv is None:
-            self._csv = csv.DictWriter(self._file, list(flat), extrasaction="ignore")
-            self._csv.writeheader()
-        self._csv.writerow(flat)
-        self._file.flush()
-
-    def flush(self) -> None:
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
+        with open(self._path, "a", newline="") as f:
+            header = self._fields is None
+            if header:
+                self._fields = list(flat)
+            writer = csv.DictWriter(f, self._fields, extrasaction="ignore")
+            if header:
+                writer.writeheader()
+            writer.writerow(flat)
 
 
 def _summary_writer():

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ...runtime.head.resources import user_stacklevel
 from ...tune.trainable import Trainable, default_logdir
 from ..env.gym_compat import make_env_creator
 from ..evaluation.metrics import collect_episodes, summarize_episodes
@@ -44,7 +45,32 @@ _IGNORED_TRUE = {
     "sample_async": "each worker samples synchronously (A3C's workers still run "
                     "in parallel, one per actor)",
     "remote_worker_envs": "a worker's envs step in its own process, not as actors",
+    "monitor": "no gym Monitor files are written (wrap the env in the env creator with "
+               "gymnasium's RecordEpisodeStatistics or RecordVideo instead)",
 }
+
+
+def set_log_level(level) -> None:
+    """``"log_level"``: the level of the ``hpc_ray.rllib`` loggers (and of
+    ``ray.rllib``, the name 0.7 programs configure), in this process."""
+    if level is None:
+        return
+    if isinstance(level, str) and not isinstance(logging.getLevelName(level.upper()), int):
+        raise ValueError(f"config['log_level'] must be a logging level (DEBUG, INFO, WARN, "
+                         f"ERROR), got {level!r}")
+    for name in ("hpc_ray.rllib", "ray.rllib"):
+        logging.getLogger(name).setLevel(level.upper() if isinstance(level, str) else level)
+
+
+def _env_name(env: Any) -> str:
+    return env if isinstance(env, str) else getattr(env, "__name__", str(env))
+
+
+def _default_logger(prefix: str) -> Callable:
+    def create(config: dict):
+        from ...tune.logger import UnifiedLogger
+        return UnifiedLogger(config, default_logdir(prefix))
+    return create
 
 
 class Trainer(Trainable):
@@ -80,6 +106,9 @@ class Trainer(Trainable):
         self.workers: WorkerSet | None = None
         self.optimizer = None
         self._evaluation_workers = None
+        if logger_creator is None:
+            # Outside Tune, as Ray 0.7's: results go to ~/ray_results/<PG_env_date...>.
+            logger_creator = _default_logger(f"{self._name}_{_env_name(config.get('env'))}")
         Trainable.__init__(self, config, logger_creator)
 
     # --- resources (Tune) ---------------------------------------------------------------
@@ -102,7 +131,7 @@ class Trainer(Trainable):
         #: The config as the user gave it, before the defaults (0.7's attribute).
         self.raw_user_config = config
         self.config = merged
-        self._env_id = env if isinstance(env, str) else getattr(env, "__name__", str(env))
+        self._env_id = _env_name(env)
         if env is None:
             raise ValueError(f"{type(self).__name__} needs an env: pass env='CartPole-v0' "
                              "or config={'env': ...} (a registered name, a gymnasium id or "
@@ -145,7 +174,8 @@ class Trainer(Trainable):
         for key, why in _IGNORED_TRUE.items():
             if config.get(key):
                 warnings.warn(f"config[{key!r}] = True has no effect in hpc_ray.rllib: "
-                              f"{why}", UserWarning, stacklevel=4)
+                              f"{why}", UserWarning, stacklevel=user_stacklevel())
+        set_log_level(config["log_level"])
         if config["batch_mode"] not in ("truncate_episodes", "complete_episodes"):
             raise ValueError(f"config['batch_mode'] must be 'truncate_episodes' or "
                              f"'complete_episodes', got {config['batch_mode']!r}")
@@ -280,6 +310,21 @@ class Trainer(Trainable):
                                  policy_id: str = DEFAULT_POLICY_ID) -> None:
         """Write the policy's state to ``<export_dir>/<filename_prefix>.pt``."""
         self.get_policy(policy_id).export_checkpoint(export_dir, filename_prefix)
+
+    def _export_model(self, export_formats, export_dir) -> dict:
+        """Ray 0.7's: ExportFormat.MODEL -> ``<export_dir>/model`` (the policy's
+        model, ``model.pt``), CHECKPOINT -> ``<export_dir>/checkpoint`` (its state)."""
+        from ...tune.trial import ExportFormat
+        exported = {}
+        if ExportFormat.CHECKPOINT in export_formats:
+            path = os.path.join(export_dir, ExportFormat.CHECKPOINT)
+            self.export_policy_checkpoint(path)
+            exported[ExportFormat.CHECKPOINT] = path
+        if ExportFormat.MODEL in export_formats:
+            path = os.path.join(export_dir, ExportFormat.MODEL)
+            self.export_policy_model(path)
+            exported[ExportFormat.MODEL] = path
+        return exported
 
     # --- checkpoints -------------------------------------------------------------------------
 

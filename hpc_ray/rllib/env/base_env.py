@@ -36,6 +36,27 @@ class BaseEnv:
     def get_unwrapped(self) -> list:
         return []
 
+    # Ray 0.7's interface of a BaseEnv of one's own (``_PollingEnv`` drives it):
+    # poll() -> (obs, rewards, dones, infos, off_policy_actions), each a dict
+    # env id -> agent id -> value; send_actions({env id: {agent id: action}});
+    # try_reset(env id) -> that env's observations.
+
+    def poll(self):
+        raise NotImplementedError
+
+    def send_actions(self, action_dict: dict) -> None:
+        raise NotImplementedError
+
+    def try_reset(self, env_id):
+        return None
+
+    @staticmethod
+    def to_base_env(env, make_env=None, num_envs: int = 1, remote_envs: bool = False):
+        """Ray 0.7's converter: ``env`` (a gym env, ``MultiAgentEnv``,
+        ``VectorEnv`` or ``BaseEnv``) as a ``BaseEnv``; ``make_env(i)`` makes
+        the other ``num_envs - 1`` copies."""
+        return to_base_env(lambda i: env if i == 0 else make_env(i), num_envs, None)
+
     def stop(self) -> None:
         for env in self.get_unwrapped():
             close = getattr(env, "close", None)
@@ -138,10 +159,49 @@ class _VectorEnvAdapter(BaseEnv):
         return self.venv.get_unwrapped()
 
 
+class _PollingEnv(BaseEnv):
+    """A user's BaseEnv with Ray 0.7's poll/send_actions/try_reset, seen as
+    slots: slot i is the i-th env id of its first poll."""
+
+    def __init__(self, env: BaseEnv) -> None:
+        self.env = env
+        self.observation_space = getattr(env, "observation_space", None)
+        self.action_space = getattr(env, "action_space", None)
+        obs, _rewards, _dones, _infos, _off = env.poll()
+        self.ids = sorted(obs, key=repr)
+        self.num_envs = len(self.ids)
+        self.multi_agent = any(set(o) != {DUMMY_AGENT_ID} for o in obs.values())
+        self._initial = dict(obs)
+
+    def reset_at(self, index):
+        env_id = self.ids[index]
+        if env_id in self._initial:
+            return self._initial.pop(env_id)
+        obs = self.env.try_reset(env_id)
+        if obs is None:
+            raise NotImplementedError(
+                f"{type(self.env).__name__}.try_reset({env_id!r}) returned None: hpc_ray's "
+                f"sampler resets an env when its episode ends and needs its observations")
+        return obs
+
+    def step_all(self, actions):
+        self.env.send_actions({env_id: a for env_id, a in zip(self.ids, actions)})
+        got: list = [{}, {}, {}, {}]
+        while any(env_id not in got[0] for env_id in self.ids):
+            for part, values in zip(got, self.env.poll()[:4]):
+                part.update(values)
+        return tuple([part[env_id] for env_id in self.ids] for part in got)
+
+    def get_unwrapped(self):
+        return []
+
+
 def to_base_env(make_env: Callable[[int], object], num_envs: int, seed: int | None) -> BaseEnv:
     """``num_envs`` envs from ``make_env(vector_index)`` as one ``BaseEnv``."""
     first = make_env(0)
     if isinstance(first, BaseEnv):
+        if type(first).poll is not BaseEnv.poll:
+            return _PollingEnv(first)
         return first
     if isinstance(first, VectorEnv):
         return _VectorEnvAdapter(first)

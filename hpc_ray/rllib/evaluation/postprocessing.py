@@ -43,7 +43,9 @@ def compute_advantages(rollout: SampleBatch, last_r: float, gamma: float = 0.9,
     if use_gae:
         if SampleBatch.VF_PREDS not in rollout:
             raise ValueError("use_gae=True needs the 'vf_preds' column: the policy must "
-                             "return value predictions from extra_action_out_fn")
+                             "return value predictions from extra_action_out_fn, and "
+                             "offline data (\"input\") must carry them (or set "
+                             "\"use_gae\": False)")
         vpred = np.append(np.asarray(rollout[SampleBatch.VF_PREDS], np.float32), last_r)
         delta = rewards + gamma * vpred[1:] - vpred[:-1]
         adv = discount(delta, gamma * lambda_)

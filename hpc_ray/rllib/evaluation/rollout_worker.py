@@ -75,6 +75,9 @@ class RolloutWorker(EvaluatorInterface):
             torch.set_num_threads(1)
         self.worker_index = worker_index
         self.policy_config = dict(policy_config or {})
+        if log_level is not None and worker_index > 0:
+            from ..agents.trainer import set_log_level
+            set_log_level(log_level)
         if seed is not None:
             s = seed + 1000 * worker_index
             np.random.seed(s)
@@ -199,6 +202,13 @@ class RolloutWorker(EvaluatorInterface):
             return policy.postprocess_trajectory(batch.copy())
         return SampleBatch.concat_samples(
             [policy.postprocess_trajectory(ep.copy()) for ep in batch.split_by_episode()])
+
+    @classmethod
+    def as_remote(cls, num_cpus: float | None = None, num_gpus: float | None = None,
+                  resources: dict | None = None):
+        """This class as an actor class with those resources (Ray 0.7's)."""
+        from ... import api
+        return api.remote(num_cpus=num_cpus, num_gpus=num_gpus, resources=resources)(cls)
 
     def sample_with_count(self):
         batch = self.sample()

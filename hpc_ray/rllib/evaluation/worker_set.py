@@ -87,7 +87,8 @@ class WorkerSet:
                            if worker_index == 0 else cfg),
             worker_index=worker_index,
             callbacks=cfg.get("callbacks", {}), seed=cfg.get("seed"),
-            soft_horizon=cfg.get("soft_horizon", False), log_dir=self._logdir)
+            soft_horizon=cfg.get("soft_horizon", False), log_dir=self._logdir,
+            log_level=cfg.get("log_level"))
         if cls is RolloutWorker:
             return RolloutWorker(**kwargs)
         return cls.remote(**kwargs)

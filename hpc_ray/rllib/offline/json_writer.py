@@ -109,6 +109,13 @@ class JsonWriter(OutputWriter):
             self.cur_file.close()
             self.cur_file = None
 
+    def __del__(self) -> None:
+        # The docs' example never closes its writer: its file closes with it.
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
 
 def _jsonable(x):
     if isinstance(x, np.ndarray):

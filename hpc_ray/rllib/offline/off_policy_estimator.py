@@ -43,6 +43,9 @@ class OffPolicyEstimator:
 
     def process(self, batch) -> None:
         """Estimate every episode of ``batch`` and keep the results for ``get_metrics``."""
+        if not isinstance(batch, SampleBatch):
+            raise ValueError(f"off-policy estimation ({self.name!r}) is not implemented for "
+                             f"multi-agent batches: set \"input_evaluation\": []")
         if SampleBatch.ACTION_PROB not in batch:
             raise ValueError(f"off-policy estimation ({self.name!r}) needs the behaviour "
                              "policy's 'action_prob' column in the input data; set "

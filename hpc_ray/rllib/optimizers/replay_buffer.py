@@ -2,7 +2,7 @@
 ``optimizers/replay_buffer.py``).
 
 Rows are stored column by column in preallocated arrays (``obs``, ``actions``,
-``rewards``, ``new_obs``, ``dones`` and any extra column of the first batch), so
+``rewards``, ``new_obs``, ``dones`` and the extra columns every batch so far had), so
 ``add_batch`` is one slice assignment per column and ``sample`` one fancy index
 per column: no Python object per transition, as in the hand-written
 shared-memory buffer of the docs' seed. ``PrioritizedReplayBuffer`` keeps its
@@ -16,6 +16,11 @@ import numpy as np
 from ..policy.sample_batch import SampleBatch
 
 __all__ = ["ReplayBuffer", "PrioritizedReplayBuffer"]
+
+
+#: The columns every stored batch must have.
+_TRANSITION = (SampleBatch.CUR_OBS, SampleBatch.ACTIONS, SampleBatch.REWARDS,
+               SampleBatch.NEXT_OBS, SampleBatch.DONES)
 
 
 class ReplayBuffer:
@@ -53,10 +58,14 @@ class ReplayBuffer:
             batch = batch.slice(n - self._maxsize, n)
             n = self._maxsize
         idx = (self._next_idx + np.arange(n)) % self._maxsize
+        for k in [k for k in self._cols if k not in batch]:
+            if k in _TRANSITION:
+                raise ValueError(f"batch lacks column {k!r} of every transition (it has "
+                                 f"{sorted(batch.keys())})")
+            # An extra column some sources have and others lack (a sampler's
+            # q_values, offline data's t): kept only while every batch has it.
+            del self._cols[k]
         for k, col in self._cols.items():
-            if k not in batch:
-                raise ValueError(f"batch lacks column {k!r} that the replay buffer stores "
-                                 f"(it has {sorted(batch.keys())})")
             col[idx] = batch[k]
         self._next_idx = int((self._next_idx + n) % self._maxsize)
         self._len = min(self._maxsize, self._len + n)

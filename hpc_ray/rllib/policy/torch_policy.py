@@ -127,7 +127,7 @@ class TorchPolicy(Policy):
             self._optimizer.step()
 
     def _lazy_tensors(self, batch) -> dict[str, torch.Tensor]:
-        out = {}
+        out = _Columns()
         for key, value in batch.items():
             if isinstance(value, np.ndarray) and value.dtype != object:
                 out[key] = _tensor(value, self.device)
@@ -241,3 +241,21 @@ def _tensor(array: np.ndarray, device) -> torch.Tensor:
         # op here writes in place, but copy to be safe for user losses.
         array = array.copy()
     return torch.from_numpy(array).to(device)
+
+
+class _Columns(dict):
+    """A training batch's tensors; a column the loss needs and the batch lacks
+    (offline data not postprocessed, mostly) names the fix."""
+
+    def __missing__(self, key):
+        raise MissingColumn(
+            f"the training batch has no column {key!r} (it has {sorted(self)}). With "
+            f"offline input (\"input\"), set \"postprocess_inputs\": True to compute "
+            f"postprocessed columns such as advantages, or write the column into the data")
+
+
+class MissingColumn(KeyError):
+    """A KeyError whose message reads as a sentence (KeyError's own quotes it)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
