@@ -49,6 +49,11 @@ def test_reusable_built_at_assignment(state_run):
     check_section(state_run, "reusable_eager")
 
 
+def test_reusable_nested_and_failing_reinitializer(state_run):
+    """A nested task's value is its own; a raising reinitializer loses no result."""
+    check_section(state_run, "reusable_nested")
+
+
 def test_run_function_on_all_workers(state_run):
     """Runs everywhere before later tasks, also in processes started later."""
     check_section(state_run, "run_function")

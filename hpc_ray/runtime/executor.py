@@ -373,12 +373,12 @@ class ExecutorContext(context.ContextBase):
             if Output.lines_open:
                 Output.end_lines()
             self.current_task_name, self.current_task_id = outer
+            hooks.after_task()
             if outer_state is not None:
                 outer_state.restore(self)
             if pinning:
                 with transport.lock:
                     self.task_pins = outer_pins
-            hooks.after_task()
         if not peer_call:
             self.emit(msg)
         else:

@@ -12,7 +12,7 @@ from typing import Any
 from ..exceptions import ActorDiedError, TaskError, WorkerCrashedError
 from ..transport import messages as m
 from ..transport.serialization import INLINE, dumps, loads
-from . import context, taskspec
+from . import context, hooks, taskspec
 from .signals import ActorDiedSignal, ErrorSignal, source_of
 from .task_failures import exit_call
 
@@ -95,6 +95,16 @@ class LocalContext(context.ContextBase):
         self.events.append((spec[m.T_NAME], 0, t0, time.time(), os.getpid(), spec[m.T_ID]))
 
     def _run(self, spec: list, fn_id, actor_id: int | None) -> None:
+        # Run inline, as a task nested in the caller's process: its reusable
+        # variables are its own, reinitialized after it (as on a worker).
+        reusables = hooks.nested_begin()
+        try:
+            self._run_inline(spec, fn_id, actor_id)
+        finally:
+            hooks.after_task()
+            hooks.nested_end(reusables)
+
+    def _run_inline(self, spec: list, fn_id, actor_id: int | None) -> None:
         try:
             args, kwargs = self._args(spec)
             if actor_id is not None:

@@ -11,14 +11,16 @@ caller's output files. torch's per-thread modes are the waiting thread's: a
 nested task starts with gradients on and outside inference mode, as any task
 starts in Ray, not in the ``torch.no_grad()`` its caller waits in (its
 ``backward()`` failed), and the caller gets back its modes and default dtype.
-Module globals and other state are shared, as the threads of one process share
-them.
+Its reusable variables are its own (``hooks.nested_begin``). Module globals and
+other state are shared, as the threads of one process share them.
 """
 from __future__ import annotations
 
 import os
 import sys
 from typing import Any
+
+from . import hooks
 
 #: The executor's record of what its current task holds (``Executor._set_gpus``).
 HELD_FIELDS = ("held", "gpu_ids", "resources", "visible_gpus")
@@ -27,7 +29,7 @@ HELD_FIELDS = ("held", "gpu_ids", "resources", "visible_gpus")
 class OuterState:
     """The waiting task's working directory, environment and held resources."""
 
-    __slots__ = ("cwd", "environ", "held", "torch")
+    __slots__ = ("cwd", "environ", "held", "torch", "reusables")
 
     def __init__(self, ctx: Any) -> None:
         try:
@@ -40,8 +42,11 @@ class OuterState:
         self.held = tuple(getattr(ctx, name) for name in HELD_FIELDS)
         torch = sys.modules.get("torch")
         self.torch = None if torch is None else _torch_modes_for_task(torch)
+        self.reusables = hooks.nested_begin()
 
     def restore(self, ctx: Any) -> None:
+        """(After the nested task's ``hooks.after_task``.)"""
+        hooks.nested_end(self.reusables)
         if self.cwd is not None:
             try:
                 if os.getcwd() != self.cwd:

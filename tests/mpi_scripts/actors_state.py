@@ -18,7 +18,8 @@ import sys
 import time
 import traceback
 
-from _harness import FAILURES, NUM_WORKERS, TMPDIR, check, expect_raises, init_kwargs, ok, poll_for, report, tmp_path
+from _harness import (FAILURES, NUM_WORKERS, TMPDIR, check, expect_raises, init_kwargs,
+                      mark_started, ok, poll_for, report, started, tmp_path)
 
 import hpc_ray as ray
 from hpc_ray.exceptions import TaskError
@@ -137,6 +138,46 @@ with section("reusable_eager"):
     check(on_driver and on_workers >= NUM_WORKERS,
           f"after the assignment the initializer ran on the driver: {on_driver}, in "
           f"{on_workers} worker processes (expected {NUM_WORKERS}, one per worker)")
+
+@ray.remote
+def nested_child():
+    mine = ray.reusables.nest
+    seen = list(mine)
+    mine.append("child")
+    return seen
+
+
+@ray.remote
+def nested_parent(parents):
+    mine = ray.reusables.nest
+    mine.append("parent")
+    mark_started("nest-parent")
+    # Every worker runs a parent before any child is submitted: the children
+    # run in their parents' waits, in the parents' processes.
+    poll_for(lambda: started("nest-parent") >= parents, 30)
+    child_saw = ray.get(nested_child.remote())
+    return child_saw, list(mine), ray.reusables.nest is mine
+
+
+def bad_reinit(value):
+    raise RuntimeError("reinitializer failed")
+
+
+@ray.remote
+def use_bad():
+    return list(ray.reusables.bad_reinit)
+
+
+with section("reusable_nested"):
+    # A task run nested in another's wait builds its own value, and leaves the
+    # waiting task's alone.
+    ray.reusables.nest = ray.Reusable(lambda: [0])
+    results = ray.get([nested_parent.remote(NUM_WORKERS) for _ in range(NUM_WORKERS)])
+    check(results == [([0], [0, "parent"], True)] * NUM_WORKERS, results)
+    # A reinitializer that raises: the tasks' results stand, the variable is built
+    # afresh at its next use.
+    ray.reusables.bad_reinit = ray.Reusable(lambda: [7], bad_reinit)
+    check(ray.get([use_bad.remote() for _ in range(6)]) == [[7]] * 6)
 
 # --- run_function_on_all_workers --------------------------------------------------
 

@@ -89,6 +89,20 @@ class Doubler:
 
 check(ray.get(Doubler.remote().twice.remote(4)) == 8)   # an async def method
 
+# Reusable variables (seed 000) as on workers: no task sees another's mutation,
+# and the driver's own copy is its own.
+ray.reusables.seen = ray.Reusable(lambda: [0])
+
+
+@ray.remote
+def use_seen():
+    ray.reusables.seen.append(1)
+    return list(ray.reusables.seen)
+
+
+check(ray.get([use_seen.remote() for _ in range(3)]) == [[0, 1]] * 3)
+check(ray.reusables.seen == [0], ray.reusables.seen)
+
 # Signals (the 0.7 docs' first two examples): a task's, then a failed task's.
 from hpc_ray.experimental import signal
 
