@@ -100,3 +100,8 @@ def test_the_next_actor_runs_in_the_executor_started_ahead(run, standby):
         assert values["spare_while_busy"] == [], values
         assert values["spare_death_quiet"] is True
         assert "crash" not in result.stderr.lower(), result.stderr
+
+
+@pytest.mark.parametrize("mode", ["embedded", "mpiexec"])
+def test_reusable_defined_before_init_reaches_the_workers(run, mode):
+    run("reusable_before_init.py", 3, mode=mode, timeout=60).assert_ok("reusable_before_init")
