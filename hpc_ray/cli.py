@@ -317,5 +317,64 @@ def rllib_rollout(checkpoint, run, env, steps, config_json, out, no_render) -> N
         click.echo(f"Mean reward over {len(rewards)} episodes: {sum(rewards) / len(rewards):g}")
 
 
+# --- tune ---------------------------------------------------------------------------
+
+
+@main.group("tune")
+def tune_cli() -> None:
+    """Tune's tables of trials and experiments (Ray 0.7's ``tune`` CLI)."""
+
+
+def _tune_table(fn, *args, **kwargs) -> None:
+    from .tune.error import TuneError
+    try:
+        fn(*args, **kwargs)
+    except TuneError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _names(text: str | None) -> list[str] | None:
+    return [n.strip() for n in text.split(",") if n.strip()] if text else None
+
+
+_SORT = click.option("--sort", help="Column(s) to sort on, comma-separated.")
+_OUTPUT = click.option("--output", help="Also write the table to this .csv or .pkl file.")
+_FILTER = click.option("--filter", "filter_op",
+                       help='Keep rows matching "<column> <operator> <value>", e.g. '
+                            '"trial_id == 7b99a28a" or "total_trials <= 1".')
+
+
+@tune_cli.command("list-trials")
+@click.argument("experiment_path", type=click.Path(exists=True, file_okay=False))
+@_SORT
+@_OUTPUT
+@_FILTER
+@click.option("--columns", help="Trial columns, comma-separated (default: trainable_name, "
+                                "experiment_tag, trial_id, status, last_update_time).")
+@click.option("--result-columns", help="Result columns, comma-separated (default: "
+                                       "training_iteration, time_total_s, timesteps_total, "
+                                       "mean_accuracy, mean_loss).")
+def tune_list_trials(experiment_path, sort, output, filter_op, columns, result_columns) -> None:
+    """A table of an experiment's trials (local_dir/name)."""
+    from .tune.commands import list_trials
+    _tune_table(list_trials, experiment_path, _names(sort), output, filter_op,
+                _names(columns), _names(result_columns))
+
+
+@tune_cli.command("list-experiments")
+@click.argument("project_path", type=click.Path(exists=True, file_okay=False))
+@_SORT
+@_OUTPUT
+@_FILTER
+@click.option("--columns", help="Columns, comma-separated (default: name, total_trials, "
+                                "running_trials, terminated_trials, error_trials, "
+                                "last_updated).")
+def tune_list_experiments(project_path, sort, output, filter_op, columns) -> None:
+    """A table of the experiments under a directory (a local_dir)."""
+    from .tune.commands import list_experiments
+    _tune_table(list_experiments, project_path, _names(sort), output, filter_op,
+                _names(columns))
+
+
 if __name__ == "__main__":
     main()

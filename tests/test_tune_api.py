@@ -641,3 +641,50 @@ def test_status_table_shows_trials_queued_on_an_actor_as_pending(tmp_path):
         [running, queued])
     assert "(1 RUNNING, 1 PENDING)" in table and "Resources requested: 1/1 CPUs" in table
     assert f" - {queued}: PENDING" in table
+
+
+def test_tune_cli_lists_trials_and_experiments(tmp_path):
+    # Ray 0.7's `tune list-trials` / `tune list-experiments`, as `hpc-ray tune ...`,
+    # over the state of a run of two experiments (one state file, in the first's
+    # directory, as run_experiments writes it).
+    from click.testing import CliRunner
+
+    from hpc_ray.cli import main
+    from hpc_ray.tune.experiment_state import StateJournal
+
+    trials = []
+    for exp, x, status, loss in (("exp_a", 1, Trial.TERMINATED, 0.5),
+                                 ("exp_a", 2, Trial.ERROR, None),
+                                 ("exp_b", 3, Trial.RUNNING, 2.0)):
+        trial = Trial("f", {"x": x}, experiment_tag=f"0_x={x}")
+        trial.status = status
+        trial.logdir = str(tmp_path / exp / f"f_{x}")
+        os.makedirs(trial.logdir)
+        if loss is not None:
+            trial.last_result = {"training_iteration": 1, "mean_loss": loss}
+        trials.append(trial)
+    StateJournal(str(tmp_path / "exp_a"), {"name": "exp_a"}).snapshot(trials)
+    ids = [t.trial_id for t in trials]
+
+    def cli(*args):
+        result = CliRunner().invoke(main, ["tune", *args])
+        return result.exit_code, result.output
+
+    code, out = cli("list-trials", str(tmp_path / "exp_a"))
+    assert code == 0 and ids[0] in out and ids[1] in out and ids[2] not in out, out
+    assert "ERROR" in out and "mean_loss" in out
+    code, out = cli("list-trials", str(tmp_path / "exp_b"), "--columns", "trial_id,status",
+                    "--result-columns", "mean_loss")
+    assert code == 0 and out.split() == ["trial_id", "status", "mean_loss",
+                                         ids[2], "RUNNING", "2.0"], out
+    code, out = cli("list-trials", str(tmp_path / "exp_a"), "--filter", "mean_loss < 1")
+    assert code == 0 and ids[0] in out and ids[1] not in out, out
+    table = tmp_path / "experiments.csv"
+    code, out = cli("list-experiments", str(tmp_path), "--sort", "name", "--output", str(table))
+    assert code == 0, out
+    # (last_updated, empty where no trial wrote a result, is dropped.)
+    assert table.read_text().splitlines() == [
+        "name,total_trials,running_trials,terminated_trials,error_trials",
+        "exp_a,2,0,1,1", "exp_b,1,1,0,0"], table.read_text()
+    code, out = cli("list-trials", str(tmp_path / "exp_a"), "--filter", "status is ERROR")
+    assert code == 2 and "--filter must be" in out, out
