@@ -291,15 +291,7 @@ def _listed_trial_dirs(path: str) -> list[str] | None:
             entries = json.load(f).get("trials", [])
     except (OSError, ValueError):
         return None
-    try:
-        with open(os.path.join(path, _JOURNAL_FILE)) as f:
-            for line in f:
-                try:
-                    entries.append(json.loads(line))
-                except ValueError:
-                    continue  # the last line, torn by a kill
-    except OSError:
-        pass
+    entries += _json_lines(os.path.join(path, _JOURNAL_FILE))
     names = {os.path.basename(e["logdir"]) for e in entries if e.get("logdir")}
     return [d for d in _trial_dirs(path) if os.path.basename(d) in names]
 
@@ -319,9 +311,14 @@ def _state_dirs(root: str, depth: int | None = None) -> list[str]:
 
 
 def _read_results(logdir: str) -> list[dict]:
+    return _json_lines(os.path.join(logdir, _RESULT_FILE))
+
+
+def _json_lines(path: str) -> list[dict]:
+    """A file of a JSON value per line (none if it is missing)."""
     rows = []
     try:
-        with open(os.path.join(logdir, _RESULT_FILE)) as f:
+        with open(path) as f:
             for line in f:
                 try:
                     rows.append(json.loads(line))

@@ -1,7 +1,4 @@
-"""Ray 0.7's policy serving (ExternalEnv, PolicyServer, PolicyClient) is not in
-hpc_ray.rllib: importing this module says so (see the README's RLlib section)."""
-raise ImportError(
-    f"{__name__} is not provided by hpc_ray.rllib: ExternalEnv, PolicyServer and "
-    f"PolicyClient (Ray 0.7's policy serving over HTTP) are not implemented. Write the "
-    f"environment as a gym env, MultiAgentEnv, VectorEnv or BaseEnv (poll/send_actions) "
-    f"that the rollout workers step themselves")
+"""Ray 0.7's `external_multi_agent_env` module: not provided (importing it says so)."""
+from ..utils.not_provided import missing
+
+missing(__name__)
