@@ -93,6 +93,11 @@ def test_a_trainer_outside_tune_logs_to_its_results_directory(tmp_path, monkeypa
     # The params beside the checkpoint: `rllib rollout` rebuilds the trainer from them.
     assert os.path.isfile(os.path.join(os.path.dirname(os.path.dirname(checkpoint)),
                                        "params.pkl"))
+    from hpc_ray.rllib.rollout import rollout
+    assert len(rollout(checkpoint, "PG", steps=300)) >= 1     # env and model from there
+    with pytest.raises(ValueError, match="does not fit a DQN trainer"):
+        rollout(checkpoint, "DQN", steps=10)
+    assert os.listdir(tmp_path) == [os.path.basename(logdir)]  # a replay logs nothing
     exported = PGTrainer(env="CartPole-v1", config=SMALL).export_model(
         [ExportFormat.MODEL, ExportFormat.CHECKPOINT], str(tmp_path / "export"))
     assert exported == {"model": str(tmp_path / "export" / "model"),

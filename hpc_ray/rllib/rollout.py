@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import tempfile
 
 __all__ = ["rollout"]
 
@@ -33,8 +34,10 @@ def rollout(checkpoint: str, run: str, env: str | None = None, steps: int = 1000
     episode may be cut short by ``steps``).
 
     Raises:
-        ValueError: no env given and none saved with the checkpoint.
+        ValueError: no env given and none saved with the checkpoint, or the
+            checkpoint does not fit the trainer (another algorithm or model).
     """
+    from ..tune.logger import NoopLogger
     from .agents.registry import get_agent_class
     from .env.gym_compat import GymCompat
     cfg = _saved_config(checkpoint)
@@ -44,8 +47,17 @@ def rollout(checkpoint: str, run: str, env: str | None = None, steps: int = 1000
         raise ValueError("no env: give --env (the checkpoint has no params.pkl beside it)")
     cfg["num_workers"] = 0
     cfg.pop("env", None)
-    trainer = get_agent_class(run)(env=env_name, config=cfg)
-    trainer.restore(checkpoint)
+    # (A replay logs no results: no new directory under ~/ray_results.)
+    trainer = get_agent_class(run)(env=env_name, config=cfg, logger_creator=lambda c: NoopLogger(
+        c, tempfile.gettempdir()))
+    try:
+        trainer.restore(checkpoint)
+    except RuntimeError as exc:   # torch's load_state_dict: keys or shapes do not fit
+        trainer.stop()
+        first = str(exc).strip().splitlines()[0]
+        raise ValueError(f"the checkpoint does not fit a {run} trainer with this config: was "
+                         f"it written by another algorithm (--run), or with a model config "
+                         f"its params.pkl would give (pass --config)? ({first})") from None
     env_obj = GymCompat(trainer.env_creator(cfg.get("env_config", {})))
     rewards, episodes, done, total, taken = [], [], True, 0.0, 0
     while taken < steps:
