@@ -40,7 +40,7 @@ __all__ = [
     "kill",
     "method", "nodes", "objects", "on_preempt", "profile", "progress", "put", "ray_constants",
     "remote", "reusables", "services",
-    "run_function_on_all_workers", "shutdown", "tasks", "timeline", "wait",
+    "run_function_on_all_workers", "shutdown", "tasks", "timeline", "util", "wait",
 ]
 
 
@@ -53,4 +53,19 @@ def __getattr__(name: str):
     if name == "as_future":
         from .runtime.asyncio_compat import as_future
         return as_future
+    if name == "util":
+        import importlib
+        return importlib.import_module(".util", __name__)
+    if name in _NEWER:
+        raise AttributeError(f"hpc_ray.{name} (Ray 0.8 and later) is not provided: "
+                             f"{_NEWER[name]}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+#: Newer Ray API that hpc_ray does not have, and what to use instead.
+_NEWER = {
+    "cancel": "a task runs to its end; ray.kill(actor) ends an actor and fails its calls",
+    "get_runtime_context": "ray.get_gpu_ids(), ray.get_resource_ids(), os.getpid() and "
+                           "the job's environment (SLURM_JOB_ID, ...) say where code runs",
+    "client": "the job is the cluster: run the driver inside it (mpiexec, srun, sbatch)",
+}

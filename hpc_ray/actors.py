@@ -6,6 +6,7 @@ import pickle
 import weakref
 from typing import Any
 
+from .ignored_options import warn_given_options
 from .remote_function import (_new_id, arg_check, check_options, num_returns_from,
                               remote_call_options, resources_from)
 from .runtime import context
@@ -142,6 +143,7 @@ class ActorClass:
         return getattr(self._cls, name)
 
     def options(self, **options) -> "ActorClass":
+        warn_given_options(options, f"actor class {self.__name__}")
         merged = dict(self._options)
         merged.update(options)
         copy = ActorClass(self._cls, merged, self._class_id)
@@ -235,11 +237,13 @@ class ActorMethod:
         ctx = context.current()
         keep: list = []    # large arguments' ref, held until the call is submitted
         spec = build_spec(self._name, None, self._call_name, args, kwargs,
-                          num_returns, None, self._max_retries, 0, actor_id, 0,
+                          num_returns or 1, None, self._max_retries, 0, actor_id, 0,
                           ctx.put_serialized, keep)
         ctx.submit_call(spec, lifetime)
         if num_returns == 1:
             return context.ObjectRef(spec[m.T_RETURNS][0])
+        if not num_returns:   # (the result is dropped: as in Ray, None)
+            return None
         return [context.ObjectRef(oid) for oid in spec[m.T_RETURNS]]
 
     def options(self, **options) -> "ActorMethod":
@@ -256,12 +260,8 @@ class ActorMethod:
         ``num_return_vals=0`` returns None (the call runs; its value is dropped)."""
         opts = remote_call_options(f"method {self._name}", METHOD_OPTIONS,
                                    num_return_vals, num_returns, **options)
-        nothing = opts.get("num_returns") == 0
-        if nothing:
-            opts["num_returns"] = 1
         method = self.options(**opts) if opts else self
-        ref = method.remote(*(args or ()), **(kwargs or {}))
-        return None if nothing else ref
+        return method.remote(*(args or ()), **(kwargs or {}))
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"actor method {self._name} cannot be called directly; "
@@ -340,8 +340,12 @@ def _rebuild_handle(actor_id: int, blob: bytes, lifetime) -> ActorHandle:
 register_by_name(ActorHandle)
 
 
-def get_actor(name: str) -> ActorHandle:
-    """The handle of the actor created with ``options(name=name)``."""
+def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
+    """The handle of the actor created with ``options(name=name)`` (a job is one
+    namespace: ``namespace`` is accepted, with a warning, and not used)."""
+    if namespace:
+        from .ignored_options import WITHOUT_EFFECT, warn_without_effect
+        warn_without_effect(f"get_actor(namespace={namespace!r})", WITHOUT_EFFECT["namespace"])
     if not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     actor_id, class_name, meta = context.current().control("get_actor", name)

@@ -17,6 +17,7 @@ from . import launch
 from .actors import ActorClass, ActorHandle, get_actor, kill, method  # noqa: F401
 from .custom_serializers import register_custom_serializer  # noqa: F401
 from .exceptions import RayError
+from .ignored_options import warn_given_options, warn_ignored_init
 from .remote_function import RemoteFunction
 from .runtime import context, launched
 from .runtime.context import ObjectRef
@@ -33,13 +34,6 @@ _IGNORED_INIT_ARGS = (
     "namespace", "runtime_env", "_temp_dir", "_system_config", "num_workers",
     "start_ray_local",
 )
-
-#: Of those, the ones whose value asks for something hpc_ray does not do (connect
-#: to a running cluster, keep files or sockets at a path): ``init`` warns when
-#: they are given.
-_WARNED_INIT_ARGS = ("address", "redis_address", "temp_dir", "_temp_dir",
-                     "plasma_store_socket_name", "raylet_socket_name", "plasma_directory",
-                     "huge_pages")
 
 #: Ray 0.2's ``init()`` keywords that 0.7 dropped, and what to pass instead.
 _RAY_02_INIT_ARGS = {"driver_mode": "local_mode=True (for driver_mode=ray.PYTHON_MODE)",
@@ -130,7 +124,7 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
             if world is not None and world.Get_rank() != 0:
                 launch.worker_exit(launch.run_worker(world))
             _park_workers(world)
-            _warn_ignored(dict(kwargs, address=address))
+            warn_ignored_init(dict(kwargs, address=address))
             from .runtime.local import LocalContext
             ctx = LocalContext()
             context.set_id_prefix(0, 0)
@@ -149,7 +143,7 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
             # A worker rank: serve until the driver is done, never return.
             gone = launch.run_worker(world)
             launch.worker_exit(gone)
-        _warn_ignored(dict(kwargs, address=address))
+        warn_ignored_init(dict(kwargs, address=address))
         from .runtime.session import check_num_gpus, start_driver, store_size
         if world.Get_size() > 1:
             # Rank 0: if init() fails before its set-up reaches the waiting
@@ -177,17 +171,6 @@ def init(address: str | None = None, *, num_cpus: int | None = None,
             pass  # not in the main thread, or no preempt support
         _run_pending_functions()
         return _session_info()
-
-
-def _warn_ignored(given: dict) -> None:
-    """Warn (on the driver) of Ray 0.7 ``init()`` arguments that have no effect here."""
-    ignored = {k: v for k, v in given.items() if k in _WARNED_INIT_ARGS and v}
-    if not ignored:
-        return
-    what = ", ".join(f"{k}={v!r}" for k, v in ignored.items())
-    warnings.warn(f"init({what}): ignored. hpc_ray connects to no running cluster (the "
-                  f"mpiexec or Slurm job, or the ranks init() starts, is the cluster) and "
-                  f"keeps no Ray files, sockets or plasma directory.", stacklevel=3)
 
 
 def _launched_world():
@@ -275,6 +258,7 @@ def remote(*args, **kwargs):
     (``TypeError``).
     """
     def make(obj, options):
+        warn_given_options(options, f"{getattr(obj, '__name__', obj)}")
         if inspect.isclass(obj):
             return ActorClass(obj, options)
         if inspect.isroutine(obj):

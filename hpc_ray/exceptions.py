@@ -255,3 +255,29 @@ class HeadError(RayError):
 
 class UnreconstructableError(RayError):
     """The object was freed or lost and cannot be recomputed."""
+
+
+#: Modern Ray's exception names, and their bases here. hpc_ray raises none of them:
+#: they exist so that an ``except`` clause that names them, copied from a newer
+#: program, does not fail with AttributeError when another error reaches it.
+_MODERN = (
+    ("ObjectLostError", "UnreconstructableError"),
+    ("ObjectFetchTimedOutError", "ObjectLostError"),
+    ("OwnerDiedError", "ObjectLostError"),
+    ("ObjectReconstructionFailedError", "ObjectLostError"),
+    ("TaskCancelledError", "RayError"),
+    ("RaySystemError", "RayError"),
+    ("OutOfMemoryError", "RayError"),
+    ("RuntimeEnvSetupError", "RayError"),
+    ("ActorUnavailableError", "RayError"),
+    ("NodeDiedError", "RayError"),
+    ("LocalRayletDiedError", "RayError"),
+    ("TaskUnschedulableError", "RayError"),
+    ("ActorUnschedulableError", "RayError"),
+    ("PendingCallsLimitExceeded", "RayError"),
+)
+__all__ += [name for name, _ in _MODERN]
+for _name, _base in _MODERN:
+    globals()[_name] = type(_name, (globals()[_base],), {
+        "__doc__": f"Modern Ray's {_name}: never raised by hpc_ray.", "__module__": __name__})
+del _name, _base

@@ -6,6 +6,7 @@ import os
 import weakref
 from typing import Any, Callable
 
+from .ignored_options import warn_given_options
 from .runtime import context
 from .runtime.taskspec import build_spec
 from .transport import messages as m
@@ -35,6 +36,10 @@ def check_options(options: dict, valid: tuple, what: str) -> None:
             hint = (f"; Ray 0.2's {key} is gone since 0.7: use {RAY_02_OPTIONS[key]}"
                     if key in RAY_02_OPTIONS else "")
             raise ValueError(f"unknown option {key!r} for {what} (valid: {sorted(valid)}){hint}")
+    lifetime = options.get("lifetime")
+    if lifetime not in (None, "detached", "non_detached"):
+        raise ValueError(f"lifetime for {what} must be 'detached', 'non_detached' or None, "
+                         f"got {lifetime!r}")
 
 
 def resources_from(options: dict, default_cpus: float, what: str) -> dict | None:
@@ -69,9 +74,11 @@ def resources_from(options: dict, default_cpus: float, what: str) -> dict | None
 
 
 def num_returns_from(options: dict) -> int:
+    """How many refs a call returns: 0 runs it for its effects and returns None
+    (as in Ray; its one result is dropped, an error shows in ``errors()``)."""
     n = options.get("num_returns", options.get("num_return_vals", 1))
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"num_returns must be an int >= 1, got {n!r}")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"num_returns must be an int >= 0, got {n!r}")
     return n
 
 
@@ -222,17 +229,19 @@ class RemoteFunction:
         ctx = context.current()
         keep: list = []
         blob = self._blob_for(ctx)
+        n = self._num_returns
         spec = build_spec(self._fn_id, blob, self._name, args, kwargs,
-                          self._num_returns, self._resources, self._max_retries,
+                          n or 1, self._resources, self._max_retries,
                           self._max_calls, None, 0, ctx.put_serialized, keep)
         ctx.submit(spec)
         if blob is not None:
             self._shipped_by = ctx
         refs = [context.ObjectRef(oid) for oid in spec[m.T_RETURNS]]
-        return refs[0] if self._num_returns == 1 else refs
+        return refs[0] if n == 1 else (refs if n else None)
 
     def options(self, **options) -> "RemoteFunction":
         """A copy with some options replaced (``f.options(num_cpus=2).remote()``)."""
+        warn_given_options(options, f"remote function {self._name}")
         merged = dict(self._options)
         merged.update(options)
         merged.pop("name", None)
@@ -243,19 +252,12 @@ class RemoteFunction:
     def _remote(self, args: tuple | list | None = None, kwargs: dict | None = None,
                 num_return_vals: int | None = None, num_returns: int | None = None,
                 **options):
-        """Ray 0.7's call with options: ``f._remote(args=[1], num_cpus=2)``.
-
-        ``num_return_vals=0`` (0.7) runs the task for its effects and returns
-        None; its value, if any, is dropped (an error shows in ``errors()``).
-        """
+        """Ray 0.7's call with options: ``f._remote(args=[1], num_cpus=2)``
+        (``num_return_vals=0`` runs the task for its effects and returns None)."""
         opts = remote_call_options(f"remote function {self._name}", FUNCTION_OPTIONS,
                                    num_return_vals, num_returns, **options)
-        nothing = opts.get("num_returns") == 0
-        if nothing:
-            opts["num_returns"] = 1
         fn = self.options(**opts) if opts else self
-        ref = fn.remote(*(args or ()), **(kwargs or {}))
-        return None if nothing else ref
+        return fn.remote(*(args or ()), **(kwargs or {}))
 
     def __reduce__(self):
         return (_rebuild, (self._function, self._options, self._fn_id))

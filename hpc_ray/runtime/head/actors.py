@@ -420,7 +420,8 @@ class ActorLifecycle:
                 + ("; the actor is being restarted" if restart else "")))
         if restart:
             logger.warning("hpc_ray: restarting actor %s (restart %d of %s): %s",
-                           actor.class_name, actor.restarts, actor.max_restarts, reason)
+                           actor.class_name, actor.restarts,
+                           "unlimited" if actor.max_restarts < 0 else actor.max_restarts, reason)
             self.place_actor(actor)
             return
         self.retry_pending_actors()
