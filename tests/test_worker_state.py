@@ -41,7 +41,7 @@ from hypothesis import HealthCheck, settings, strategies as st  # noqa: E402
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant,  # noqa: E402
                                  precondition, rule)
 
-from hpc_ray.runtime.executor_record import cpus_lent, thread_lent  # noqa: E402
+from hpc_ray.runtime.executor_record import cpus_lent, takes_nested, thread_lent  # noqa: E402
 from hpc_ray.runtime.worker_state import (EXECUTOR_BATCH, MAX_EXTRA_EXECUTORS,  # noqa: E402
                                           WorkerState)
 from hpc_ray.transport import messages as m  # noqa: E402
@@ -345,6 +345,23 @@ class WorkerStateMachine(RuleBasedStateMachine):
             assert not set(back) & set(ex.assigned)
         elif ex.deep:
             self.state.on_executor(ex, [(m.DEEP, -1)])
+        self.loop()
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.live(lambda ex: ex.blocked > ex.closing and not ex.deep))
+    def waiting_level_goes_deep(self, data):
+        # A level that lent its CPU for nested tasks was sent one that waits for a
+        # task below it on the stack (nested_state.waits_for_outer): the level
+        # lends its CPU to other executors from then on, and gives that task back.
+        ex = data.draw(st.sampled_from(self.live(
+            lambda ex: ex.blocked > ex.closing and not ex.deep)))
+        lent = cpus_lent(ex)
+        nested = [tid for tid, (was_nested, _) in ex.assigned.items() if was_nested]
+        back = [data.draw(st.sampled_from(nested))] if nested else []
+        self.state.on_executor(ex, [(m.BLOCKED, -1), (m.DEEP, 1)]
+                               + ([(m.RETURNED, back)] if back else []))
+        assert cpus_lent(ex) == lent and not takes_nested(ex)
+        assert not set(back) & set(ex.assigned)
         self.loop()
 
     @rule(data=st.data())

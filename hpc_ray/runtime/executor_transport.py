@@ -34,8 +34,9 @@ from ..transport import messages as m
 from ..transport.serialization import loads
 from ..transport.wait import Spinner
 from . import executor_exit, peer_calls
+from .nested_state import waits_for_outer
 
-#: Tasks on an executor's stack (``ExecutorContext.depth``) beyond which its
+#: Tasks on an executor's stack (``ExecutorContext.stack``) beyond which its
 #: main thread's waits run no more nested tasks (DEEP): about a dozen frames
 #: each, well inside Python's recursion limit of 1000 with the user's own frames.
 MAX_NESTED = 24
@@ -275,7 +276,7 @@ class ExecutorTransport:
         task = main and self.owner.actor_id is None
         # At the nesting limit no task runs here: those sent before the rank
         # heard DEEP go back to it (RETURNED), and it runs them in another executor.
-        deep = task and self.owner.depth >= MAX_NESTED
+        deep = task and len(self.owner.stack) >= MAX_NESTED
         lends = (m.DEEP, 1) if deep else (m.BLOCKED, 1)
         nested = blocking and task
         blocked = False
@@ -285,15 +286,23 @@ class ExecutorTransport:
                 i = self._handleable(nested) if main else None
                 if i is not None:
                     msg = self.inbox.pop(i)
-                    if msg[0] == m.EXECUTE and not blocked:
-                        # Running other work here: let the scheduler count our CPU as free.
-                        blocked = True
-                        self.emit(lends)
-                    if deep and msg[0] == m.EXECUTE:
-                        # Each one run here would be one more level, past what
-                        # Python's recursion limit allows when many come at once.
-                        self.emit((m.RETURNED, [msg[1][m.T_ID]]))
-                        continue
+                    if msg[0] == m.EXECUTE:
+                        if not deep and waits_for_outer(msg[1], self.owner.stack):
+                            # Run here it would wait for a task below it: from now
+                            # on this wait lends its CPU as a deep one does.
+                            if blocked:
+                                self.emit((m.BLOCKED, -1))
+                            deep, lends, blocked = True, (m.DEEP, 1), False
+                        if not blocked:
+                            # Running other work here: let the scheduler count our CPU as free.
+                            blocked = True
+                            self.emit(lends)
+                        if deep:
+                            # Back to the rank, for another executor (past the
+                            # nesting limit each would be one more level, past what
+                            # Python's recursion limit allows when many come at once).
+                            self.emit((m.RETURNED, [msg[1][m.T_ID]]))
+                            continue
                     self.owner.handle(msg)
                     continue
                 self.owner.flush()
@@ -348,7 +357,11 @@ class ExecutorTransport:
         replies = self.replies
         while req not in replies:
             if self.inbox:
-                self.owner.handle(self.inbox.pop(0))
+                msg = self.inbox.pop(0)
+                if msg[0] == m.EXECUTE and waits_for_outer(msg[1], self.owner.stack):
+                    self.emit((m.RETURNED, [msg[1][m.T_ID]]))   # (as in await_)
+                else:
+                    self.owner.handle(msg)
                 continue
             self.owner.flush()
             self.recv(None)
