@@ -89,9 +89,9 @@ class ExecutorContext(context.ContextBase):
         #: What ``_set_gpus`` last recorded, and the CUDA_VISIBLE_DEVICES it makes.
         self.held: Any = _NOT_YET
         self.visible_gpus = ""
-        #: The specs of the tasks on this process's stack: the one it runs, and those
-        #: nested in its waits (``executor_transport.MAX_NESTED``, ``waits_for_outer``).
-        self.stack: list = []
+        #: Tasks on this process's stack: the one it runs, and those nested in its
+        #: waits (``executor_transport.MAX_NESTED``).
+        self.depth = 0
         self.current_task_name: str | None = None
         self.current_task_id: int | None = None
         self.last_flush = time.monotonic()
@@ -267,7 +267,7 @@ class ExecutorContext(context.ContextBase):
         elif kind == m.SHUTDOWN:
             # With a task on this process's stack (a nested wait read it), the
             # task's state is half-changed: it leaves without running user code.
-            executor_exit.leave(self, clean=not self.stack)
+            executor_exit.leave(self, clean=self.depth == 0)
 
     def run_function(self, blob: bytes) -> None:
         try:
@@ -327,11 +327,11 @@ class ExecutorContext(context.ContextBase):
             Output.printed = False
         outer = self.current_task_name, self.current_task_id
         # (A task run in another's wait: what it changes in the process is undone.)
-        outer_state = OuterState(self) if self.stack else None
+        outer_state = OuterState(self) if self.depth else None
         if outer[1] is None and self.peer is not None and self.actor_id is None:
             self.peer.new_task()
         self.current_task_name, self.current_task_id = name, tid
-        self.stack.append(spec)
+        self.depth += 1
         # (A plain task's: an actor call's refs are the caller's to keep.)
         pinning = spec[m.T_ACTOR] is None and spec[m.T_CONTAINED]
         if pinning:
@@ -369,7 +369,7 @@ class ExecutorContext(context.ContextBase):
         finally:
             if self.peer is not None and self.peer.held:
                 self.caller.pump()   # what may leave now; ``serve`` sends the rest
-            self.stack.pop()
+            self.depth -= 1
             if Output.lines_open:
                 Output.end_lines()
             self.current_task_name, self.current_task_id = outer

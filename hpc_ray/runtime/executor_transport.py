@@ -34,9 +34,8 @@ from ..transport import messages as m
 from ..transport.serialization import loads
 from ..transport.wait import Spinner
 from . import executor_exit, peer_calls
-from .nested_state import waits_for_outer
 
-#: Tasks on an executor's stack (``ExecutorContext.stack``) beyond which its
+#: Tasks on an executor's stack (``ExecutorContext.depth``) beyond which its
 #: main thread's waits run no more nested tasks (DEEP): about a dozen frames
 #: each, well inside Python's recursion limit of 1000 with the user's own frames.
 MAX_NESTED = 24
@@ -276,7 +275,7 @@ class ExecutorTransport:
         task = main and self.owner.actor_id is None
         # At the nesting limit no task runs here: those sent before the rank
         # heard DEEP go back to it (RETURNED), and it runs them in another executor.
-        deep = task and len(self.owner.stack) >= MAX_NESTED
+        deep = task and self.owner.depth >= MAX_NESTED
         lends = (m.DEEP, 1) if deep else (m.BLOCKED, 1)
         nested = blocking and task
         blocked = False
@@ -287,8 +286,8 @@ class ExecutorTransport:
                 if i is not None:
                     msg = self.inbox.pop(i)
                     if msg[0] == m.EXECUTE:
-                        if not deep and waits_for_outer(msg[1], self.owner.stack):
-                            # Run here it would wait for a task below it: from now
+                        if not deep and self.args_pending(msg[1]):
+                            # Run here it could wait for a task below it: from now
                             # on this wait lends its CPU as a deep one does.
                             if blocked:
                                 self.emit((m.BLOCKED, -1))
@@ -341,6 +340,19 @@ class ExecutorTransport:
                 else:
                     self.emit((m.BLOCKED, -1))   # an actor is sent no nested work
 
+    def args_pending(self, spec: list) -> bool:
+        """Whether a task sent to run nested in a wait here names, nested in its
+        arguments, refs whose objects do not exist yet (one round trip to the
+        head). Run on this stack it could wait for a task that waits, directly
+        or through others, for one below it, which cannot return before it
+        does: such a task runs in another executor (RETURNED)."""
+        refs = spec[m.T_CONTAINED]
+        if not refs:
+            return False
+        wanted = list(set(refs))
+        ready = self.request(m.WAIT, wanted, len(wanted), timeout=0, on_timeout=(m.WAIT_NOW,))
+        return len(ready) < len(wanted)
+
     def stop_lending(self) -> None:
         """The main thread's wait that lent its CPU is over: tell the rank
         (UNBLOCK), run the nested tasks it sent before it heard, then take the
@@ -358,7 +370,7 @@ class ExecutorTransport:
         while req not in replies:
             if self.inbox:
                 msg = self.inbox.pop(0)
-                if msg[0] == m.EXECUTE and waits_for_outer(msg[1], self.owner.stack):
+                if msg[0] == m.EXECUTE and self.args_pending(msg[1]):
                     self.emit((m.RETURNED, [msg[1][m.T_ID]]))   # (as in await_)
                 else:
                     self.owner.handle(msg)

@@ -20,7 +20,6 @@ import os
 import sys
 from typing import Any
 
-from ..transport import messages as m
 from . import hooks
 
 #: The executor's record of what its current task holds (``Executor._set_gpus``).
@@ -87,17 +86,3 @@ def _torch_modes_for_task(torch) -> tuple:
     if not grad:
         torch.set_grad_enabled(True)
     return grad, dtype, inference
-
-
-def waits_for_outer(spec: list, stack: list) -> bool:
-    """Whether a task sent to an executor that waits names, among its arguments'
-    refs, the result of a task on that executor's stack. Run nested there it
-    could never have it: the task below cannot return before it does. (Refs it
-    finds some other way are not seen.)"""
-    refs = spec[m.T_CONTAINED]
-    deps = spec[m.T_DEPS]
-    if not refs and not deps:
-        return False
-    wanted = set(refs or ()).union(oid for _, oid in deps)
-    return any(outer[m.T_ACTOR] is None and not wanted.isdisjoint(outer[m.T_RETURNS])
-               for outer in stack)

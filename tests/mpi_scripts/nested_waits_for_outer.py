@@ -1,7 +1,8 @@
 """A task that gets, through a ref nested in its arguments, the result of a task
-that waits: run nested on the waiting task's stack it could never have it (found
-by differential fuzzing against local mode; it hung every time). Such a task now
-runs in another executor, and both finish."""
+that waits (directly or through other tasks): run nested on the waiting task's
+stack it could never have it (found by differential fuzzing against local mode;
+it hung every time). A task whose nested refs' objects do not exist yet now runs
+in another executor, and all finish."""
 import faulthandler, os
 faulthandler.dump_traceback_later(float(os.environ.get("HPC_RAY_TEST_TIMEOUT", "60")) - 5, exit=True)
 
@@ -26,6 +27,11 @@ def after(xs):
 
 
 @ray.remote
+def plus_one(x):
+    return x + 1
+
+
+@ray.remote
 def nested_refs(depth, xs):
     if depth == 0:
         return sum(ray.get(xs))
@@ -37,6 +43,11 @@ def nested_refs(depth, xs):
 # and the second link, sent to the first link's lent CPU, needs the first link's result.
 first = after.remote([slow.remote()])
 check(ray.get(after.remote([first]), timeout=45) == 3)
+# The same through others: the last link waits for a task that waits, through a
+# top-level argument, for the first link.
+first = after.remote([slow.remote()])
+second = plus_one.remote(first)
+check(ray.get(after.remote([after.remote([second])]), timeout=45) == 5)
 # Every worker busy with such a chain.
 chains = [after.remote([after.remote([slow.remote()])]) for _ in range(NUM_WORKERS)]
 check(ray.get(chains, timeout=45) == [3] * NUM_WORKERS)
