@@ -233,8 +233,9 @@ class RemoteFunction:
         spec = build_spec(self._fn_id, blob, self._name, args, kwargs,
                           n or 1, self._resources, self._max_retries,
                           self._max_calls, None, 0, ctx.put_serialized, keep)
-        ctx.submit(spec)
-        if blob is not None:
+        # (Held, its blob has not left: the next submission carries it too, so
+        # that one sent before this one does not reach the head without it.)
+        if ctx.submit(spec) is not False and blob is not None:
             self._shipped_by = ctx
         refs = [context.ObjectRef(oid) for oid in spec[m.T_RETURNS]]
         return refs[0] if n == 1 else (refs if n else None)

@@ -94,14 +94,17 @@ class Caller:
 
     # --- calls ------------------------------------------------------------------
 
-    def submit(self, spec: list) -> None:
+    def submit(self, spec: list) -> bool:
+        """Send a task to the head; False if it is held (``held_calls``) and
+        leaves later: a function blob it carries has not left either."""
         peer = self.peer
         # (Tested inline: the common call takes no refs and nothing is held.)
         if peer is not None and (peer.held or self.releasing or peer.pending and (
                 spec[m.T_DEPS] or spec[m.T_CONTAINED])) and \
                 self._held_back(spec, None, self._submit, (spec,)):
-            return
+            return False
         self._submit(spec)
+        return True
 
     def _submit(self, spec: list) -> None:
         peer = self.peer

@@ -79,8 +79,8 @@ class DriverContext(context.ContextBase):
 
     # --- tasks ------------------------------------------------------------------
 
-    def submit(self, spec: list) -> None:
-        self.caller.submit(spec)
+    def submit(self, spec: list) -> bool:
+        return self.caller.submit(spec)
 
     def submit_call(self, spec: list, lifetime) -> None:
         self.caller.submit_call(spec, lifetime)

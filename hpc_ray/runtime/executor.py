@@ -203,8 +203,8 @@ class ExecutorContext(context.ContextBase):
     def hold_refs(self, ids) -> None:
         self.caller.host.hold_refs(ids)
 
-    def submit(self, spec: list) -> None:
-        self.caller.submit(spec)
+    def submit(self, spec: list) -> bool:
+        return self.caller.submit(spec)
 
     def submit_call(self, spec: list, lifetime) -> None:
         self.caller.submit_call(spec, lifetime)

@@ -300,7 +300,7 @@ class ExecutorTransport:
                             # Back to the rank, for another executor (past the
                             # nesting limit each would be one more level, past what
                             # Python's recursion limit allows when many come at once).
-                            self.emit((m.RETURNED, [msg[1][m.T_ID]]))
+                            self.give_back(msg[1])
                             continue
                     self.owner.handle(msg)
                     continue
@@ -340,6 +340,17 @@ class ExecutorTransport:
                 else:
                     self.emit((m.BLOCKED, -1))   # an actor is sent no nested work
 
+    def give_back(self, spec: list) -> None:
+        """Send a task sent here back to the rank, for another executor (RETURNED).
+        A function blob that came with it is read first: the rank sent this
+        process later tasks of that function without it."""
+        if spec[m.T_BLOB] is not None:
+            try:
+                self.owner._function(spec)
+            except Exception:  # noqa: BLE001 - the task's run elsewhere reports it
+                pass
+        self.emit((m.RETURNED, [spec[m.T_ID]]))
+
     def args_pending(self, spec: list) -> bool:
         """Whether a task sent to run nested in a wait here names, nested in its
         arguments, refs whose objects do not exist yet (one round trip to the
@@ -371,7 +382,7 @@ class ExecutorTransport:
             if self.inbox:
                 msg = self.inbox.pop(0)
                 if msg[0] == m.EXECUTE and self.args_pending(msg[1]):
-                    self.emit((m.RETURNED, [msg[1][m.T_ID]]))   # (as in await_)
+                    self.give_back(msg[1])   # (as in await_)
                 else:
                     self.owner.handle(msg)
                 continue

@@ -169,7 +169,11 @@ class WorkerState:
     # --- from the head -----------------------------------------------------------
 
     def task_arrived(self, spec: list) -> None:
-        """A task (not an actor call) to run here."""
+        """A task (not an actor call) to run here. Its function's blob, which the
+        head sends a rank once, is kept at once: the head may take the task back
+        (``steal``) and send the next ones without it."""
+        if spec[m.T_BLOB] is not None:
+            self.fn_blobs[spec[m.T_FN]] = spec[m.T_BLOB]
         (self.zero_cpu_queue if no_cpu(spec) else self.queue).append(spec)
 
     def actor_call(self, spec: list) -> None:

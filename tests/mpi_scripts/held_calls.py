@@ -82,6 +82,22 @@ with section("a call made before the one that lets its argument finish"):
     check(ray.get(ray.get(in_list, timeout=30)[0], timeout=30) == 41)
     check(made < 10, f".remote() waited {made:.1f} s")
 
+@ray.remote
+def first_use(x):
+    return x if isinstance(x, int) else ray.get(x[0])
+
+
+with section("a held task's function reaches the head with the task sent after it"):
+    # The first call of a function carries its definition; held, it leaves after
+    # a later call of the same function, which must then carry it too.
+    flag, waiter, _ = trio()
+    pending = waiter.until.remote(flag, 5)
+    held = first_use.remote([pending])     # a direct result in flight, nested: held
+    free = first_use.remote(6)             # sent at once
+    check(ray.get(free, timeout=30) == 6)
+    flag.raise_it.remote()
+    check(ray.get(held, timeout=30) == 5)
+
 with section("an actor created with a direct result as its argument"):
     flag, waiter, _ = trio()
     pending = waiter.until.remote(flag, 7)
@@ -215,6 +231,7 @@ with section("a task's held calls go out after it ends, as their answers come"):
 
 with section("the head's tables end as they began"):
     del flag, waiter, log, made, pending, step, task, in_list, after, out, done, _, named, ref, seen
+    del held, free
     check(poll_for(lambda: len(ray.objects()) <= baseline, 30) or print(ray.objects()),
           f"{len(ray.objects())} objects left, {baseline} at the start")
 
