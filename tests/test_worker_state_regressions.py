@@ -171,3 +171,27 @@ def test_an_executor_that_ends_with_messages_queued_is_not_written_to():
     state.forget_actor(1)
     state.executor_ended(ex)
     assert ex.gone and ex not in state.to_write and not ex.outbox
+
+
+def test_a_stolen_tasks_function_blob_stays_for_the_next_task():
+    # The head ships a function's definition to a rank once. A queued task that
+    # carried it may be stolen back before an executor took it, and the next task
+    # of that function comes without it: the rank must still have it to give.
+    state = _started()
+    [ex] = state.executors
+    state.on_executor(ex, [(m.EXEC_READY,)])
+    busy = spec(1, "g")
+    state.task_arrived(busy)
+    state.dispatch()
+    first = spec(1, "f")
+    state.task_arrived(first)
+    state.steal(1)
+    assert (m.RETURNED, [first[m.T_ID]]) in state.out
+    second = spec(1, "f")
+    second[m.T_BLOB] = None
+    state.task_arrived(second)
+    ex.outbox.clear()
+    state.on_executor(ex, [(m.TASK_DONE, busy[m.T_ID], [], None, 1.0, 1.001, ex.pid)])
+    state.dispatch()
+    [sent] = [msg[1] for msg in ex.outbox if msg[0] == m.EXECUTE]
+    assert sent[m.T_ID] == second[m.T_ID] and sent[m.T_BLOB] == b"blob-f"
