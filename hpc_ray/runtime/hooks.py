@@ -1,7 +1,8 @@
 """Hooks that the layers above the runtime install, so that the runtime never
 imports them: ``hpc_ray.reusable`` reinitializes reusable variables after each
-task (and sets a waiting task's aside while a nested one runs), and ``hpc_ray.actor`` gives a new actor its checkpoint hooks. Installed
-when ``hpc_ray`` is imported, which every process that runs user code does.
+task (and sets a waiting task's aside while a nested one runs), and
+``hpc_ray.actor`` gives a new actor its checkpoint hooks. Installed when
+``hpc_ray`` is imported, which every process that runs user code does.
 """
 from __future__ import annotations
 
