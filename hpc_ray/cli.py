@@ -337,18 +337,21 @@ def _names(text: str | None) -> list[str] | None:
     return [n.strip() for n in text.split(",") if n.strip()] if text else None
 
 
-_SORT = click.option("--sort", help="Column(s) to sort on, comma-separated.")
-_OUTPUT = click.option("--output", help="Also write the table to this .csv or .pkl file.")
-_FILTER = click.option("--filter", "filter_op",
-                       help='Keep rows matching "<column> <operator> <value>", e.g. '
-                            '"trial_id == 7b99a28a" or "total_trials <= 1".')
+def _table_options(command):
+    """The options both tables take: --sort, --output, --filter."""
+    for option in reversed((
+            click.option("--sort", help="Column(s) to sort on, comma-separated."),
+            click.option("--output", help="Also write the table to this .csv or .pkl file."),
+            click.option("--filter", "filter_op",
+                         help='Keep rows matching "<column> <operator> <value>", e.g. '
+                              '"trial_id == 7b99a28a" or "total_trials <= 1".'))):
+        command = option(command)
+    return command
 
 
 @tune_cli.command("list-trials")
 @click.argument("experiment_path", type=click.Path(exists=True, file_okay=False))
-@_SORT
-@_OUTPUT
-@_FILTER
+@_table_options
 @click.option("--columns", help="Trial columns, comma-separated (default: trainable_name, "
                                 "experiment_tag, trial_id, status, last_update_time).")
 @click.option("--result-columns", help="Result columns, comma-separated (default: "
@@ -363,9 +366,7 @@ def tune_list_trials(experiment_path, sort, output, filter_op, columns, result_c
 
 @tune_cli.command("list-experiments")
 @click.argument("project_path", type=click.Path(exists=True, file_okay=False))
-@_SORT
-@_OUTPUT
-@_FILTER
+@_table_options
 @click.option("--columns", help="Columns, comma-separated (default: name, total_trials, "
                                 "running_trials, terminated_trials, error_trials, "
                                 "last_updated).")

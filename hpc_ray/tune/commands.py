@@ -75,7 +75,8 @@ def list_trials(experiment_path: str, sort=None, output: str | None = None,
         row.update({k: v for k, v in trial.last_result.items() if not isinstance(v, dict)})
         rows.append(row)
     columns = list(info_keys or DEFAULT_TRIAL_INFO) + list(result_keys or DEFAULT_RESULT_KEYS)
-    return _show(pd.DataFrame(rows), columns, sort, output, filter_op)
+    return _show(pd.DataFrame(rows), columns, [*(info_keys or ()), *(result_keys or ())],
+                 sort, output, filter_op)
 
 
 def list_experiments(project_path: str, sort=None, output: str | None = None,
@@ -94,14 +95,15 @@ def list_experiments(project_path: str, sort=None, output: str | None = None,
                      "terminated_trials": statuses.count(Trial.TERMINATED),
                      "error_trials": statuses.count(Trial.ERROR),
                      "last_updated": max(stamps, default="")})
-    return _show(pd.DataFrame(rows), list(info_keys or DEFAULT_EXPERIMENT_INFO), sort,
-                 output, filter_op)
+    return _show(pd.DataFrame(rows), list(info_keys or DEFAULT_EXPERIMENT_INFO),
+                 list(info_keys or ()), sort, output, filter_op)
 
 
-def _show(df, columns: list, sort, output: str | None, filter_op: str | None):
-    unknown = [c for c in columns if c not in df.columns and not df.empty]
-    if unknown and columns not in (list(DEFAULT_TRIAL_INFO) + list(DEFAULT_RESULT_KEYS),
-                                   list(DEFAULT_EXPERIMENT_INFO)):
+def _show(df, columns: list, asked: list, sort, output: str | None, filter_op: str | None):
+    """Print ``df``'s ``columns`` (a default one no row has is left out; one the
+    user ``asked`` for is an error)."""
+    unknown = [c for c in asked if c not in df.columns and not df.empty]
+    if unknown:
         raise TuneError(f"unknown column(s) {unknown}: the table has {sorted(df.columns)}")
     df = df.reindex(columns=[c for c in columns if c in df.columns])
     empty = [c for c in df.columns if df[c].isna().all() or (df[c] == "").all()]

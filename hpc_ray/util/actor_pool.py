@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Iterator
 
 from .. import api
+from ..exceptions import GetTimeoutError
 
 __all__ = ["ActorPool"]
 
@@ -27,19 +28,18 @@ class ActorPool:
 
     def map(self, fn: Callable, values: Iterable) -> Iterator[Any]:
         """``fn(actor, v)`` for each value; the results in the values' order."""
-        self._drain()
-        for v in values:
-            self.submit(fn, v)
-        while self.has_next():
-            yield self.get_next()
+        return self._map(fn, values, self.get_next)
 
     def map_unordered(self, fn: Callable, values: Iterable) -> Iterator[Any]:
         """As ``map``, the results as they finish."""
+        return self._map(fn, values, self.get_next_unordered)
+
+    def _map(self, fn: Callable, values: Iterable, next_result: Callable) -> Iterator[Any]:
         self._drain()
         for v in values:
             self.submit(fn, v)
         while self.has_next():
-            yield self.get_next_unordered()
+            yield next_result()
 
     def submit(self, fn: Callable, value: Any) -> None:
         """Run ``fn(actor, value)`` on an idle actor, or once one is idle."""
@@ -64,11 +64,8 @@ class ActorPool:
             raise ValueError("get_next() after get_next_unordered() took the next result: "
                              "use one or the other")
         ref = self._index_of[self._next_return]
-        if timeout is not None:
-            ready, _ = api.wait([ref], timeout=timeout)
-            if not ready:
-                from ..exceptions import GetTimeoutError
-                raise GetTimeoutError(f"ActorPool.get_next: no result within {timeout} s")
+        if timeout is not None and not api.wait([ref], timeout=timeout)[0]:
+            raise GetTimeoutError(f"ActorPool.get_next: no result within {timeout} s")
         del self._index_of[self._next_return]
         self._next_return += 1
         return self._finish(ref)
@@ -79,7 +76,6 @@ class ActorPool:
             raise StopIteration("no more results to get")
         ready, _ = api.wait(list(self._future_of), num_returns=1, timeout=timeout)
         if not ready:
-            from ..exceptions import GetTimeoutError
             raise GetTimeoutError(f"ActorPool.get_next_unordered: no result within {timeout} s")
         ref = ready[0]
         index = self._future_of[ref][0]
